@@ -1,0 +1,88 @@
+"""Stage 5, embeddings: one vector per distinct section and chunk text.
+
+Keyed by content hash (heading path + text), so a chunk identical to its section is embedded
+once, and cached by (model, content hash) across builds, so a rebuild embeds only new text.
+"""
+
+import time
+
+import numpy as np
+import pyarrow as pa
+from dagster import AssetExecutionContext, Output, asset
+
+from assets.partitions import follow_upstream, packs_partitions
+from kpack.contracts import passage_text
+from resources.embedder import EmbedderResource, model_label
+from resources.pack_store import PackStore
+from resources.storage import ContentCacheResource
+
+
+def distinct_texts(sections: pa.Table, chunks: pa.Table) -> dict[str, str]:
+    """content_hash -> the text embedded for it."""
+    heading_of = dict(
+        zip(sections["section_id"].to_pylist(), sections["heading_path"].to_pylist(), strict=True)
+    )
+    texts: dict[str, str] = {}
+    for row in sections.select(["content_hash", "heading_path", "content"]).to_pylist():
+        texts.setdefault(row["content_hash"], passage_text(row["heading_path"], row["content"]))
+    for row in chunks.select(["content_hash", "section_id", "content"]).to_pylist():
+        texts.setdefault(
+            row["content_hash"], passage_text(heading_of[row["section_id"]], row["content"])
+        )
+    return texts
+
+
+def embedding_column(vectors: np.ndarray) -> pa.Array:
+    flat = pa.array(vectors.reshape(-1), type=pa.float32())
+    fixed = pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1])
+    return fixed.cast(pa.list_(pa.float32()))
+
+
+@asset(
+    partitions_def=packs_partitions,
+    group_name="embed",
+    compute_kind="sentence-transformers",
+    automation_condition=follow_upstream,
+    description="Sentence-transformers vectors of every distinct section and chunk text.",
+)
+def embeddings(
+    context: AssetExecutionContext,
+    sections: pa.Table,
+    chunks: pa.Table,
+    embedder: EmbedderResource,
+    content_cache: ContentCacheResource,
+    pack_store: PackStore,
+) -> Output[pa.Table]:
+    started = time.perf_counter()
+    pack = context.partition_key
+    model = pack_store.config(pack).embedding_model
+    namespace = f"embeddings/{model_label(model)}"
+    texts = distinct_texts(sections, chunks)
+    cached = content_cache.load(namespace, pack)
+    known: dict[str, int] = {}
+    if cached is not None:
+        known = {h: i for i, h in enumerate(cached["content_hash"].to_pylist()) if h in texts}
+    missing = [h for h in texts if h not in known]
+    embed_started = time.perf_counter()
+    fresh = embedder.embed([texts[h] for h in missing], model)
+    embed_seconds = time.perf_counter() - embed_started
+    fresh_table = pa.table({"content_hash": missing, "embedding": embedding_column(fresh)})
+    if known:
+        reused = cached.take(pa.array(list(known.values()))).select(["content_hash", "embedding"])
+        table = pa.concat_tables([reused, fresh_table.cast(reused.schema)])
+    else:
+        table = fresh_table
+    content_cache.save(namespace, pack, table)
+    return Output(
+        table,
+        metadata={
+            "model": model_label(model),
+            "dimension": embedder.dimension(model),
+            "texts": len(texts),
+            "embedded": len(missing),
+            "cached": len(known),
+            "embed_seconds": round(embed_seconds, 3),
+            "texts_per_second": round(len(missing) / embed_seconds, 1) if missing else 0.0,
+            "duration_s": round(time.perf_counter() - started, 3),
+        },
+    )

@@ -1,0 +1,192 @@
+"""Stage 8, pack_manifest: manifest.json and skill.md written, then the pack published.
+
+The manifest gathers what every stage recorded (counts, failures, durations, LLM tokens) from
+the Dagster event log, so it describes the run that produced the graph. Publishing renames the
+staged folder to the next version and flips the ``current`` link (see resources.pack_store).
+"""
+
+import json
+import time
+from datetime import UTC, datetime
+
+from dagster import (
+    AssetCheckExecutionContext,
+    AssetCheckResult,
+    AssetExecutionContext,
+    AssetKey,
+    AssetRecordsFilter,
+    MetadataValue,
+    Output,
+    asset,
+    asset_check,
+)
+
+from assets.graph import graph_counts, pack_graph
+from assets.partitions import follow_upstream, packs_partitions
+from kpack.packs import PackConfig
+from resources.embedder import model_label
+from resources.pack_store import PackStore, connect
+
+STAGES = ("fetched_pages", "articles", "chunks", "entities", "embeddings", "pagerank", "pack_graph")
+MANIFEST_FORMAT = 1
+
+
+def latest_metadata(context: AssetExecutionContext, asset: str) -> dict:
+    """The metadata of this pack's latest materialization of ``asset``."""
+    result = context.instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=AssetKey(asset), asset_partitions=[context.partition_key]),
+        limit=1,
+    )
+    if not result.records:
+        return {}
+    metadata = result.records[0].asset_materialization.metadata
+    return {k: getattr(v, "value", v) for k, v in metadata.items()}
+
+
+def build_manifest(
+    pack: str, version: int, config: PackConfig, counts: dict[str, int], stage_meta: dict[str, dict]
+) -> dict:
+    fetched, extraction, embedded = (
+        stage_meta["fetched_pages"], stage_meta["entities"], stage_meta["embeddings"]
+    )  # fmt: skip
+    return {
+        "format": MANIFEST_FORMAT,
+        "name": pack,
+        "version": version,
+        "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "sources": {
+            "urls": fetched.get("urls", 0),
+            "ok": fetched.get("ok", 0),
+            "failed": fetched.get("failed", 0),
+            "failures": fetched.get("failures", []),
+            "invalid_lines": fetched.get("invalid_lines", []),
+        },
+        "counts": counts,
+        "embedding": {
+            "model": model_label(config.embedding_model),
+            "dimension": stage_meta["pack_graph"].get("embedding_dimension"),
+            "texts": embedded.get("texts", 0),
+            "embedded_this_build": embedded.get("embedded", 0),
+        },
+        "extraction": {
+            "method": extraction.get("method", "offline"),
+            "llm_calls": extraction.get("llm_calls", 0),
+            "llm_input_tokens": extraction.get("llm_input_tokens", 0),
+            "llm_output_tokens": extraction.get("llm_output_tokens", 0),
+            "llm_failures": extraction.get("llm_failures", 0),
+        },
+        "stage_seconds": {s: stage_meta[s].get("duration_s") for s in STAGES},
+        "config": config.to_json(),
+    }
+
+
+def skill_markdown(manifest: dict, top_articles: list[tuple[str, str]], top_entities: list[str]) -> str:
+    name, counts = manifest["name"], manifest["counts"]
+    articles = "\n".join(f"- [{title}]({url})" for title, url in top_articles)
+    return f"""---
+name: {name}-pack
+description: Answers questions about the {name} knowledge pack's documentation ({counts['Article']} articles, {counts['Section']} sections), citing its sources. Use for questions on {", ".join(top_entities[:8]) or name}.
+---
+
+# {name} knowledge pack
+
+A Knowledge Pack built from {manifest['sources']['ok']} documentation pages (version {manifest['version']}, built {manifest['built_at']}).
+It holds {counts['Article']} articles, {counts['Section']} sections, {counts['Chunk']} chunks, {counts['Entity']} entities and {counts['Fact']} facts,
+embedded with {manifest['embedding']['model']} ({manifest['embedding']['dimension']} dimensions).
+
+## How to query it
+
+Search for passages (vector search fused with BM25 full-text search):
+
+```bash
+kpack search {name} "your question" --k 5
+```
+
+From Python:
+
+```python
+import retrieval
+for hit in retrieval.search("{name}", "your question", k=5):
+    print(hit["score"], hit["title"], hit["heading"], hit["url"])
+```
+
+Answer from the passages and cite each one you use as [Source: title]. If the best
+passages do not address the question, say the pack does not cover it.
+
+## Most central articles (PageRank over the links between articles)
+
+{articles}
+
+## Frequent entities
+
+{", ".join(top_entities)}
+"""
+
+
+@asset(
+    partitions_def=packs_partitions,
+    group_name="publish",
+    deps=[pack_graph],
+    automation_condition=follow_upstream,
+    description="manifest.json and skill.md; publishes the staged pack as the next version.",
+)
+def pack_manifest(context: AssetExecutionContext, pack_store: PackStore) -> Output[None]:
+    started = time.perf_counter()
+    pack = context.partition_key
+    staging = pack_store.staging(pack)
+    db, conn = connect(staging / "pack.db", read_only=True)
+    try:
+        counts = graph_counts(conn)
+        top_articles = conn.execute(
+            "MATCH (a:Article) RETURN a.title, a.url ORDER BY a.pagerank DESC, a.title LIMIT 10"
+        ).get_all()
+        top_entities = [
+            r[0] for r in conn.execute(
+                "MATCH (e:Entity) WHERE e.type <> 'topic' "
+                "RETURN e.name ORDER BY e.mention_count DESC, e.name LIMIT 20"
+            ).get_all()
+        ]  # fmt: skip
+    finally:
+        conn.close()
+        db.close()
+    version = pack_store.next_version(pack)
+    stage_meta = {stage: latest_metadata(context, stage) for stage in STAGES}
+    manifest = build_manifest(pack, version, pack_store.config(pack), counts, stage_meta)
+    manifest["stage_seconds"]["pack_manifest"] = round(time.perf_counter() - started, 3)
+    (staging / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    (staging / "skill.md").write_text(skill_markdown(manifest, top_articles, top_entities))
+    published = pack_store.publish(pack, version)
+    context.log.info(f"published {pack} version {version} at {published}")
+    return Output(
+        None,
+        metadata={
+            "version": version,
+            "published": MetadataValue.path(str(published)),
+            "manifest": MetadataValue.json(manifest),
+            "duration_s": manifest["stage_seconds"]["pack_manifest"],
+        },
+    )
+
+
+@asset_check(
+    asset=pack_manifest,
+    partitions_def=packs_partitions,
+    description="The manifest's embedding dimension is the dimension of the published vectors.",
+)
+def manifest_matches_graph(
+    context: AssetCheckExecutionContext, pack_store: PackStore
+) -> AssetCheckResult:
+    version = pack_store.current(context.partition_key)
+    manifest = json.loads((version / "manifest.json").read_text())
+    db, conn = connect(version / "pack.db", read_only=True)
+    try:
+        rows = conn.execute("MATCH (s:Section) RETURN s.embedding LIMIT 1").get_all()
+    finally:
+        conn.close()
+        db.close()
+    actual = len(rows[0][0]) if rows else None
+    declared = manifest["embedding"]["dimension"]
+    return AssetCheckResult(
+        passed=actual == declared,
+        metadata={"manifest_dimension": declared, "graph_dimension": actual},
+    )

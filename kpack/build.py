@@ -1,0 +1,99 @@
+"""Building a pack in-process: the same asset graph the Dagster UI runs, no daemon needed."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dagster import DagsterInstance, materialize
+
+from kpack import settings
+from kpack.packs import PackError, pack_dir, parse_urls, read_manifest
+
+BUILD_TAG = "kpack/build_id"
+
+
+@dataclass
+class BuildResult:
+    pack: str
+    run_id: str
+    success: bool
+    manifest: dict | None
+    failed_steps: list[str] = field(default_factory=list)
+    failed_checks: list[str] = field(default_factory=list)
+
+
+@contextmanager
+def build_lock(folder: Path) -> Iterator[None]:
+    """One build of a pack at a time: a second one fails fast instead of racing the first."""
+    with open(folder / ".build.lock", "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise PackError(f"pack {folder.name!r} is already being built") from exc
+        yield
+
+
+def build_pack(
+    pack: str,
+    packs_dir: Path | None = None,
+    storage: str | None = None,
+    instance: DagsterInstance | None = None,
+    build_id: str | None = None,
+    log_level: str = "INFO",
+    resource_overrides: dict | None = None,
+) -> BuildResult:
+    """Materialize every stage for one pack. Raises PackError only when nothing can be built."""
+    # Imported here: loading the asset graph costs a second the other CLI commands don't need.
+    from assets.partitions import packs_partitions
+    from pipelines.definitions import all_assets, all_checks, make_resources
+
+    quiet_env()
+    packs_dir = packs_dir or settings.packs_dir()
+    folder = pack_dir(pack, packs_dir)
+    sources, problems = parse_urls((folder / "urls.txt").read_text(), folder)
+    if not sources:
+        detail = "; ".join(str(p) for p in problems) or "the file is empty"
+        raise PackError(f"pack {pack!r} has no valid URL in urls.txt ({detail})")
+    if instance is None:
+        settings.dagster_home()
+        instance = DagsterInstance.get()
+    if not instance.has_dynamic_partition(packs_partitions.name, pack):
+        instance.add_dynamic_partitions(packs_partitions.name, [pack])
+    build_id = build_id or uuid.uuid4().hex
+    with build_lock(folder):
+        result = materialize(
+            [*all_assets, *all_checks],
+            partition_key=pack,
+            instance=instance,
+            resources={
+                **make_resources(packs_dir, storage or settings.storage_base()),
+                **(resource_overrides or {}),
+            },
+            tags={BUILD_TAG: build_id},
+            run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
+            raise_on_error=False,
+        )
+    failed_steps = [
+        e.step_key for e in result.all_events if e.is_step_failure and e.step_key
+    ]
+    failed_checks = [c.check_name for c in result.get_asset_check_evaluations() if not c.passed]
+    return BuildResult(
+        pack=pack,
+        run_id=result.run_id,
+        success=result.success and not failed_checks,
+        manifest=read_manifest(folder),
+        failed_steps=failed_steps,
+        failed_checks=failed_checks,
+    )
+
+
+def quiet_env() -> None:
+    """The packaged model needs no hub; never let a build reach for one."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -1,0 +1,205 @@
+"""kpack: create, build, list and search knowledge packs, and open the Dagster UI."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from kpack import settings
+from kpack.packs import PackError, list_packs, parse_urls, read_manifest, validate_pack_name
+
+console = Console()
+err = Console(stderr=True)
+
+
+def cmd_new(args: argparse.Namespace) -> int:
+    name = validate_pack_name(args.name)
+    folder = settings.packs_dir() / name
+    if (folder / "urls.txt").exists():
+        raise PackError(f"pack {name!r} already exists at {folder}")
+    lines = list(args.url or [])
+    if args.urls_file:
+        lines += Path(args.urls_file).read_text().splitlines()
+    if not lines:
+        raise PackError("give at least one --url or a --urls-file")
+    sources, problems = parse_urls("\n".join(lines), folder)
+    for problem in problems:
+        err.print(f"[yellow]skipped[/] {problem}")
+    if not sources:
+        raise PackError("none of the URLs is valid; nothing was created")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "urls.txt").write_text("".join(f"{s.url}\n" for s in sources))
+    console.print(f"created {folder / 'urls.txt'} with {len(sources)} URLs; build it with "
+                  f"[bold]kpack build {name}[/]")  # fmt: skip
+    return 0
+
+
+def _watch_progress(build_id: str, done: threading.Event) -> None:
+    """Render step states of the run tagged with build_id until done is set."""
+    from dagster import DagsterEventType, DagsterInstance, RunsFilter
+
+    from kpack.build import BUILD_TAG
+
+    instance = DagsterInstance.get()
+    wanted = {DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS,
+              DagsterEventType.STEP_FAILURE, DagsterEventType.STEP_SKIPPED}  # fmt: skip
+    states: dict[str, tuple[str, float]] = {}
+    with Live(console=console, refresh_per_second=4, transient=True) as live:
+        while not done.wait(0.3):
+            runs = instance.get_runs(RunsFilter(tags={BUILD_TAG: build_id}), limit=1)
+            if not runs:
+                continue
+            for record in instance.all_logs(runs[0].run_id, of_type=wanted):
+                event = record.dagster_event
+                if event and event.step_key:
+                    states[event.step_key] = (event.event_type_value, record.timestamp)
+            table = Table(title=f"building ({runs[0].run_id[:8]})", show_edge=False)
+            table.add_column("step")
+            table.add_column("state")
+            for step, (state, _) in states.items():
+                table.add_row(step, state.removeprefix("STEP_").lower())
+            live.update(table)
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from kpack.build import build_pack
+
+    settings.dagster_home()
+    build_id = uuid.uuid4().hex
+    done = threading.Event()
+    watcher = None
+    if console.is_terminal and not args.no_progress:
+        watcher = threading.Thread(target=_watch_progress, args=(build_id, done), daemon=True)
+        watcher.start()
+    started = time.perf_counter()
+    try:
+        result = build_pack(args.name, build_id=build_id, log_level=args.log_level)
+    finally:
+        done.set()
+        if watcher:
+            watcher.join()
+    elapsed = time.perf_counter() - started
+    manifest = result.manifest
+    if not result.success:
+        err.print(f"[red]build of {args.name} did not publish[/]: failed steps "
+                  f"{result.failed_steps or '-'}, failed checks {result.failed_checks or '-'} "
+                  f"(run {result.run_id}; see `kpack ui`). The previous version, if any, is "
+                  "unchanged.")  # fmt: skip
+        return 1
+    _print_summary(manifest, elapsed)
+    return 0
+
+
+def _print_summary(manifest: dict, elapsed: float) -> None:
+    counts, sources = manifest["counts"], manifest["sources"]
+    table = Table(title=f"{manifest['name']} v{manifest['version']} published", show_edge=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    table.add_row("pages ok / failed", f"{sources['ok']} / {sources['failed']}")
+    for key in ("Article", "Section", "Chunk", "Entity", "Fact", "LINKS_TO", "ENTITY_RELATION"):
+        table.add_row(key, str(counts[key]))
+    table.add_row("embedding", f"{manifest['embedding']['model']} ({manifest['embedding']['dimension']}d)")
+    table.add_row("extraction", manifest["extraction"]["method"])
+    for stage, seconds in manifest["stage_seconds"].items():
+        table.add_row(f"  {stage} s", f"{seconds}")
+    table.add_row("total s", f"{elapsed:.1f}")
+    console.print(table)
+    for failure in sources["failures"]:
+        err.print(f"[yellow]failed[/] line {failure['line']}: {failure['url']}: {failure['error']}")
+    for problem in sources["invalid_lines"]:
+        err.print(f"[yellow]skipped[/] {problem}")
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    root = settings.packs_dir()
+    table = Table(show_edge=False)
+    for column in ("pack", "version", "built", "articles", "sections", "chunks", "failed URLs"):
+        table.add_column(column)
+    for name in list_packs(root):
+        manifest = read_manifest(root / name)
+        if manifest is None:
+            table.add_row(name, "-", "never built", "", "", "", "")
+            continue
+        counts = manifest["counts"]
+        table.add_row(name, str(manifest["version"]), manifest["built_at"], str(counts["Article"]),
+                      str(counts["Section"]), str(counts["Chunk"]), str(manifest["sources"]["failed"]))  # fmt: skip
+    console.print(table)
+    return 0
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    import json
+
+    import retrieval
+
+    hits = retrieval.search(args.name, args.question, k=args.k)
+    if args.json:
+        print(json.dumps(hits, indent=2))
+        return 0
+    if not hits:
+        console.print("no passages found")
+    for rank, hit in enumerate(hits, start=1):
+        console.print(f"[bold]{rank}. {hit['heading']}[/]  (score {hit['score']:.4f}, "
+                      f"similarity {hit['similarity'] or 0:.3f})\n   {hit['url']}")  # fmt: skip
+        text = " ".join(hit["text"].split())
+        console.print(f"   {text[:400]}{'...' if len(text) > 400 else ''}\n", highlight=False)
+    return 0
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    settings.dagster_home()
+    command = [sys.executable, "-m", "dagster", "dev", "-w", str(settings.PROJECT_ROOT / "workspace.yaml"),
+               "-p", str(args.port)]  # fmt: skip
+    return subprocess.call(command, cwd=settings.PROJECT_ROOT, env=os.environ.copy())
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="kpack", description=__doc__)
+    sub = root.add_subparsers(dest="command", required=True)
+    new = sub.add_parser("new", help="create packs/NAME/urls.txt")
+    new.add_argument("name")
+    new.add_argument("--url", action="append", help="a URL (repeatable)")
+    new.add_argument("--urls-file", help="a file with one URL a line")
+    new.set_defaults(run=cmd_new)
+    build = sub.add_parser("build", help="build (or rebuild) a pack in-process")
+    build.add_argument("name")
+    build.add_argument("--no-progress", action="store_true")
+    build.add_argument("--log-level", default="WARNING", help="Dagster log level on the console")
+    build.set_defaults(run=cmd_build)
+    sub.add_parser("list", help="packs and their manifest figures").set_defaults(run=cmd_list)
+    search = sub.add_parser("search", help="ranked passages for a question")
+    search.add_argument("name")
+    search.add_argument("question")
+    search.add_argument("--k", type=int, default=5)
+    search.add_argument("--json", action="store_true")
+    search.set_defaults(run=cmd_search)
+    ui = sub.add_parser("ui", help="start the Dagster UI (dagster dev)")
+    ui.add_argument("--port", type=int, default=3000)
+    ui.set_defaults(run=cmd_ui)
+    return root
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except PackError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        return 2
+    except KeyboardInterrupt:
+        err.print("interrupted; the published pack is unchanged")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

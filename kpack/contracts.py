@@ -1,0 +1,242 @@
+"""The data contracts, declared once: Parquet schemas of every intermediate and the Kuzu schema.
+
+The IO manager conforms every asset output to its schema here, the graph loader derives its
+COPY statements from the Kuzu tables here, and the query side reads the same names.
+Every row that comes from content carries a ``content_hash`` so later builds can tell what
+changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+STR = pa.string()
+I32 = pa.int32()
+F64 = pa.float64()
+EMBEDDING = pa.list_(pa.float32())
+
+PARQUET_SCHEMAS: dict[str, pa.Schema] = {
+    "fetched_pages": pa.schema(
+        [
+            ("url", STR),  # as listed in urls.txt (file: paths made absolute)
+            ("line_no", I32),
+            ("final_url", STR),
+            ("redirects", pa.list_(STR)),
+            ("status", I32),
+            ("content_type", STR),
+            ("format", STR),  # html | markdown | text
+            ("etag", STR),
+            ("last_modified", STR),
+            ("content_hash", STR),
+            ("fetched_at", pa.timestamp("us", tz="UTC")),
+            ("elapsed_ms", F64),
+            ("title_hint", STR),
+            ("body", STR),  # main content: cleaned HTML, or Markdown/plain text
+            ("error", STR),
+        ]
+    ),
+    "articles": pa.schema(
+        [
+            ("url", STR),
+            ("final_url", STR),
+            ("title", STR),
+            ("category", STR),
+            ("word_count", I32),
+            ("section_count", I32),
+            ("content_hash", STR),
+        ]
+    ),
+    "sections": pa.schema(
+        [
+            ("section_id", STR),
+            ("article_url", STR),
+            ("article_title", STR),
+            ("section_index", I32),
+            ("title", STR),
+            ("heading_path", STR),
+            ("level", I32),
+            ("content", STR),
+            ("word_count", I32),
+            ("content_hash", STR),
+        ]
+    ),
+    "links": pa.schema(
+        [("source_url", STR), ("target_url", STR), ("anchor_text", STR), ("link_type", STR)]
+    ),
+    "chunks": pa.schema(
+        [
+            ("chunk_id", STR),
+            ("article_url", STR),
+            ("article_title", STR),
+            ("section_id", STR),
+            ("section_index", I32),
+            ("chunk_index", I32),
+            ("content", STR),
+            ("token_estimate", I32),
+            ("content_hash", STR),
+        ]
+    ),
+    "entities": pa.schema(
+        [
+            ("entity_id", STR),  # the normalised name: the dedup key across the pack
+            ("name", STR),
+            ("type", STR),
+            ("description", STR),
+            ("mention_count", I32),
+        ]
+    ),
+    "entity_mentions": pa.schema(
+        [("article_url", STR), ("section_id", STR), ("entity_id", STR)]
+    ),
+    "relations": pa.schema(
+        [
+            ("source_id", STR),
+            ("relation", STR),
+            ("target_id", STR),
+            ("context", STR),
+            ("article_url", STR),
+            ("section_id", STR),
+        ]
+    ),
+    "facts": pa.schema(
+        [
+            ("fact_id", STR),
+            ("article_url", STR),
+            ("section_id", STR),
+            ("entity_id", STR),
+            ("content", STR),
+        ]
+    ),
+    "embeddings": pa.schema([("content_hash", STR), ("embedding", EMBEDDING)]),
+    "pagerank": pa.schema([("url", STR), ("pagerank_raw", F64), ("pagerank", F64)]),
+}
+
+
+def conform(name: str, data: pa.Table | list[dict]) -> pa.Table:
+    """Cast an asset's output to its declared schema; a missing or mistyped column fails here."""
+    schema = PARQUET_SCHEMAS[name]
+    if isinstance(data, list):
+        return pa.Table.from_pylist(data, schema=schema)
+    missing = set(schema.names) - set(data.column_names)
+    if missing:
+        raise ValueError(f"{name}: output lacks columns {sorted(missing)}")
+    return data.select(schema.names).cast(schema)
+
+
+@dataclass(frozen=True)
+class NodeTable:
+    name: str
+    columns: tuple[tuple[str, str], ...]  # (column, Kuzu type); the first is the primary key
+
+    def ddl(self, dim: int) -> str:
+        cols = ", ".join(f"{c} {t.format(dim=dim)}" for c, t in self.columns)
+        return f"CREATE NODE TABLE {self.name}({cols}, PRIMARY KEY ({self.columns[0][0]}))"
+
+
+@dataclass(frozen=True)
+class RelTable:
+    name: str
+    source: str
+    target: str
+    columns: tuple[tuple[str, str], ...] = ()
+
+    def ddl(self, dim: int) -> str:
+        props = "".join(f", {c} {t}" for c, t in self.columns)
+        return f"CREATE REL TABLE {self.name}(FROM {self.source} TO {self.target}{props})"
+
+
+VECTOR = "FLOAT[{dim}]"
+
+# The seed's data model (Article keyed by url, which is unique where titles are not).
+KUZU_NODES = (
+    NodeTable(
+        "Article",
+        (
+            ("url", "STRING"),
+            ("title", "STRING"),
+            ("final_url", "STRING"),
+            ("category", "STRING"),
+            ("word_count", "INT32"),
+            ("section_count", "INT32"),
+            ("content_hash", "STRING"),
+            ("pagerank", "DOUBLE"),  # normalised to [0, 1]
+            ("pagerank_raw", "DOUBLE"),
+        ),
+    ),
+    NodeTable(
+        "Section",
+        (
+            ("section_id", "STRING"),
+            ("article_url", "STRING"),
+            ("article_title", "STRING"),
+            ("section_index", "INT32"),
+            ("title", "STRING"),
+            ("heading_path", "STRING"),
+            ("level", "INT32"),
+            ("content", "STRING"),
+            ("word_count", "INT32"),
+            ("content_hash", "STRING"),
+            ("embedding", VECTOR),
+        ),
+    ),
+    NodeTable(
+        "Chunk",
+        (
+            ("chunk_id", "STRING"),
+            ("article_url", "STRING"),
+            ("article_title", "STRING"),
+            ("section_id", "STRING"),
+            ("section_index", "INT32"),
+            ("chunk_index", "INT32"),
+            ("content", "STRING"),
+            ("content_hash", "STRING"),
+            ("embedding", VECTOR),
+        ),
+    ),
+    NodeTable(
+        "Entity",
+        (
+            ("entity_id", "STRING"),
+            ("name", "STRING"),
+            ("type", "STRING"),
+            ("description", "STRING"),
+            ("mention_count", "INT32"),
+        ),
+    ),
+    NodeTable(
+        "Fact",
+        (("fact_id", "STRING"), ("content", "STRING"), ("section_id", "STRING")),
+    ),
+    NodeTable("Category", (("name", "STRING"), ("article_count", "INT32"))),
+)
+
+KUZU_RELS = (
+    RelTable("HAS_SECTION", "Article", "Section", (("section_index", "INT32"),)),
+    RelTable("HAS_CHUNK", "Article", "Chunk", (("section_index", "INT32"), ("chunk_index", "INT32"))),
+    RelTable("LINKS_TO", "Article", "Article", (("link_type", "STRING"),)),
+    RelTable("IN_CATEGORY", "Article", "Category"),
+    RelTable("HAS_ENTITY", "Article", "Entity"),
+    RelTable("HAS_FACT", "Article", "Fact"),
+    RelTable("ENTITY_RELATION", "Entity", "Entity", (("relation", "STRING"), ("context", "STRING"))),
+)
+
+# Index names the query side uses.
+VECTOR_INDEXES = {"Section": "section_embedding_idx", "Chunk": "chunk_embedding_idx"}
+FTS_INDEXES = {"Section": "section_text_idx", "Chunk": "chunk_text_idx"}
+FTS_COLUMNS = {"Section": ("title", "content"), "Chunk": ("content",)}
+
+
+def passage_text(heading_path: str, content: str) -> str:
+    """The text a section or chunk is embedded and hashed as: its heading path, then its body."""
+    return f"{heading_path}\n{content}"
+
+
+def content_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def stable_id(*parts: str) -> str:
+    return hashlib.sha1("\x1f".join(parts).encode("utf-8")).hexdigest()[:16]

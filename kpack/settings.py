@@ -1,0 +1,33 @@
+"""Where things live on disk. Every location can be overridden by an environment variable."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def packs_dir() -> Path:
+    """The folder holding one sub-folder per pack (KPACK_PACKS_DIR, else ./packs of the project)."""
+    return Path(os.environ.get("KPACK_PACKS_DIR", PROJECT_ROOT / "packs")).resolve()
+
+
+def storage_base() -> str:
+    """Base location of the Parquet intermediates and caches (KPACK_STORAGE).
+
+    A local folder by default; any URI pyarrow's filesystems understand (s3://bucket/prefix,
+    gs://...) works too, so the intermediates can move to shared storage unchanged.
+    """
+    return os.environ.get("KPACK_STORAGE", str(PROJECT_ROOT / ".kpack_storage"))
+
+
+def dagster_home() -> Path:
+    """The Dagster instance the CLI and `dagster dev` share, so CLI builds show up in the UI."""
+    home = Path(os.environ.get("DAGSTER_HOME", PROJECT_ROOT / ".dagster_home")).resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "dagster.yaml"
+    if not config.exists():
+        config.write_text("telemetry:\n  enabled: false\n")
+    os.environ["DAGSTER_HOME"] = str(home)
+    return home

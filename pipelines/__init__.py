@@ -1,0 +1,1 @@
+"""Dagster wiring: Definitions, jobs, sensors and schedules of the pack build."""

@@ -1,0 +1,64 @@
+"""Shared fixtures: the loopback site, packs in a temporary folder, and building them."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from dagster import DagsterInstance
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.pop("ANTHROPIC_API_KEY", None)
+
+from kpack.build import BuildResult, build_pack  # noqa: E402
+from resources.fetcher import FetcherResource  # noqa: E402
+from tests.loopback import LoopbackServer, SiteHandler  # noqa: E402
+
+TEST_FETCH = {"allow_private_hosts": True, "timeout_s": 1.0, "retries": 2, "max_bytes": 200_000}
+
+
+@pytest.fixture(scope="session")
+def site():
+    with LoopbackServer(SiteHandler) as server:
+        yield server
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project folder with an empty packs folder, used by the CLI and retrieval too."""
+    packs = tmp_path / "packs"
+    packs.mkdir()
+    monkeypatch.setenv("KPACK_PACKS_DIR", str(packs))
+    monkeypatch.setenv("KPACK_STORAGE", str(tmp_path / "storage"))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    return tmp_path
+
+
+def write_pack(workspace: Path, name: str, urls: list[str], config: dict | None = None) -> Path:
+    folder = workspace / "packs" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "urls.txt").write_text("\n".join(urls) + "\n")
+    if config is not None:
+        (folder / "kg_config.json").write_text(json.dumps(config))
+    return folder
+
+
+def build(workspace: Path, name: str, fetcher: FetcherResource | None = None, **resources) -> BuildResult:
+    """Materialize the whole asset graph for one pack against an ephemeral Dagster instance."""
+    overrides = {"fetcher": fetcher or FetcherResource(backoff_s=0.05), **resources}
+    return build_pack(
+        name,
+        packs_dir=workspace / "packs",
+        storage=str(workspace / "storage"),
+        instance=DagsterInstance.ephemeral(),
+        resource_overrides=overrides,
+    )
+
+
+@pytest.fixture
+def site_fetcher(site: LoopbackServer) -> FetcherResource:
+    """A fetcher that treats the loopback site as GitHub, for the blob-URL rewrite."""
+    host = site.base.removeprefix("http://")
+    return FetcherResource(backoff_s=0.05, github_host=host, github_raw_base=f"{site.base}/raw")

@@ -1,0 +1,186 @@
+"""The whole asset graph materialized for small packs served by the loopback site."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import retrieval
+from resources.embedder import encode, load_model
+from resources.llm import ClaudeResource
+from resources.pack_store import PackStore, connect
+from tests.conftest import TEST_FETCH, build, write_pack
+from tests.loopback import fake_anthropic_server
+
+PAGES = ["/docs/index.html", "/docs/guide.html", "/docs/readme.md", "/docs/malformed.html"]
+
+
+def site_pack(workspace, site, name="widgets", extra=(), config=None):
+    urls = [site.url(p) for p in PAGES] + list(extra)
+    return write_pack(workspace, name, urls, {"fetch": TEST_FETCH, **(config or {})})
+
+
+def query(conn, cypher, params=None):
+    return conn.execute(cypher, params or {}).get_all()
+
+
+@pytest.fixture
+def built(workspace, site, site_fetcher):
+    folder = site_pack(
+        workspace, site, extra=[site.url("/missing.html"), site.url("/acme/widget/blob/main/CONTRIBUTING.md")]
+    )
+    result = build(workspace, "widgets", fetcher=site_fetcher)
+    return folder, result
+
+
+def test_build_publishes_a_queryable_graph(built, site):
+    folder, result = built
+    assert result.success, (result.failed_steps, result.failed_checks)
+    manifest = result.manifest
+    assert manifest["version"] == 1
+    assert manifest["sources"]["ok"] == 5 and manifest["sources"]["failed"] == 1
+    assert "404" in manifest["sources"]["failures"][0]["error"]
+    assert manifest["embedding"] == {**manifest["embedding"], "dimension": 384}
+    assert set(manifest["stage_seconds"]) >= {"fetched_pages", "embeddings", "pack_graph", "pack_manifest"}
+    assert (folder / "skill.md").read_text().startswith("---\nname: widgets-pack")
+
+    db, conn = connect(folder / "pack.db", read_only=True)
+    try:
+        counts = manifest["counts"]
+        assert counts["Article"] == 5
+        assert query(conn, "MATCH (a:Article) RETURN count(a)")[0][0] == 5
+        assert counts["Section"] == query(conn, "MATCH (s:Section) RETURN count(s)")[0][0] >= 10
+
+        titles = dict(query(conn, "MATCH (a:Article) RETURN a.url, a.title"))
+        assert titles[site.url("/docs/guide.html")] == "User Guide"
+        assert titles[site.url("/acme/widget/blob/main/CONTRIBUTING.md")] == "Contributing"
+
+        edges = {
+            (s.rsplit("/", 1)[-1], t.rsplit("/", 1)[-1])
+            for s, t in query(conn, "MATCH (a:Article)-[:LINKS_TO]->(b:Article) RETURN a.url, b.url")
+        }
+        assert edges == {
+            ("index.html", "guide.html"), ("index.html", "readme.md"),
+            ("guide.html", "index.html"), ("readme.md", "index.html"),
+        }  # fmt: skip
+
+        contents = [c for (c,) in query(conn, "MATCH (s:Section) RETURN s.content")]
+        assert not any("NOISE_" in c for c in contents)
+        paths = [p for (p,) in query(conn, "MATCH (s:Section) RETURN s.heading_path")]
+        assert "User Guide > Setup > Environment variables" in paths
+
+        ranks = dict(query(conn, "MATCH (a:Article) RETURN a.url, a.pagerank"))
+        assert all(0.0 <= r <= 1.0 for r in ranks.values())
+        assert max(ranks, key=ranks.get) == site.url("/docs/index.html")
+
+        question = encode(load_model("default"), ["Which variable sets where the sprocket cache lives?"])[0]
+        hits = query(
+            conn,
+            "CALL QUERY_VECTOR_INDEX('Chunk', 'chunk_embedding_idx', $v, 3) "
+            "RETURN node.content ORDER BY distance",
+            {"v": question.tolist()},
+        )
+        assert "WIDGET_HOME" in hits[0][0]
+        fts = query(
+            conn,
+            "CALL QUERY_FTS_INDEX('Section', 'section_text_idx', 'gasket flanges') RETURN node.content",
+        )
+        assert fts and "gasket" in fts[0][0]
+
+        entities = {n for (n,) in query(conn, "MATCH (e:Entity) RETURN e.name")}
+        assert {"widget.frob", "SprocketValidator", "Sprocket Registry"} <= entities
+        assert not any(n.startswith("#") for n in entities)  # code is not prose
+        assert query(conn, "MATCH (:Article)-[:HAS_FACT]->(f:Fact) RETURN count(f)")[0][0] > 0
+    finally:
+        conn.close()
+        db.close()
+
+
+def test_failed_build_leaves_published_pack_intact(built, workspace, site, site_fetcher):
+    folder, first = built
+    before = retrieval.search(folder, "Which variable sets where the sprocket cache lives?", k=3)
+
+    class CrashingPackStore(PackStore):
+        def publish(self, pack: str, version: int):
+            raise RuntimeError("build killed before publish")
+
+    (folder / "urls.txt").write_text(site.url("/docs/readme.md") + "\n")
+    failed = build(
+        workspace, "widgets", fetcher=site_fetcher,
+        pack_store=CrashingPackStore(packs_dir=str(workspace / "packs")),
+    )  # fmt: skip
+    assert not failed.success and "pack_manifest" in failed.failed_steps
+    assert json.loads((folder / "manifest.json").read_text())["version"] == 1
+    after = retrieval.search(folder, "Which variable sets where the sprocket cache lives?", k=3)
+    assert after == before
+
+    # A model that cannot load fails the build before anything is staged or published.
+    (folder / "kg_config.json").write_text(
+        json.dumps({"fetch": TEST_FETCH, "embedding_model": str(workspace / "no-such-model")})
+    )
+    assert not build(workspace, "widgets", fetcher=site_fetcher).success
+    assert json.loads((folder / "manifest.json").read_text())["version"] == 1
+
+    # The next good build publishes version 2 with the new sources, and keeps version 1.
+    (folder / "kg_config.json").write_text(json.dumps({"fetch": TEST_FETCH}))
+    second = build(workspace, "widgets", fetcher=site_fetcher)
+    assert second.success and second.manifest["version"] == 2
+    assert second.manifest["counts"]["Article"] == 1
+    assert sorted(p.name for p in (folder / ".versions").glob("v*")) == ["v0001", "v0002"]
+
+
+def test_mostly_failed_fetch_is_not_published(workspace, site):
+    write_pack(
+        workspace, "broken",
+        [site.url("/docs/index.html")] + [site.url(f"/gone-{i}.html") for i in range(4)],
+        {"fetch": TEST_FETCH},
+    )  # fmt: skip
+    result = build(workspace, "broken")
+    assert not result.success
+    assert "failed_url_share" in result.failed_checks
+    assert not (workspace / "packs" / "broken" / "pack.db").exists()
+
+
+def test_claude_extraction_through_the_sdk_and_its_cache(workspace, site, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-not-real")
+    site_pack(workspace, site, name="llm")
+    with fake_anthropic_server() as fake:
+        claude = ClaudeResource(base_url=fake.base, max_retries=0)
+        first = build(workspace, "llm", claude=claude)
+        calls_after_first = len(fake.requests)
+        second = build(workspace, "llm", claude=claude)
+    assert first.success and second.success
+    extraction = first.manifest["extraction"]
+    assert extraction["method"] == "claude:claude-haiku-4-5"
+    assert extraction["llm_calls"] == calls_after_first > 0
+    assert extraction["llm_input_tokens"] == 100 * calls_after_first
+    headers = fake.requests[0]["headers"]
+    sent_key = headers.get("x-api-key") or headers.get("authorization", "").removeprefix("Bearer ")
+    assert sent_key == "test-key-not-real"
+    assert fake.requests[0]["body"]["tool_choice"]["name"] == "record_knowledge"
+    # The rebuild found every section in the cache: not one more call.
+    assert len(fake.requests) == calls_after_first
+    assert second.manifest["extraction"]["llm_calls"] == 0
+
+    db, conn = connect(workspace / "packs" / "llm" / "pack.db", read_only=True)
+    try:
+        names = {n for (n,) in query(conn, "MATCH (e:Entity) RETURN e.name")}
+        relations = query(conn, "MATCH ()-[r:ENTITY_RELATION]->() RETURN r.relation")
+    finally:
+        conn.close()
+        db.close()
+    assert any(n.startswith("LLM ") for n in names)
+    assert ["PRECEDES"] in relations
+    manifest_text = (workspace / "packs" / "llm" / "manifest.json").read_text()
+    assert "test-key-not-real" not in manifest_text
+
+
+def test_claude_errors_fall_back_to_offline_extraction(workspace, site, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-not-real")
+    site_pack(workspace, site, name="llmfail")
+    with fake_anthropic_server(fail_with=500) as fake:
+        result = build(workspace, "llmfail", claude=ClaudeResource(base_url=fake.base, max_retries=0))
+    assert result.success
+    assert result.manifest["extraction"]["llm_failures"] == len(fake.requests) > 0
+    assert result.manifest["counts"]["Entity"] > 0

@@ -1,0 +1,230 @@
+"""FetcherResource against the real loopback site: every URL yields a response, none raises."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from assets.fetch import main_content
+from assets.parse import html_blocks, split_sections
+from kpack.packs import FetchConfig
+from resources.fetcher import FetcherResource, FetchError, decode, page_format
+
+CONFIG = FetchConfig(allow_private_hosts=True, timeout_s=1.0, retries=2, max_bytes=200_000)
+
+
+@pytest.fixture
+def fetcher() -> FetcherResource:
+    return FetcherResource(backoff_s=0.05)
+
+
+def fetch_one(fetcher, url, config=CONFIG, roots=()):
+    [response] = fetcher.fetch_all([url], config, list(roots))
+    return response
+
+
+def test_html_page_is_fetched_with_status_etag_and_format(fetcher, site):
+    response = fetch_one(fetcher, site.url("/docs/index.html"))
+    assert response.error is None
+    assert response.status == 200
+    assert response.format == "html"
+    assert response.etag and response.etag.startswith('"')
+    assert response.final_url == site.url("/docs/index.html")
+    assert response.redirects == []
+    assert "Widget Toolkit" in response.text
+    assert response.elapsed_ms > 0
+
+
+def test_markdown_page_has_markdown_format(fetcher, site):
+    response = fetch_one(fetcher, site.url("/docs/readme.md"))
+    assert response.error is None
+    assert response.format == "markdown"
+    assert response.text.startswith("# Widget Readme")
+
+
+def test_redirect_is_followed_and_recorded(fetcher, site):
+    response = fetch_one(fetcher, site.url("/old-guide"))
+    assert response.error is None
+    assert response.url == site.url("/old-guide")
+    assert response.final_url.endswith("/docs/guide.html")
+    assert response.redirects and response.redirects[-1].endswith("/docs/guide.html")
+    assert "User Guide" in response.text
+
+
+def test_not_found_is_an_error_naming_the_status(fetcher, site):
+    response = fetch_one(fetcher, site.url("/docs/missing.html"))
+    assert response.status == 404
+    assert "404" in response.error
+    assert response.text is None
+
+
+def test_server_error_is_retried_until_it_succeeds(fetcher, site):
+    # /flaky.html answers 500 on its first hit of the session only: request it in this test alone.
+    response = fetch_one(fetcher, site.url("/flaky.html"))
+    assert response.error is None, response.error
+    assert response.status == 200
+    assert "worked on the retry" in response.text
+    assert site.hits["/flaky.html"] >= 2
+
+
+def test_slow_page_times_out_within_a_bounded_time(fetcher, site):
+    started = time.perf_counter()
+    response = fetch_one(fetcher, site.url("/slow.html"))
+    elapsed = time.perf_counter() - started
+    assert response.error is not None and "timed out" in response.error
+    assert response.text is None
+    assert elapsed < 10
+
+
+def test_binary_content_is_refused_as_not_text(fetcher, site):
+    response = fetch_one(fetcher, site.url("/logo.png"))
+    assert response.text is None
+    assert "not text" in response.error
+    assert "image/png" in response.error
+
+
+def test_page_over_the_size_cap_is_refused(fetcher, site):
+    response = fetch_one(fetcher, site.url("/huge.html"))
+    assert response.text is None
+    assert "size cap" in response.error and "200000" in response.error
+    # The same page fits under a larger cap.
+    bigger = FetchConfig(**{**CONFIG.__dict__, "max_bytes": 1_000_000})
+    assert fetch_one(fetcher, site.url("/huge.html"), bigger).error is None
+
+
+def test_malformed_html_is_still_parsed(fetcher, site):
+    response = fetch_one(fetcher, site.url("/docs/malformed.html"))
+    assert response.error is None
+    title_hint, body = main_content(response.text)
+    assert title_hint == "Broken page"
+    title, sections = split_sections(html_blocks(body), title_hint)
+    assert title == "Broken Page"
+    assert any("gasket" in s.content for s in sections)
+
+
+def test_github_blob_url_is_rewritten_to_the_raw_file(site_fetcher, site):
+    blob = site.url("/acme/widget/blob/main/CONTRIBUTING.md")
+    response = fetch_one(site_fetcher, blob)
+    assert response.error is None
+    assert response.url == blob
+    assert response.final_url == site.url("/raw/acme/widget/main/CONTRIBUTING.md")
+    assert response.redirects == [response.final_url]
+    assert response.format == "markdown"
+    assert response.text.startswith("# Contributing")
+    assert "GitHub chrome" not in response.text
+
+
+def test_rewrite_github_blob_leaves_other_urls_alone():
+    fetcher = FetcherResource()
+    assert (
+        fetcher.rewrite_github_blob("https://github.com/owner/repo/blob/main/docs/guide.md")
+        == "https://raw.githubusercontent.com/owner/repo/main/docs/guide.md"
+    )
+    for url in (
+        "https://github.com/owner/repo",
+        "https://github.com/owner/repo/tree/main/docs",
+        "https://raw.githubusercontent.com/owner/repo/main/README.md",
+        "https://example.org/owner/repo/blob/main/README.md",
+    ):
+        assert fetcher.rewrite_github_blob(url) == url
+
+
+def test_file_url_inside_the_roots_is_read(fetcher, tmp_path: Path):
+    root = tmp_path / "project"
+    (root / "docs").mkdir(parents=True)
+    page = root / "docs" / "notes.md"
+    page.write_text("# Notes\n\nLocal notes about sprockets.\n")
+    response = fetch_one(fetcher, page.as_uri(), roots=[root])
+    assert response.error is None
+    assert response.status == 200
+    assert response.format == "markdown"
+    assert "Local notes about sprockets." in response.text
+    assert response.last_modified
+
+
+def test_file_url_outside_the_roots_is_refused(fetcher, tmp_path: Path):
+    root = tmp_path / "project"
+    root.mkdir()
+    secret = tmp_path / "secret.md"
+    secret.write_text("# Secret\n")
+    response = fetch_one(fetcher, secret.as_uri(), roots=[root])
+    assert response.text is None
+    assert "outside the allowed file roots" in response.error
+    # A path that climbs out of the root with .. is refused too.
+    climbing = f"file://{root}/../secret.md"
+    assert "outside the allowed file roots" in fetch_one(fetcher, climbing, roots=[root]).error
+    # And a symlink inside the root that points outside it.
+    (root / "link.md").symlink_to(secret)
+    linked = fetch_one(fetcher, (root / "link.md").as_uri(), roots=[root])
+    assert "outside the allowed file roots" in linked.error
+
+
+def test_missing_file_is_an_error(fetcher, tmp_path: Path):
+    response = fetch_one(fetcher, (tmp_path / "nope.md").as_uri(), roots=[tmp_path])
+    assert response.text is None
+    assert "no such file" in response.error
+
+
+def test_connection_refused_is_a_clear_error(fetcher):
+    started = time.perf_counter()
+    response = fetch_one(fetcher, "http://127.0.0.1:9/")
+    assert response.text is None
+    assert response.error.startswith("connection failed")
+    assert time.perf_counter() - started < 10
+
+
+def test_private_address_is_refused_unless_allowed(fetcher, site):
+    strict = FetchConfig(timeout_s=1.0, retries=0)
+    page = site.url("/docs/index.html")
+    for url in (page, page.replace("127.0.0.1", "localhost")):
+        response = fetch_one(fetcher, url, strict)
+        assert response.text is None
+        assert "127.0.0.1" in response.error
+        assert "allow_private_hosts" in response.error
+
+
+def test_private_refusal_sends_no_request(fetcher, site):
+    strict = FetchConfig(timeout_s=1.0, retries=0)
+    response = fetch_one(fetcher, site.url("/docs/private-probe.html"), strict)
+    assert "allow_private_hosts" in response.error
+    assert "/docs/private-probe.html" not in site.hits
+
+
+def test_fetch_all_keeps_the_input_order(fetcher, site):
+    paths = ["/docs/guide.html", "/docs/nope.html", "/docs/readme.md", "/logo.png",
+             "/docs/index.html"]
+    urls = [site.url(p) for p in paths]
+    responses = fetcher.fetch_all(urls, CONFIG, [])
+    assert [r.url for r in responses] == urls
+    assert [r.error is None for r in responses] == [True, False, True, False, True]
+
+
+@pytest.mark.xfail(
+    reason="BUG: FetcherResource.fetch catches only FetchError/RequestException; urlsplit's "
+    "ValueError ('Invalid IPv6 URL') escapes and fetch_all raises instead of returning an error",
+    strict=True,
+)
+def test_fetch_all_never_raises_on_an_unparseable_url(fetcher):
+    responses = fetcher.fetch_all(["http://[::1/broken"], CONFIG, [])
+    assert len(responses) == 1 and responses[0].error
+
+
+def test_page_format():
+    assert page_format("text/html; charset=utf-8", "https://x.org/a") == "html"
+    raw = "https://raw.githubusercontent.com/o/r/main/README.md"
+    assert page_format("text/plain", raw) == "markdown"
+    assert page_format("text/markdown", "https://x.org/notes") == "markdown"
+    assert page_format("text/plain", "https://x.org/notes.txt") == "text"
+    assert page_format(None, "file:///docs/page.html") == "html"
+    assert page_format("image/png", "https://x.org/logo.png") is None
+    assert page_format("application/pdf", "https://x.org/paper.pdf") is None
+
+
+def test_decode():
+    assert decode("café".encode("latin-1"), "text/html; charset=latin-1") == "café"
+    assert decode("café".encode(), "text/html") == "café"
+    assert decode("café".encode("cp1252"), None) == "café"
+    with pytest.raises(FetchError, match="binary"):
+        decode(b"GIF89a\x00\x00", "text/plain")
