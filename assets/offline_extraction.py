@@ -8,7 +8,7 @@ same sentence, and definitional sentences as facts. Same input, same output, no 
 import re
 
 CODE_SPAN = re.compile(r"`([^`\n]{2,60})`")
-DOTTED = re.compile(r"(?<![\w/.])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\(\))?(?![\w/])")
+DOTTED = re.compile(r"(?<![\w/.-])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\(\))?(?![\w/])")
 CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w{2,})\(\)")
 SNAKE = re.compile(r"(?<![\w.])[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?!\w|\.\w)")
 CAMEL = re.compile(r"(?<![\w.])[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+(?!\w|\.\w)")
@@ -27,6 +27,7 @@ NOT_NAMES = {
     "this", "to", "what", "when", "where", "which", "while", "who", "why", "with", "you", "after",
 }  # fmt: skip
 ABBREVIATIONS = {"e.g", "i.e", "etc", "vs", "cf"}
+FILE_SUFFIXES = (".md", ".html", ".htm", ".txt", ".json", ".rst", ".yaml", ".yml", ".toml", ".db")
 TYPE_PRIORITY = {"api": 0, "type": 1, "term": 2, "name": 3, "topic": 4, "concept": 5}
 MAX_RELATIONS_PER_SECTION = 12
 MAX_FACTS_PER_SECTION = 5
@@ -53,7 +54,8 @@ def _proper_names(sentence: str) -> list[str]:
 def _sentence_entities(sentence: str) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = [(m.group(1), "api") for m in CODE_SPAN.finditer(sentence)]
     found += [(m.group(0), "api") for m in DOTTED.finditer(sentence)
-              if m.group(0).lower().rstrip("()") not in ABBREVIATIONS]  # fmt: skip
+              if m.group(0).lower().rstrip("()") not in ABBREVIATIONS
+              and not m.group(0).lower().endswith(FILE_SUFFIXES)]  # fmt: skip
     found += [(m.group(1) + "()", "api") for m in CALL.finditer(sentence)]
     found += [(m.group(0), "api") for m in SNAKE.finditer(sentence)]
     found += [(m.group(0), "type") for m in CAMEL.finditer(sentence)]

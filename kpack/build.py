@@ -13,7 +13,7 @@ from pathlib import Path
 from dagster import DagsterInstance, materialize
 
 from kpack import settings
-from kpack.packs import PackError, pack_dir, parse_urls, read_manifest
+from kpack.packs import PackError, load_config, pack_dir, parse_urls, read_manifest
 
 BUILD_TAG = "kpack/build_id"
 
@@ -60,6 +60,7 @@ def build_pack(
     if not sources:
         detail = "; ".join(str(p) for p in problems) or "the file is empty"
         raise PackError(f"pack {pack!r} has no valid URL in urls.txt ({detail})")
+    load_config(folder)  # a malformed kg_config.json stops here, before anything runs
     if instance is None:
         settings.dagster_home()
         instance = DagsterInstance.get()

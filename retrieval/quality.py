@@ -1,0 +1,34 @@
+"""Content quality scoring (seed 000): drops stubs and off-topic sections from the context."""
+
+from __future__ import annotations
+
+import re
+
+QUALITY_THRESHOLD = 0.3
+MIN_WORDS = 20
+WORD = re.compile(r"[a-z0-9_]+")
+STOPWORDS = frozenset(
+    "a an and are as at be by can do does for from has have how i if in is it its me my of on "
+    "or so that the their them there these they this to was what when where which who why will "
+    "with you your".split()
+)
+
+
+def terms(text: str) -> set[str]:
+    return {w for w in WORD.findall(text.lower()) if w not in STOPWORDS}
+
+
+def quality_score(content: str, question: str) -> float:
+    """min(1, length_score + keyword_score); sections under 20 words score 0.
+
+    length_score  = min(0.8, 0.2 + (words / 200) * 0.6)
+    keyword_score = min(0.2, overlap * 0.2), overlap = share of question terms in the section
+    """
+    words = len(content.split())
+    if words < MIN_WORDS:
+        return 0.0
+    length_score = min(0.8, 0.2 + (words / 200) * 0.6)
+    wanted = terms(question)
+    overlap = len(wanted & terms(content)) / len(wanted) if wanted else 0.0
+    keyword_score = min(0.2, overlap * 0.2)
+    return min(1.0, length_score + keyword_score)

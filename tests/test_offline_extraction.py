@@ -1,0 +1,199 @@
+"""The offline extractor: deterministic entities, relations and facts without any network."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from assets.fetch import main_content
+from assets.offline_extraction import (
+    MAX_FACTS_PER_SECTION,
+    MAX_RELATIONS_PER_SECTION,
+    extract_offline,
+    normalize_entity,
+)
+from assets.parse import html_blocks, markdown_blocks, split_sections
+
+SITE = Path(__file__).parent / "site" / "docs"
+
+
+def site_sections():
+    for name in ("index.html", "guide.html", "malformed.html"):
+        title, body = main_content((SITE / name).read_text())
+        yield from split_sections(html_blocks(body), title or name)[1]
+    yield from split_sections(markdown_blocks((SITE / "readme.md").read_text()), "readme")[1]
+
+
+def entities(result) -> dict[str, dict]:
+    return {normalize_entity(e["name"]): e for e in result["entities"]}
+
+
+def test_same_input_gives_the_same_output():
+    sections = list(site_sections())
+    assert len(sections) >= 8
+    first = [extract_offline(s.title, s.content) for s in sections]
+    second = [extract_offline(s.title, s.content) for s in copy.deepcopy(sections)]
+    assert first == second
+    assert any(r["entities"] for r in first) and any(r["facts"] for r in first)
+
+
+def test_code_identifiers_are_api_and_type_entities():
+    text = (
+        "Call widget.configure() once, then load_config() reads the retry_count setting. "
+        "Sprockets are checked by the SprocketValidator class and `frob --fast` runs it."
+    )
+    found = entities(extract_offline("", text))
+    assert found["widget.configure"]["type"] == "api"
+    assert found["widget.configure"]["name"] == "widget.configure()"
+    assert found["load_config"]["type"] == "api"
+    assert found["retry_count"]["type"] == "api"
+    assert found["sprocketvalidator"]["type"] == "type"
+    assert found["frob --fast"]["type"] == "api"
+
+
+def test_abbreviations_are_not_dotted_names():
+    found = entities(extract_offline("", "Use a short name, e.g. sprocket or i.e. gizmo, in tests."))
+    assert "e.g" not in found and "i.e" not in found
+
+
+def test_capitalised_multi_word_names_without_leading_function_words():
+    text = "However Sprocket Registry keeps every sprocket of the Bank of England, unlike Acme Corp."
+    found = entities(extract_offline("", text))
+    assert found["sprocket registry"]["type"] == "name"
+    assert found["sprocket registry"]["name"] == "Sprocket Registry"
+    assert "bank of england" in found
+    assert "acme corp" in found
+    assert not any(key.startswith("however") for key in found)
+
+
+def test_single_capitalised_words_are_not_names():
+    found = entities(extract_offline("", "Sprockets turn when Gizmos spin."))
+    assert found == {}
+
+
+def test_bold_text_is_a_term():
+    found = entities(extract_offline("", "A **frobnication cycle** takes one second."))
+    assert found["frobnication cycle"]["type"] == "term"
+
+
+def test_heading_is_a_topic_entity():
+    result = extract_offline("Environment variables", "Nothing to see.")
+    assert result["entities"][0] == {
+        "name": "Environment variables",
+        "type": "topic",
+        "description": "Section heading: Environment variables",
+    }
+
+
+def test_definitional_sentences_become_facts_about_their_subject():
+    text = (
+        "A frobnicator is a device that converts sprockets into gizmos. "
+        "Frobnicators hum quietly. "
+        "The Sprocket Registry keeps every sprocket that the toolkit knows."
+    )
+    result = extract_offline("Concepts", text)
+    facts = {f["content"]: f["entity"] for f in result["facts"]}
+    assert facts == {
+        "A frobnicator is a device that converts sprockets into gizmos.": "frobnicator",
+    }
+    found = entities(result)
+    assert found["frobnicator"]["type"] == "term"
+    assert found["frobnicator"]["description"].startswith("A frobnicator is a device")
+
+
+def test_definition_of_an_entity_already_named_describes_it():
+    text = "The SprocketValidator returns a list of every broken sprocket it found."
+    result = extract_offline("", text)
+    assert result["facts"] == [{"content": text, "entity": "SprocketValidator"}]
+    assert entities(result)["sprocketvalidator"]["description"] == text
+
+
+@pytest.mark.xfail(
+    reason="BUG: assets/offline_extraction.py extract_offline takes a definition subject that "
+    "starts with a code span ('The `level` argument defaults to 3 ...') as the term "
+    "\"level` argument\": normalize_entity and .strip('` ') only trim the ends, so the "
+    "entity and its fact carry an unbalanced backtick",
+    strict=True,
+)
+def test_definition_subject_with_a_code_span_has_no_stray_backtick():
+    result = extract_offline("", "The `level` argument defaults to 3 for production systems.")
+    assert result["facts"], result
+    names = [e["name"] for e in result["entities"]] + [f["entity"] for f in result["facts"]]
+    assert all(name.count("`") % 2 == 0 for name in names), names
+
+
+def test_short_definitions_are_not_facts():
+    assert extract_offline("", "X is a thing.")["facts"] == []
+
+
+def test_facts_are_capped_per_section():
+    text = " ".join(f"Gadget number{i} is a component that does task number {i}." for i in range(9))
+    assert len(extract_offline("", text)["facts"]) == MAX_FACTS_PER_SECTION
+
+
+def test_relations_link_entities_named_in_one_sentence():
+    text = (
+        "The Sprocket Registry feeds the SprocketValidator class through load_config(). "
+        "Acme Corp ships gizmos."
+    )
+    result = extract_offline("", text)
+    assert len(result["relations"]) == 2
+    linked = {name for r in result["relations"] for name in (r["source"], r["target"])}
+    assert linked == {"Sprocket Registry", "SprocketValidator", "load_config()"}
+    for relation in result["relations"]:
+        assert relation["relation"] == "MENTIONED_WITH"
+        assert relation["context"].startswith("The Sprocket Registry feeds")
+    names = {normalize_entity(e["name"]) for e in result["entities"]}
+    for relation in result["relations"]:
+        assert normalize_entity(relation["source"]) in names
+        assert normalize_entity(relation["target"]) in names
+
+
+def test_no_relation_across_sentences():
+    result = extract_offline("", "Acme Corp builds gizmos. The Sprocket Registry stores them.")
+    assert result["relations"] == []
+
+
+def test_relations_are_capped_per_section():
+    text = " ".join(f"Use alpha_{i} with beta_{i} and gamma_{i} here." for i in range(20))
+    assert len(extract_offline("", text)["relations"]) == MAX_RELATIONS_PER_SECTION
+
+
+def test_code_blocks_are_not_read_as_prose():
+    text = (
+        "Install it first.\n\n"
+        "```\n# the cache_dir value is None unless HOME is set\nrun_frobnicator --level 3\n```\n\n"
+        "Then run it."
+    )
+    result = extract_offline("", text)
+    assert result["facts"] == []
+    names = {normalize_entity(e["name"]) for e in result["entities"]}
+    assert "cache_dir" not in names and "run_frobnicator" not in names
+
+
+def test_entities_are_deduplicated_by_normalized_name():
+    text = "Call `widget.frob()` first. Then widget.frob() again, and Widget.Frob() once more."
+    result = extract_offline("", text)
+    keys = [normalize_entity(e["name"]) for e in result["entities"]]
+    assert keys.count("widget.frob") == 1
+    assert len(keys) == len(set(keys))
+
+
+@pytest.mark.parametrize(
+    ("raw", "key"),
+    [
+        ("Sprocket Registry", "sprocket registry"),
+        ("  The   Sprocket  Registry ", "sprocket registry"),
+        ("the registry", "registry"),
+        ("`widget.frob()`", "widget.frob"),
+        ("load_config()", "load_config"),
+        ('"Quoted Name"', "quoted name"),
+        ("'single'", "single"),
+        ("Theano", "theano"),
+        ("SprocketValidator", "sprocketvalidator"),
+    ],
+)
+def test_normalize_entity(raw, key):
+    assert normalize_entity(raw) == key
