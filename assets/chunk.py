@@ -41,6 +41,20 @@ def _units(content: str, max_words: int) -> list[str]:
     return [u for u in units if u.strip()]
 
 
+def _overlap(units: list[str], overlap_words: int) -> list[str]:
+    """The tail of a chunk that the next one repeats: whole units, or the last words of one."""
+    carry: list[str] = []
+    carried = 0
+    for previous in reversed(units):
+        carried += len(previous.split())
+        if carried > overlap_words:
+            break
+        carry.insert(0, previous)
+    if not carry and overlap_words:
+        carry = [" ".join(units[-1].split()[-overlap_words:])]
+    return carry
+
+
 def split_into_chunks(content: str, chunk_tokens: int, overlap_tokens: int) -> list[str]:
     max_words = max(1, int(chunk_tokens * WORDS_PER_TOKEN))
     overlap_words = int(overlap_tokens * WORDS_PER_TOKEN)
@@ -53,14 +67,10 @@ def split_into_chunks(content: str, chunk_tokens: int, overlap_tokens: int) -> l
         words = len(unit.split())
         if current and size + words > max_words:
             chunks.append("\n".join(current))
-            carry: list[str] = []
-            carried = 0
-            for previous in reversed(current):
-                carried += len(previous.split())
-                if carried > overlap_words:
-                    break
-                carry.insert(0, previous)
-            current, size = carry, sum(len(u.split()) for u in carry)
+            current = _overlap(current, overlap_words)
+            size = sum(len(u.split()) for u in current)
+            if size + words > max_words:  # no room for an overlap before this unit
+                current, size = [], 0
         current.append(unit)
         size += words
     if current:

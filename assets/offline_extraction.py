@@ -35,9 +35,11 @@ MAX_FACTS_PER_SECTION = 5
 
 def normalize_entity(name: str) -> str:
     """The dedup key: case, quotes, call parentheses and a leading article don't matter."""
-    key = name.strip().strip("`'\"").removesuffix("()").lower()
+    key = name.replace("`", "").strip().strip("'\"").removesuffix("()").lower()
     key = " ".join(key.split())
-    return key.removeprefix("the ").strip()
+    for article in ("the ", "an ", "a "):
+        key = key.removeprefix(article)
+    return key.strip()
 
 
 def _proper_names(sentence: str) -> list[str]:
@@ -105,7 +107,7 @@ def extract_offline(title: str, content: str) -> dict:
                     entities[key] = {"name": name, "type": kind, "description": ""}
             if definition and subject and 30 <= len(sentence) <= 400:
                 if subject not in entities and len(subject.split()) <= 5:
-                    entities[subject] = {"name": definition.group(1).strip("` "), "type": "term",
+                    entities[subject] = {"name": definition.group(1).replace("`", "").strip(), "type": "term",
                                          "description": ""}  # fmt: skip
                 if subject in entities and not entities[subject]["description"]:
                     entities[subject]["description"] = sentence[:300]
@@ -116,4 +118,13 @@ def extract_offline(title: str, content: str) -> dict:
                     break
                 relations.append({"source": left, "relation": "MENTIONED_WITH", "target": right,
                                   "context": sentence[:300]})  # fmt: skip
-    return {"entities": list(entities.values()), "relations": relations, "facts": facts}
+    kept = {k: v for k, v in entities.items() if _meaningful(k)}
+    relations = [r for r in relations if _meaningful(normalize_entity(r["source"]))
+                 and _meaningful(normalize_entity(r["target"]))]  # fmt: skip
+    return {"entities": list(kept.values()), "relations": relations, "facts": facts}
+
+
+def _meaningful(key: str) -> bool:
+    """Not a function word, a number or a fragment ("and", "this page", "2")."""
+    words = key.split()
+    return len(key) >= 3 and not key.isdigit() and not all(w in NOT_NAMES or w == "page" for w in words)

@@ -28,6 +28,8 @@ INLINE = {
     "a", "abbr", "b", "bdi", "bdo", "cite", "code", "data", "dfn", "em", "i", "kbd", "mark",
     "q", "s", "samp", "small", "span", "strong", "sub", "sup", "time", "u", "var", "wbr", "tt",
 }  # fmt: skip
+# An inline element wrapping any of these (a card link around a heading) is walked as a block.
+BLOCK_SELECTOR = "p, div, section, h1, h2, h3, h4, h5, h6, ul, ol, dl, pre, table, blockquote"
 SKIP = {"img", "picture", "video", "audio", "canvas", "button", "input", "select", "iframe"}
 WS = re.compile(r"\s+")
 
@@ -58,7 +60,7 @@ def _walk(node: LexborNode) -> Iterator[Block]:
         tag = child.tag
         if tag == "-text":
             inline.append(child.text_content or "")
-        elif tag in INLINE:
+        elif tag in INLINE and child.css_first(BLOCK_SELECTOR) is None:
             inline.append(child.text(deep=True))
         elif tag == "br":
             inline.append(" ")
@@ -116,7 +118,7 @@ def _walk_one(node: LexborNode) -> Iterator[Block]:
         yield from _walk(wrapper)
 
 
-MD_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+MD_HEADING = re.compile(r"^(#{1,6})\s+(.*?)(?:\s+#+)?\s*$")
 MD_FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 MD_LINK = re.compile(r"\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+[\"'][^)]*[\"'])?\s*\)")
 HTML_HREF = re.compile(r"""<a\s[^>]*href=["']([^"']+)["']""", re.IGNORECASE)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from kpack import settings
@@ -29,16 +30,20 @@ def cmd_new(args: argparse.Namespace) -> int:
         raise PackError(f"pack {name!r} already exists at {folder}")
     lines = list(args.url or [])
     if args.urls_file:
-        lines += Path(args.urls_file).read_text().splitlines()
+        try:
+            lines += Path(args.urls_file).read_text().splitlines()
+        except OSError as exc:
+            raise PackError(f"cannot read --urls-file: {exc}") from exc
     if not lines:
         raise PackError("give at least one --url or a --urls-file")
     sources, problems = parse_urls("\n".join(lines), folder)
     for problem in problems:
-        err.print(f"[yellow]skipped[/] {problem}")
+        err.print(f"[yellow]skipped[/] {escape(str(problem))}")
     if not sources:
         raise PackError("none of the URLs is valid; nothing was created")
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "urls.txt").write_text("".join(f"{s.url}\n" for s in sources))
+    # The lines as given: a relative file: URL stays relative to the pack folder.
+    (folder / "urls.txt").write_text("".join(f"{lines[s.line_no - 1].strip()}\n" for s in sources))
     console.print(f"created {folder / 'urls.txt'} with {len(sources)} URLs; build it with "
                   f"[bold]kpack build {name}[/]")  # fmt: skip
     return 0
@@ -115,9 +120,10 @@ def _print_summary(manifest: dict, elapsed: float) -> None:
     table.add_row("total s", f"{elapsed:.1f}")
     console.print(table)
     for failure in sources["failures"]:
-        err.print(f"[yellow]failed[/] line {failure['line']}: {failure['url']}: {failure['error']}")
+        err.print(f"[yellow]failed[/] line {failure['line']}: "
+                  + escape(f"{failure['url']}: {failure['error']}"))  # fmt: skip
     for problem in sources["invalid_lines"]:
-        err.print(f"[yellow]skipped[/] {problem}")
+        err.print(f"[yellow]skipped[/] {escape(problem)}")
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -142,18 +148,66 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     import retrieval
 
-    hits = retrieval.search(args.name, args.question, k=args.k)
+    hits = retrieval.search(args.name, args.question, k=args.k, profile=args.profile)
     if args.json:
         print(json.dumps(hits, indent=2))
         return 0
     if not hits:
         console.print("no passages found")
     for rank, hit in enumerate(hits, start=1):
-        console.print(f"[bold]{rank}. {hit['heading']}[/]  (score {hit['score']:.4f}, "
+        console.print(f"[bold]{rank}. {hit['heading']}[/]  (score {hit['score'] or 0:.4f}, "
                       f"similarity {hit['similarity'] or 0:.3f})\n   {hit['url']}")  # fmt: skip
         text = " ".join(hit["text"].split())
         console.print(f"   {text[:400]}{'...' if len(text) > 400 else ''}\n", highlight=False)
     return 0
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    import json
+
+    import retrieval
+
+    result = retrieval.query(args.name, args.question, profile=args.profile, use_llm=not args.no_llm,
+                             max_results=args.k)  # fmt: skip
+    related = retrieval.context_pack(args.name, args.question) if args.explain else None
+    if args.json:
+        print(json.dumps({**result, **({"context_pack": related} if args.explain else {})}, indent=2, default=str))
+        return 0
+    console.print(result["answer"], highlight=False)
+    console.print(f"\n[dim]{result['query_type']}, {result['timings_ms']['total']:.0f} ms, "
+                  f"{result['token_usage']['api_calls']} LLM calls[/]")  # fmt: skip
+    if result["citations"]:
+        console.print("[bold]Sources[/]")
+        for citation in result["citations"]:
+            console.print(f"  - {citation['section']}  {citation['url']}", highlight=False)
+    if args.explain:
+        _explain(result, related or [])
+    return 0
+
+
+def _explain(result: dict, related: list[dict]) -> None:
+    trace = result["trace"]
+    console.print(f"\n[bold]Retrieval trace[/] (profile {trace['profile']}, gate threshold "
+                  f"{trace['threshold']}, best similarity {trace.get('max_similarity') or 0:.3f})")  # fmt: skip
+    table = Table(show_edge=False)
+    table.add_column("passage", max_width=48, no_wrap=True, overflow="ellipsis")
+    for column in ("sim", "bm25", "pr", "xenc", "qual", "comb"):
+        table.add_column(column, justify="right")
+    table.add_column("dropped", max_width=20, no_wrap=True, overflow="ellipsis")
+    fmt = lambda v: "" if v is None else f"{v:.3f}"  # noqa: E731
+    for c in trace.get("candidates", []):
+        table.add_row(c["heading"][:60], fmt(c["similarity"]), fmt(c["bm25"]), fmt(c["pagerank"]),
+                      fmt(c["cross_encoder"]), fmt(c["quality"]), fmt(c["combined"]), c["dropped"] or "")  # fmt: skip
+    console.print(table)
+    timings = ", ".join(f"{k} {v:.1f}" for k, v in result["timings_ms"].items())
+    console.print(f"[dim]timings ms: {timings}[/]")
+    console.print("\n[bold]Context pack[/]")
+    pack_table = Table(show_edge=False)
+    for column in ("article", "score", "why"):
+        pack_table.add_column(column)
+    for row in related:
+        pack_table.add_row(row["title"], str(row["score"]), row["why"])
+    console.print(pack_table)
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
@@ -182,7 +236,17 @@ def parser() -> argparse.ArgumentParser:
     search.add_argument("question")
     search.add_argument("--k", type=int, default=5)
     search.add_argument("--json", action="store_true")
+    search.add_argument("--profile", choices=["baseline", "balanced", "max"])
     search.set_defaults(run=cmd_search)
+    ask = sub.add_parser("query", help="answer a question from a pack, with citations")
+    ask.add_argument("name")
+    ask.add_argument("question")
+    ask.add_argument("--profile", choices=["baseline", "balanced", "max"])
+    ask.add_argument("--no-llm", action="store_true", help="extractive answer, no API call")
+    ask.add_argument("--explain", action="store_true", help="show the retrieval trace and context pack")
+    ask.add_argument("--json", action="store_true", help="the full response dict")
+    ask.add_argument("--k", type=int, default=5, help="passages to retrieve (max_results)")
+    ask.set_defaults(run=cmd_query)
     ui = sub.add_parser("ui", help="start the Dagster UI (dagster dev)")
     ui.add_argument("--port", type=int, default=3000)
     ui.set_defaults(run=cmd_ui)
@@ -194,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(args)
     except PackError as exc:
-        err.print(f"[red]error:[/] {exc}")
+        err.print(f"[red]error:[/] {escape(str(exc))}")
         return 2
     except KeyboardInterrupt:
         err.print("interrupted; the published pack is unchanged")

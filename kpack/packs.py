@@ -25,7 +25,7 @@ class PackError(ValueError):
 
 
 def validate_pack_name(name: str) -> str:
-    if not PACK_NAME.match(name or ""):
+    if not isinstance(name, str) or not PACK_NAME.fullmatch(name):
         raise PackError(
             f"invalid pack name {name!r}: use letters, digits, '-' and '_' "
             "(at most 64 characters, no path separators or '..')"
@@ -38,7 +38,7 @@ def list_packs(root: Path | None = None) -> list[str]:
     if not root.is_dir():
         return []
     return sorted(
-        p.name for p in root.iterdir() if (p / "urls.txt").is_file() and PACK_NAME.match(p.name)
+        p.name for p in root.iterdir() if (p / "urls.txt").is_file() and PACK_NAME.fullmatch(p.name)
     )
 
 
@@ -109,7 +109,11 @@ def parse_urls(text: str, base_dir: Path) -> tuple[list[Source], list[LineProble
 def _parse_url_line(line: str, base_dir: Path) -> tuple[str, str | None]:
     if any(ch.isspace() for ch in line):
         return line, "a line holds one URL and no spaces"
-    parts = urlsplit(line)
+    try:
+        parts = urlsplit(line)
+        parts.port  # noqa: B018 (raises ValueError for a port that is not a number)
+    except ValueError as exc:
+        return line, f"not a valid URL ({exc})"
     scheme = parts.scheme.lower()
     if not scheme:
         return line, "not a URL (expected http://, https:// or file:)"
@@ -176,6 +180,12 @@ def load_config(folder: Path) -> PackConfig:
         raise PackError(f"{path}: extraction must be 'auto', 'claude' or 'offline'")
     if not 0 < config.chunk_overlap_tokens < config.chunk_tokens:
         raise PackError(f"{path}: need 0 < chunk_overlap_tokens < chunk_tokens")
+    if not 0.0 <= config.max_failed_fraction <= 1.0:
+        raise PackError(f"{path}: max_failed_fraction must be between 0 and 1")
+    for key, least in (("timeout_s", 0.001), ("max_bytes", 1), ("retries", 0),
+                       ("max_redirects", 0), ("max_workers", 1)):  # fmt: skip
+        if getattr(fetch, key) < least:
+            raise PackError(f"{path}: fetch.{key} must be at least {least}")
     return PackConfig(**{**asdict(config), "fetch": fetch})
 
 

@@ -116,7 +116,7 @@ class FetcherResource(ConfigurableResource):
                 response = self._fetch_file(url, config, file_roots)
             else:
                 response = self._fetch_http(session, url, config)
-        except FetchError as exc:
+        except (FetchError, ValueError) as exc:  # ValueError: a URL urllib cannot parse
             response = FetchResponse(url=url, final_url=url, error=str(exc))
         except requests.RequestException as exc:
             response = FetchResponse(url=url, final_url=url, error=_describe(exc))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from retrieval.agent import PROFILES, KnowledgeGraphAgent
 from retrieval.pack import PackNotReady, open_pack
+from retrieval.related_articles import context_pack as related_articles
 
 _agents: dict[tuple, KnowledgeGraphAgent] = {}
 
@@ -35,9 +36,8 @@ def search(pack: str | Path, question: str, k: int = 5, profile: str | None = No
 
 
 def context_pack(pack: str | Path, seed: str, limit: int = 5) -> list[dict]:
-    from retrieval.context_pack import context_pack as build
-
-    return build(open_pack(pack), seed, limit)
+    """Related articles for a question, a URL of the pack or an article title, with why."""
+    return related_articles(open_pack(pack), seed, limit)
 
 
 __all__ = ["PROFILES", "KnowledgeGraphAgent", "PackNotReady", "agent", "context_pack", "open_pack", "query", "search"]

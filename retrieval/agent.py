@@ -231,8 +231,10 @@ class KnowledgeGraphAgent:
             return self._response(answer, [], "confidence_gated_fallback", cypher, clock, trace, usage_before)
         clock.lap("gate")
         ranked = self.rank(question, candidates, max_results, clock, trace)
-        for dropped in candidates[max_results:]:
-            dropped.dropped = dropped.dropped or "below top k"
+        kept = {c.passage_id for c in ranked}
+        for candidate in candidates:
+            if candidate.passage_id not in kept:
+                candidate.dropped = candidate.dropped or "below top k"
         if self.on("enable_multidoc"):
             context = self.multidoc.retrieve(self.pack, vector, ranked).sections
             clock.lap("multidoc")

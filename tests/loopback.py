@@ -140,8 +140,10 @@ class FakeAnthropic(BaseHTTPRequestHandler):
                     "facts": [{"content": f"Claude says the section mentions {', '.join(words)}.", "entity": ""}],
                 },
             }]  # fmt: skip
+        elif "alternative phrasings" in text:
+            content = [{"type": "text", "text": "1. Where is the sprocket cache kept?\n2. Which folder holds cached sprockets?"}]
         else:
-            content = [{"type": "text", "text": f"Fake answer about: {text[-200:]}"}]
+            content = [{"type": "text", "text": f"Fake answer [Source: fake]. Prompt tail: {text[-200:]}"}]
         self._json(200, {
             "id": "msg_fake", "type": "message", "role": "assistant", "model": request["model"],
             "content": content, "stop_reason": "tool_use" if request.get("tools") else "end_turn",

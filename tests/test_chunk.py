@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 
 from assets.chunk import WORDS_PER_TOKEN, estimate_tokens, split_into_chunks
@@ -47,7 +49,7 @@ def test_long_section_is_split_within_budget_with_overlap_and_full_coverage(toke
     assert len(chunks) > 2
     for chunk in chunks:
         assert estimate_tokens(chunk) <= tokens, chunk
-    for before, after in zip(chunks, chunks[1:], strict=False):
+    for before, after in pairwise(chunks):
         shared = overlap_lines(before, after)
         assert shared, (before, after)
         assert sum(len(line.split()) for line in shared) <= overlap * WORDS_PER_TOKEN
@@ -61,7 +63,7 @@ def test_long_section_is_split_within_budget_with_overlap_and_full_coverage(toke
 
 def test_neighbouring_chunks_share_about_the_overlap():
     chunks = split_into_chunks(prose(sentences=60, words_per_sentence=10), 64, 16)
-    for before, after in zip(chunks, chunks[1:], strict=False):
+    for before, after in pairwise(chunks):
         shared = set(before.split()) & set(after.split()) - {"Sentence"}
         assert shared, (before, after)
 
@@ -85,28 +87,14 @@ def test_a_sentence_longer_than_the_budget_is_cut_into_pieces():
     assert {w for c in chunks for w in c.split()} == set(text.split())
 
 
-@pytest.mark.xfail(
-    reason="BUG: assets/chunk.py split_into_chunks adds the next unit to the carried overlap "
-    "without checking the budget again: a 5-word sentence carried in front of a 26-word "
-    "sentence gives a 31-word chunk (41 tokens > 40); the first chunk is then a pure "
-    "duplicate of the second one's start",
-    strict=True,
-)
 def test_carried_overlap_plus_next_sentence_stays_within_budget():
     text = "Alpha beta gamma delta epsilon. " + prose(1, 26, prefix="b")
     chunks = split_into_chunks(text, 40, 8)
     assert all(estimate_tokens(c) <= 40 for c in chunks), [estimate_tokens(c) for c in chunks]
 
 
-@pytest.mark.xfail(
-    reason="BUG: assets/chunk.py split_into_chunks only carries whole units (sentences) into "
-    "the next chunk; when the last sentence is longer than the overlap (36 words at the "
-    "default 48 tokens) nothing is carried, so neighbouring chunks share no text although "
-    "the docs promise about 48 shared tokens",
-    strict=True,
-)
 def test_overlap_survives_sentences_longer_than_the_overlap():
     chunks = split_into_chunks(prose(sentences=20, words_per_sentence=40), 256, 48)
     assert len(chunks) > 1
-    for before, after in zip(chunks, chunks[1:], strict=False):
+    for before, after in pairwise(chunks):
         assert set(before.split()) & set(after.split()) - {"Sentence"}

@@ -41,7 +41,9 @@ def test_new_reads_a_urls_file(workspace, capsys, tmp_path):
     source.write_text("# my sources\nhttps://docs.example.org/a\n\nhttps://docs.example.org/a#x\n")
     code, _, err = run(capsys, "new", "listed", "--urls-file", str(source))
     assert code == 0
-    assert (workspace / "packs" / "listed" / "urls.txt").read_text() == "https://docs.example.org/a\n"
+    assert (
+        workspace / "packs" / "listed" / "urls.txt"
+    ).read_text() == "https://docs.example.org/a\n"
     assert "duplicate of line 2" in err
 
 
@@ -78,36 +80,19 @@ def test_new_with_only_invalid_urls_creates_nothing(workspace, capsys):
     assert not (workspace / "packs" / "widgets").exists()
 
 
-@pytest.mark.xfail(
-    reason="BUG: kpack/cli.py cmd_new reads --urls-file with Path.read_text; a missing file "
-    "raises FileNotFoundError, which main() does not catch: traceback instead of exit 2",
-    strict=True,
-)
 def test_new_with_a_missing_urls_file_exits_2(workspace, capsys):
     code, _, err = run(capsys, "new", "widgets", "--urls-file", str(workspace / "missing.txt"))
     assert code == 2
     assert "missing.txt" in err
 
 
-@pytest.mark.xfail(
-    reason="BUG: kpack/cli.py prints user text (the skipped urls.txt line, PackError messages) "
-    "through rich markup without escaping: '[guide](https://x.org/guide)' is shown as "
-    "'(https://x.org/guide)', and a line holding '[/...]' raises rich.errors.MarkupError",
-    strict=True,
-)
 def test_skipped_lines_are_shown_verbatim(workspace, capsys):
-    code, _, err = run(capsys, "new", "widgets",
-                       "--url", "[guide](https://x.org/guide)", "--url", "https://x.org/")  # fmt: skip
+    markdown_link = "[guide](https://x.org/guide)"
+    code, _, err = run(capsys, "new", "widgets", "--url", markdown_link, "--url", "https://x.org/")
     assert code == 0
     assert "'[guide](https://x.org/guide)'" in err
 
 
-@pytest.mark.xfail(
-    reason="BUG: kpack/cli.py main prints the PackError through rich markup: when urls.txt has "
-    "no valid line and a bad line contains '[/b]', rich raises MarkupError (traceback, "
-    "no exit code 2)",
-    strict=True,
-)
 def test_build_error_with_brackets_in_urls_txt_exits_2(workspace, capsys):
     write_pack(workspace, "widgets", ["see docs [/b]"])
     code, _, err = run(capsys, "build", "widgets", "--no-progress")
@@ -115,12 +100,6 @@ def test_build_error_with_brackets_in_urls_txt_exits_2(workspace, capsys):
     assert "[/b]" in err
 
 
-@pytest.mark.xfail(
-    reason="BUG: kpack/cli.py cmd_new writes the resolved absolute file:// URI into urls.txt, "
-    "so 'file:../../docs/index.md' loses the pack-relative form that the docs say keeps a "
-    "pack working wherever the project is checked out",
-    strict=True,
-)
 def test_new_keeps_relative_file_urls_relative(workspace, capsys):
     code, _, _ = run(capsys, "new", "local", "--url", "file:../../docs/index.md")
     assert code == 0

@@ -193,19 +193,19 @@ def test_private_refusal_sends_no_request(fetcher, site):
 
 
 def test_fetch_all_keeps_the_input_order(fetcher, site):
-    paths = ["/docs/guide.html", "/docs/nope.html", "/docs/readme.md", "/logo.png",
-             "/docs/index.html"]
+    paths = [
+        "/docs/guide.html",
+        "/docs/nope.html",
+        "/docs/readme.md",
+        "/logo.png",
+        "/docs/index.html",
+    ]
     urls = [site.url(p) for p in paths]
     responses = fetcher.fetch_all(urls, CONFIG, [])
     assert [r.url for r in responses] == urls
     assert [r.error is None for r in responses] == [True, False, True, False, True]
 
 
-@pytest.mark.xfail(
-    reason="BUG: FetcherResource.fetch catches only FetchError/RequestException; urlsplit's "
-    "ValueError ('Invalid IPv6 URL') escapes and fetch_all raises instead of returning an error",
-    strict=True,
-)
 def test_fetch_all_never_raises_on_an_unparseable_url(fetcher):
     responses = fetcher.fetch_all(["http://[::1/broken"], CONFIG, [])
     assert len(responses) == 1 and responses[0].error

@@ -54,12 +54,16 @@ def test_code_identifiers_are_api_and_type_entities():
 
 
 def test_abbreviations_are_not_dotted_names():
-    found = entities(extract_offline("", "Use a short name, e.g. sprocket or i.e. gizmo, in tests."))
+    found = entities(
+        extract_offline("", "Use a short name, e.g. sprocket or i.e. gizmo, in tests.")
+    )
     assert "e.g" not in found and "i.e" not in found
 
 
 def test_capitalised_multi_word_names_without_leading_function_words():
-    text = "However Sprocket Registry keeps every sprocket of the Bank of England, unlike Acme Corp."
+    text = (
+        "However Sprocket Registry keeps every sprocket of the Bank of England, unlike Acme Corp."
+    )
     found = entities(extract_offline("", text))
     assert found["sprocket registry"]["type"] == "name"
     assert found["sprocket registry"]["name"] == "Sprocket Registry"
@@ -110,13 +114,6 @@ def test_definition_of_an_entity_already_named_describes_it():
     assert entities(result)["sprocketvalidator"]["description"] == text
 
 
-@pytest.mark.xfail(
-    reason="BUG: assets/offline_extraction.py extract_offline takes a definition subject that "
-    "starts with a code span ('The `level` argument defaults to 3 ...') as the term "
-    "\"level` argument\": normalize_entity and .strip('` ') only trim the ends, so the "
-    "entity and its fact carry an unbalanced backtick",
-    strict=True,
-)
 def test_definition_subject_with_a_code_span_has_no_stray_backtick():
     result = extract_offline("", "The `level` argument defaults to 3 for production systems.")
     assert result["facts"], result

@@ -84,12 +84,6 @@ def test_file_urls_that_name_the_same_file_are_duplicates(tmp_path: Path):
     assert [(p.line_no, p.reason) for p in problems] == [(2, "duplicate of line 1")]
 
 
-@pytest.mark.xfail(
-    reason="BUG: kpack/packs.py parse_urls lets urlsplit's ValueError ('Invalid IPv6 URL') "
-    "escape for a line like 'http://[::1/x', so one typo crashes the whole parse instead "
-    "of being reported with its line number",
-    strict=True,
-)
 def test_an_unparseable_url_is_a_reported_line_not_a_crash(tmp_path: Path):
     sources, problems = parse_urls("https://ok.example.org/\nhttp://[::1/x\n", tmp_path)
     assert [s.line_no for s in sources] == [1]
@@ -116,12 +110,6 @@ def test_invalid_pack_names_are_rejected(name):
         validate_pack_name(name)
 
 
-@pytest.mark.xfail(
-    reason="BUG: kpack/packs.py PACK_NAME uses re.match with '$', which also matches before a "
-    "trailing newline, so validate_pack_name accepts 'demo\\n' (and list_packs lists such a "
-    "folder) although names may only hold letters, digits, '-' and '_'",
-    strict=True,
-)
 def test_a_name_with_a_trailing_newline_is_rejected():
     with pytest.raises(PackError):
         validate_pack_name("demo\n")
@@ -244,7 +232,7 @@ def test_unknown_fetch_key_is_an_error_naming_it(tmp_path: Path):
 )
 def test_wrong_types_are_errors_naming_the_file(tmp_path: Path, content):
     write_config(tmp_path, content)
-    with pytest.raises(PackError, match="kg_config.json"):
+    with pytest.raises(PackError, match=r"kg_config\.json"):
         load_config(tmp_path)
 
 
@@ -275,15 +263,8 @@ def test_invalid_values_are_errors(tmp_path: Path, content, message):
         load_config(tmp_path)
 
 
-@pytest.mark.xfail(
-    reason="BUG: kpack/packs.py load_config checks only the type of fetch values: retries=-1, "
-    "max_workers=0 and timeout_s<=0 are accepted, and FetcherResource.fetch_all then raises "
-    "(AssertionError 'unreachable', ValueError from ThreadPoolExecutor / urllib3) instead of "
-    "the user getting a PackError naming kg_config.json",
-    strict=True,
-)
 @pytest.mark.parametrize("fetch", [{"retries": -1}, {"max_workers": 0}, {"timeout_s": 0}])
 def test_out_of_range_fetch_values_are_errors(tmp_path: Path, fetch):
     write_config(tmp_path, {"fetch": fetch})
-    with pytest.raises(PackError, match="kg_config.json"):
+    with pytest.raises(PackError, match=r"kg_config\.json"):
         load_config(tmp_path)

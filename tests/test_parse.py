@@ -54,7 +54,10 @@ def test_main_content_prefers_role_main_and_drops_permalink_anchors():
 
 
 def test_page_header_is_chrome_only_without_a_main_landmark():
-    without = "<html><body><header>Site chrome</header><div><h1>T</h1><p>Body text.</p></div></body></html>"
+    without = (
+        "<html><body><header>Site chrome</header>"
+        "<div><h1>T</h1><p>Body text.</p></div></body></html>"
+    )
     _, body = main_content(without)
     assert "Site chrome" not in body
     assert "Body text." in body
@@ -105,11 +108,6 @@ def test_markdown_closing_hashes_are_dropped():
     assert list(markdown_blocks("## Install ##\n")) == [("heading", 2, "Install")]
 
 
-@pytest.mark.xfail(
-    reason="BUG: MD_HEADING in assets/parse.py strips a '#' glued to the last word: '## C#' "
-    "becomes heading 'C' (CommonMark only strips a closing sequence preceded by a space)",
-    strict=True,
-)
 def test_markdown_heading_ending_in_hash_keeps_it():
     assert list(markdown_blocks("## Using C#\n")) == [("heading", 2, "Using C#")]
 
@@ -187,12 +185,6 @@ def test_malformed_html_keeps_its_text():
     assert "unclosed tags" in text
 
 
-@pytest.mark.xfail(
-    reason="BUG: assets/parse.py _walk reads an INLINE element (a, b, span...) with "
-    "text(deep=True), so block children inside it lose their structure: an <h3> inside "
-    "<a> is no heading and adjacent blocks are glued ('First cardDescribes')",
-    strict=True,
-)
 def test_blocks_inside_a_link_keep_headings_and_word_boundaries():
     html = (
         "<h1>Doc</h1><h2>Cards</h2>"
@@ -203,12 +195,6 @@ def test_blocks_inside_a_link_keep_headings_and_word_boundaries():
     assert "cardDescribes" not in " ".join(d.content for d in drafts)
 
 
-@pytest.mark.xfail(
-    reason="BUG: in tests/site/docs/malformed.html the <h2>Still parsed</h2> that lexbor "
-    "nests inside the unclosed <b> is read as inline text: no 'Still parsed' section, and "
-    "its words are glued to the next paragraph ('parsedThe')",
-    strict=True,
-)
 def test_malformed_html_heading_inside_unclosed_inline_is_a_section():
     _, body = main_content((SITE / "malformed.html").read_text())
     _, drafts = sections_of("html", body)
@@ -240,7 +226,10 @@ def test_category_of():
 def test_page_links_of_html_and_markdown():
     html_links = page_links("html", '<p><a href="a.html">the <b>A</b> page</a> <a>no href</a></p>')
     assert html_links == [("a.html", "the A page")]
-    md = "See [guide](guide.md#setup), [site](<https://x.org/y> \"Title\") and <a href='raw.html'>raw</a>."
+    md = (
+        'See [guide](guide.md#setup), [site](<https://x.org/y> "Title") '
+        "and <a href='raw.html'>raw</a>."
+    )
     assert [href for href, _ in page_links("markdown", md)] == [
         "guide.md#setup", "https://x.org/y", "raw.html",
     ]  # fmt: skip
