@@ -116,10 +116,18 @@ def extractions(
     }
     top = sorted(tables["entities"], key=lambda e: -e["mention_count"])[:15]
     for name, table in tables.items():
-        extra = {"top_entities": MetadataValue.md(
-            "| entity | type | mentions |\n|---|---|---|\n"
-            + "\n".join(f"| {e['name']} | {e['type']} | {e['mention_count']} |" for e in top)
-        )} if name == "entities" else {}  # fmt: skip
+        extra = (
+            {
+                "top_entities": MetadataValue.md(
+                    "| entity | type | mentions |\n|---|---|---|\n"
+                    + "\n".join(
+                        f"| {e['name']} | {e['type']} | {e['mention_count']} |" for e in top
+                    )
+                )
+            }
+            if name == "entities"
+            else {}
+        )
         yield Output(table, output_name=name, metadata={name: len(table), **metadata, **extra})
 
 
@@ -136,8 +144,13 @@ def merge_extractions(per_section) -> dict[str, list[dict]]:
             return None
         known = entities.get(key)
         if known is None:
-            entities[key] = {"entity_id": key, "name": name.strip("` ").removesuffix("()") or key,
-                             "type": kind, "description": description, "mention_count": 0}  # fmt: skip
+            entities[key] = {
+                "entity_id": key,
+                "name": name.strip("` ").removesuffix("()") or key,
+                "type": kind,
+                "description": description,
+                "mention_count": 0,
+            }
         else:
             if TYPE_PRIORITY.get(kind, 9) < TYPE_PRIORITY.get(known["type"], 9):
                 known["type"] = kind
@@ -148,31 +161,49 @@ def merge_extractions(per_section) -> dict[str, list[dict]]:
     for section, data in per_section:
         where = (section["article_url"], section["section_id"])
         for item in data.get("entities", []):
-            key = entity(str(item.get("name", "")), str(item.get("type") or "concept"),
-                         str(item.get("description") or ""))  # fmt: skip
+            key = entity(
+                str(item.get("name", "")),
+                str(item.get("type") or "concept"),
+                str(item.get("description") or ""),
+            )
             if key and (*where, key) not in mentions:
                 mentions.add((*where, key))
                 entities[key]["mention_count"] += 1
         for item in data.get("relations", []):
-            source, target = entity(str(item.get("source", ""))), entity(str(item.get("target", "")))
+            source, target = (
+                entity(str(item.get("source", ""))),
+                entity(str(item.get("target", ""))),
+            )
             relation = str(item.get("relation") or "RELATED_TO").upper().replace(" ", "_")
-            if source and target and source != target and (source, relation, target) not in relations:
+            if (
+                source
+                and target
+                and source != target
+                and (source, relation, target) not in relations
+            ):
                 relations[(source, relation, target)] = {
-                    "source_id": source, "relation": relation, "target_id": target,
+                    "source_id": source,
+                    "relation": relation,
+                    "target_id": target,
                     "context": str(item.get("context") or "")[:400],
-                    "article_url": where[0], "section_id": where[1],
-                }  # fmt: skip
+                    "article_url": where[0],
+                    "section_id": where[1],
+                }
         for item in data.get("facts", []):
             content = str(item.get("content") or "").strip()
             if not content:
                 continue
             fact_id = stable_id(section["section_id"], content)
             facts[fact_id] = {
-                "fact_id": fact_id, "article_url": where[0], "section_id": where[1],
+                "fact_id": fact_id,
+                "article_url": where[0],
+                "section_id": where[1],
                 "entity_id": normalize_entity(str(item.get("entity") or "")) or None,
                 "content": content,
-            }  # fmt: skip
-    mention_rows = [{"article_url": a, "section_id": s, "entity_id": e} for a, s, e in sorted(mentions)]
+            }
+    mention_rows = [
+        {"article_url": a, "section_id": s, "entity_id": e} for a, s, e in sorted(mentions)
+    ]
     return {
         "entities": list(entities.values()),
         "entity_mentions": mention_rows,

@@ -5,7 +5,6 @@ content here (main, [role=main] or article; scripts, styles, navigation, headers
 asides dropped) so later stages and the Parquet file carry only what a reader would read.
 """
 
-
 import time
 from datetime import UTC, datetime
 
@@ -108,7 +107,9 @@ def fetched_pages(
         {"line": r["line_no"], "url": r["url"], "error": r["error"]} for r in rows if r["error"]
     ]
     for failure in failures:
-        context.log.warning(f"urls.txt line {failure['line']}: {failure['url']}: {failure['error']}")
+        context.log.warning(
+            f"urls.txt line {failure['line']}: {failure['url']}: {failure['error']}"
+        )
     return Output(
         rows,
         metadata={

@@ -86,7 +86,9 @@ def rel_tables(
     }
 
 
-def load_graph(db_path: Path, nodes: dict[str, pa.Table], rels: dict[str, pa.Table], dim: int) -> None:
+def load_graph(
+    db_path: Path, nodes: dict[str, pa.Table], rels: dict[str, pa.Table], dim: int
+) -> None:
     db, conn = connect(db_path, read_only=False)
     try:
         for table in (*KUZU_NODES, *KUZU_RELS):
@@ -196,15 +198,20 @@ def graph_is_queryable(
         vector_hits = fts_hits = 0
         if probe:
             vector, text = probe[0]
-            vector_hits = len(conn.execute(
-                f"CALL QUERY_VECTOR_INDEX('Chunk', '{VECTOR_INDEXES['Chunk']}', $v, 3) "
-                "RETURN node.chunk_id", {"v": vector},
-            ).get_all())  # fmt: skip
+            vector_hits = len(
+                conn.execute(
+                    f"CALL QUERY_VECTOR_INDEX('Chunk', '{VECTOR_INDEXES['Chunk']}', $v, 3) "
+                    "RETURN node.chunk_id",
+                    {"v": vector},
+                ).get_all()
+            )
             word = max(re.findall(r"[A-Za-z]{3,}", text) or ["the"], key=len)
-            fts_hits = len(conn.execute(
-                f"CALL QUERY_FTS_INDEX('Chunk', '{FTS_INDEXES['Chunk']}', $q) RETURN node.chunk_id",
-                {"q": word},
-            ).get_all())  # fmt: skip
+            fts_hits = len(
+                conn.execute(
+                    f"CALL QUERY_FTS_INDEX('Chunk', '{FTS_INDEXES['Chunk']}', $q) RETURN node.chunk_id",
+                    {"q": word},
+                ).get_all()
+            )
     finally:
         conn.close()
         db.close()

@@ -47,8 +47,10 @@ def build_manifest(
     pack: str, version: int, config: PackConfig, counts: dict[str, int], stage_meta: dict[str, dict]
 ) -> dict:
     fetched, extraction, embedded = (
-        stage_meta["fetched_pages"], stage_meta["entities"], stage_meta["embeddings"]
-    )  # fmt: skip
+        stage_meta["fetched_pages"],
+        stage_meta["entities"],
+        stage_meta["embeddings"],
+    )
     return {
         "format": MANIFEST_FORMAT,
         "name": pack,
@@ -80,19 +82,21 @@ def build_manifest(
     }
 
 
-def skill_markdown(manifest: dict, top_articles: list[tuple[str, str]], top_entities: list[str]) -> str:
+def skill_markdown(
+    manifest: dict, top_articles: list[tuple[str, str]], top_entities: list[str]
+) -> str:
     name, counts = manifest["name"], manifest["counts"]
     articles = "\n".join(f"- [{title}]({url})" for title, url in top_articles)
     return f"""---
 name: {name}-pack
-description: Answers questions about the {name} knowledge pack's documentation ({counts['Article']} articles, {counts['Section']} sections), citing its sources. Use for questions on {", ".join(top_entities[:8]) or name}.
+description: Answers questions about the {name} knowledge pack's documentation ({counts["Article"]} articles, {counts["Section"]} sections), citing its sources. Use for questions on {", ".join(top_entities[:8]) or name}.
 ---
 
 # {name} knowledge pack
 
-A Knowledge Pack built from {manifest['sources']['ok']} documentation pages (version {manifest['version']}, built {manifest['built_at']}).
-It holds {counts['Article']} articles, {counts['Section']} sections, {counts['Chunk']} chunks, {counts['Entity']} entities and {counts['Fact']} facts,
-embedded with {manifest['embedding']['model']} ({manifest['embedding']['dimension']} dimensions).
+A Knowledge Pack built from {manifest["sources"]["ok"]} documentation pages (version {manifest["version"]}, built {manifest["built_at"]}).
+It holds {counts["Article"]} articles, {counts["Section"]} sections, {counts["Chunk"]} chunks, {counts["Entity"]} entities and {counts["Fact"]} facts,
+embedded with {manifest["embedding"]["model"]} ({manifest["embedding"]["dimension"]} dimensions).
 
 ## How to query it
 
@@ -141,11 +145,12 @@ def pack_manifest(context: AssetExecutionContext, pack_store: PackStore) -> Outp
             "MATCH (a:Article) RETURN a.title, a.url ORDER BY a.pagerank DESC, a.title LIMIT 10"
         ).get_all()
         top_entities = [
-            r[0] for r in conn.execute(
+            r[0]
+            for r in conn.execute(
                 "MATCH (e:Entity) WHERE e.type <> 'topic' "
                 "RETURN e.name ORDER BY e.mention_count DESC, e.name LIMIT 20"
             ).get_all()
-        ]  # fmt: skip
+        ]
     finally:
         conn.close()
         db.close()

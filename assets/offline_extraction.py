@@ -6,6 +6,7 @@ same sentence, and definitional sentences as facts. Same input, same output, no 
 """
 
 import re
+from itertools import pairwise
 
 CODE_SPAN = re.compile(r"`([^`\n]{2,60})`")
 DOTTED = re.compile(r"(?<![\w/.-])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\(\))?(?![\w/])")
@@ -13,7 +14,9 @@ CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w{2,})\(\)")
 SNAKE = re.compile(r"(?<![\w.])[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?!\w|\.\w)")
 CAMEL = re.compile(r"(?<![\w.])[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+(?!\w|\.\w)")
 BOLD = re.compile(r"\*\*([^*\n]{2,60})\*\*")
-PROPER = re.compile(r"(?<![\w.])[A-Z][a-z]+(?:(?:\s+(?:of|the|de|du|von|van|and|for))?\s+[A-Z][a-z]+)+")
+PROPER = re.compile(
+    r"(?<![\w.])[A-Z][a-z]+(?:(?:\s+(?:of|the|de|du|von|van|and|for))?\s+[A-Z][a-z]+)+"
+)
 SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z`\"'(\[])")
 DEFINITION = re.compile(
     r"^(?:an?\s+|the\s+)?([^,.;:()]{2,60}?)\s+(?:is|are|was|were|refers to|means|denotes|"
@@ -21,11 +24,55 @@ DEFINITION = re.compile(
     re.IGNORECASE,
 )
 NOT_NAMES = {
-    "a", "an", "all", "also", "although", "and", "any", "as", "at", "because", "before", "but",
-    "by", "each", "every", "for", "from", "here", "how", "however", "if", "in", "it", "its",
-    "note", "on", "or", "see", "since", "so", "some", "that", "the", "then", "there", "these",
-    "this", "to", "what", "when", "where", "which", "while", "who", "why", "with", "you", "after",
-}  # fmt: skip
+    "a",
+    "an",
+    "all",
+    "also",
+    "although",
+    "and",
+    "any",
+    "as",
+    "at",
+    "because",
+    "before",
+    "but",
+    "by",
+    "each",
+    "every",
+    "for",
+    "from",
+    "here",
+    "how",
+    "however",
+    "if",
+    "in",
+    "it",
+    "its",
+    "note",
+    "on",
+    "or",
+    "see",
+    "since",
+    "so",
+    "some",
+    "that",
+    "the",
+    "then",
+    "there",
+    "these",
+    "this",
+    "to",
+    "what",
+    "when",
+    "where",
+    "which",
+    "while",
+    "who",
+    "why",
+    "with",
+    "you",
+    "after",
+}
 ABBREVIATIONS = {"e.g", "i.e", "etc", "vs", "cf"}
 FILE_SUFFIXES = (".md", ".html", ".htm", ".txt", ".json", ".rst", ".yaml", ".yml", ".toml", ".db")
 TYPE_PRIORITY = {"api": 0, "type": 1, "term": 2, "name": 3, "topic": 4, "concept": 5}
@@ -55,9 +102,12 @@ def _proper_names(sentence: str) -> list[str]:
 
 def _sentence_entities(sentence: str) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = [(m.group(1), "api") for m in CODE_SPAN.finditer(sentence)]
-    found += [(m.group(0), "api") for m in DOTTED.finditer(sentence)
-              if m.group(0).lower().rstrip("()") not in ABBREVIATIONS
-              and not m.group(0).lower().endswith(FILE_SUFFIXES)]  # fmt: skip
+    found += [
+        (m.group(0), "api")
+        for m in DOTTED.finditer(sentence)
+        if m.group(0).lower().rstrip("()") not in ABBREVIATIONS
+        and not m.group(0).lower().endswith(FILE_SUFFIXES)
+    ]
     found += [(m.group(1) + "()", "api") for m in CALL.finditer(sentence)]
     found += [(m.group(0), "api") for m in SNAKE.finditer(sentence)]
     found += [(m.group(0), "type") for m in CAMEL.finditer(sentence)]
@@ -91,8 +141,10 @@ def extract_offline(title: str, content: str) -> dict:
     facts: list[dict] = []
     if title:
         entities[normalize_entity(title)] = {
-            "name": title, "type": "topic", "description": f"Section heading: {title}",
-        }  # fmt: skip
+            "name": title,
+            "type": "topic",
+            "description": f"Section heading: {title}",
+        }
     for paragraph in prose_lines(content):
         for sentence in SENTENCE.split(paragraph):
             sentence = sentence.strip()
@@ -107,24 +159,45 @@ def extract_offline(title: str, content: str) -> dict:
                     entities[key] = {"name": name, "type": kind, "description": ""}
             if definition and subject and 30 <= len(sentence) <= 400:
                 if subject not in entities and len(subject.split()) <= 5:
-                    entities[subject] = {"name": definition.group(1).replace("`", "").strip(), "type": "term",
-                                         "description": ""}  # fmt: skip
+                    entities[subject] = {
+                        "name": definition.group(1).replace("`", "").strip(),
+                        "type": "term",
+                        "description": "",
+                    }
                 if subject in entities and not entities[subject]["description"]:
                     entities[subject]["description"] = sentence[:300]
                 if len(facts) < MAX_FACTS_PER_SECTION:
-                    facts.append({"content": sentence[:400], "entity": entities.get(subject, {}).get("name", "")})
-            for (left, _), (right, _) in zip(named, named[1:], strict=False):
+                    facts.append(
+                        {
+                            "content": sentence[:400],
+                            "entity": entities.get(subject, {}).get("name", ""),
+                        }
+                    )
+            for (left, _), (right, _) in pairwise(named):
                 if len(relations) >= MAX_RELATIONS_PER_SECTION:
                     break
-                relations.append({"source": left, "relation": "MENTIONED_WITH", "target": right,
-                                  "context": sentence[:300]})  # fmt: skip
+                relations.append(
+                    {
+                        "source": left,
+                        "relation": "MENTIONED_WITH",
+                        "target": right,
+                        "context": sentence[:300],
+                    }
+                )
     kept = {k: v for k, v in entities.items() if _meaningful(k)}
-    relations = [r for r in relations if _meaningful(normalize_entity(r["source"]))
-                 and _meaningful(normalize_entity(r["target"]))]  # fmt: skip
+    relations = [
+        r
+        for r in relations
+        if _meaningful(normalize_entity(r["source"])) and _meaningful(normalize_entity(r["target"]))
+    ]
     return {"entities": list(kept.values()), "relations": relations, "facts": facts}
 
 
 def _meaningful(key: str) -> bool:
     """Not a function word, a number or a fragment ("and", "this page", "2")."""
     words = key.split()
-    return len(key) >= 3 and not key.isdigit() and not all(w in NOT_NAMES or w == "page" for w in words)
+    return (
+        len(key) >= 3
+        and not key.isdigit()
+        and not all(w in NOT_NAMES or w == "page" for w in words)
+    )

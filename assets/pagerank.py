@@ -54,10 +54,13 @@ def pagerank(
     ranks = page_rank(urls, edges)
     top = max(ranks.values(), default=0.0)
     rows = [
-        {"url": u, "pagerank_raw": ranks.get(u, 0.0),
-         "pagerank": ranks.get(u, 0.0) / top if edges and top > 0 else 0.0}
+        {
+            "url": u,
+            "pagerank_raw": ranks.get(u, 0.0),
+            "pagerank": ranks.get(u, 0.0) / top if edges and top > 0 else 0.0,
+        }
         for u in urls
-    ]  # fmt: skip
+    ]
     title_of = dict(zip(urls, articles["title"].to_pylist(), strict=True))
     leaders = sorted(rows, key=lambda r: -r["pagerank"])[:10]
     return Output(

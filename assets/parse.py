@@ -5,7 +5,6 @@ before the first of them is the article's introduction. Code blocks stay as fenc
 LINKS_TO edges come from in-content links that point at another article of the same pack.
 """
 
-
 import re
 import time
 from collections.abc import Iterator
@@ -25,9 +24,33 @@ HEADING_LEVELS = {"h1": 1, "h2": 2, "h3": 3}
 # Elements whose whole text is one paragraph (no block structure worth walking into).
 LEAF_BLOCKS = {"p", "h4", "h5", "h6", "dt", "caption", "figcaption", "summary", "address", "label"}
 INLINE = {
-    "a", "abbr", "b", "bdi", "bdo", "cite", "code", "data", "dfn", "em", "i", "kbd", "mark",
-    "q", "s", "samp", "small", "span", "strong", "sub", "sup", "time", "u", "var", "wbr", "tt",
-}  # fmt: skip
+    "a",
+    "abbr",
+    "b",
+    "bdi",
+    "bdo",
+    "cite",
+    "code",
+    "data",
+    "dfn",
+    "em",
+    "i",
+    "kbd",
+    "mark",
+    "q",
+    "s",
+    "samp",
+    "small",
+    "span",
+    "strong",
+    "sub",
+    "sup",
+    "time",
+    "u",
+    "var",
+    "wbr",
+    "tt",
+}
 # An inline element wrapping any of these (a card link around a heading) is walked as a block.
 BLOCK_SELECTOR = "p, div, section, h1, h2, h3, h4, h5, h6, ul, ol, dl, pre, table, blockquote"
 SKIP = {"img", "picture", "video", "audio", "canvas", "button", "input", "select", "iframe"}
@@ -97,9 +120,12 @@ def _heading(node: LexborNode, level: int) -> Iterator[Block]:
         (i for i, n in enumerate(parts) if n.tag not in INLINE and n.tag not in ("-text", "br")),
         len(parts),
     )
-    text = squash("".join(
-        (n.text_content or "") if n.tag == "-text" else n.text(deep=True) for n in parts[:first_block]
-    ))  # fmt: skip
+    text = squash(
+        "".join(
+            (n.text_content or "") if n.tag == "-text" else n.text(deep=True)
+            for n in parts[:first_block]
+        )
+    )
     yield ("heading", level, text[:300])
     for rest in parts[first_block:]:
         if rest.tag == "-text":
@@ -230,8 +256,7 @@ def page_links(fmt: str, body: str) -> list[tuple[str, str]]:
     if fmt == "html":
         tree = LexborHTMLParser(body)
         return [
-            (a.attributes.get("href") or "", squash(a.text(deep=True)))
-            for a in tree.css("a[href]")
+            (a.attributes.get("href") or "", squash(a.text(deep=True))) for a in tree.css("a[href]")
         ]
     return [(m.group(1), "") for m in MD_LINK.finditer(body)] + [
         (m.group(1), "") for m in HTML_HREF.finditer(body)
@@ -247,9 +272,15 @@ def _fallback_title(row: dict) -> str:
 
 @multi_asset(
     outs={
-        "articles": AssetOut(description="One row per fetched URL.", automation_condition=follow_upstream),
-        "sections": AssetOut(description="Articles split at h2/h3.", automation_condition=follow_upstream),
-        "links": AssetOut(description="Links between articles of the pack.", automation_condition=follow_upstream),
+        "articles": AssetOut(
+            description="One row per fetched URL.", automation_condition=follow_upstream
+        ),
+        "sections": AssetOut(
+            description="Articles split at h2/h3.", automation_condition=follow_upstream
+        ),
+        "links": AssetOut(
+            description="Links between articles of the pack.", automation_condition=follow_upstream
+        ),
     },
     partitions_def=packs_partitions,
     group_name="parse",
@@ -260,7 +291,9 @@ def parsed_pages(context: AssetExecutionContext, fetched_pages: pa.Table):
     pages = [r for r in fetched_pages.to_pylist() if r["error"] is None]
     articles, sections, raw_links = [], [], []
     for page in pages:
-        blocks = html_blocks(page["body"]) if page["format"] == "html" else markdown_blocks(page["body"])
+        blocks = (
+            html_blocks(page["body"]) if page["format"] == "html" else markdown_blocks(page["body"])
+        )
         title, drafts = split_sections(blocks, _fallback_title(page))
         url = page["url"]
         article_key = stable_id(url)
@@ -292,7 +325,10 @@ def parsed_pages(context: AssetExecutionContext, fetched_pages: pa.Table):
                 "content_hash": page["content_hash"],
             }
         )
-        raw_links.extend((url, page["final_url"], href, text) for href, text in page_links(page["format"], page["body"]))
+        raw_links.extend(
+            (url, page["final_url"], href, text)
+            for href, text in page_links(page["format"], page["body"])
+        )
     links = _internal_links(articles, raw_links)
     duration = round(time.perf_counter() - started, 3)
     yield Output(
@@ -301,8 +337,13 @@ def parsed_pages(context: AssetExecutionContext, fetched_pages: pa.Table):
         metadata={
             "articles": len(articles),
             "preview": MetadataValue.md(
-                "\n".join(["| title | sections | words |", "|---|---|---|"]
-                + [f"| {a['title']} | {a['section_count']} | {a['word_count']} |" for a in articles[:20]])
+                "\n".join(
+                    ["| title | sections | words |", "|---|---|---|"]
+                    + [
+                        f"| {a['title']} | {a['section_count']} | {a['word_count']} |"
+                        for a in articles[:20]
+                    ]
+                )
             ),
             "duration_s": duration,
         },
@@ -333,5 +374,12 @@ def _internal_links(articles: list[dict], raw_links: list[tuple[str, str, str, s
         if target is None or target == source or (source, target) in seen:
             continue
         seen.add((source, target))
-        links.append({"source_url": source, "target_url": target, "anchor_text": text, "link_type": "internal"})
+        links.append(
+            {
+                "source_url": source,
+                "target_url": target,
+                "anchor_text": text,
+                "link_type": "internal",
+            }
+        )
     return links

@@ -64,9 +64,15 @@ HERE = Path(__file__).resolve()
 OUT_DIR = HERE.parent / "out"
 PACKS = ("squad_wiki6", "python_docs")
 STAGES = (
-    "fetched_pages", "articles", "chunks", "entities",
-    "embeddings", "pagerank", "pack_graph", "pack_manifest",
-)  # fmt: skip
+    "fetched_pages",
+    "articles",
+    "chunks",
+    "entities",
+    "embeddings",
+    "pagerank",
+    "pack_graph",
+    "pack_manifest",
+)
 TARGET_PACK = "python_docs"
 TARGET_RATIO = 1.25
 RESULT_MARK = "BENCH_RESULT "
@@ -235,8 +241,11 @@ def bench_pack(corpus: Corpus, workspace: Path, extraction: str) -> dict[str, An
     texts_file = workspace / "bench" / f"{corpus.name}.texts.json"
     texts_file.parent.mkdir(parents=True, exist_ok=True)
     texts_file.write_text(json.dumps(texts), encoding="utf-8")
-    print(f"[{corpus.name}] built in {build['process_s']:.1f}s; embedding "
-          f"{len(texts)} texts alone ...", flush=True)  # fmt: skip
+    print(
+        f"[{corpus.name}] built in {build['process_s']:.1f}s; embedding "
+        f"{len(texts)} texts alone ...",
+        flush=True,
+    )
     embed = run_child(["--_child-embed", str(texts_file)])
     return summarize(corpus, build, embed)
 
@@ -290,34 +299,90 @@ def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
 def report(results: list[dict[str, Any]], capped: bool) -> str:
     """Three tables, one row per pack each: contents, stage seconds, build vs embedding alone."""
     contents = markdown_table(
-        ["pack", "pages ok/failed", "articles", "sections", "chunks", "entities", "facts",
-         "LINKS_TO", "extraction"],
-        [[r["pack"], f"{r['sources']['ok']}/{r['sources']['failed']}", r["counts"]["Article"],
-          r["counts"]["Section"], r["counts"]["Chunk"], r["counts"]["Entity"],
-          r["counts"]["Fact"], r["counts"]["LINKS_TO"], r["extraction"]] for r in results],
-    )  # fmt: skip
+        [
+            "pack",
+            "pages ok/failed",
+            "articles",
+            "sections",
+            "chunks",
+            "entities",
+            "facts",
+            "LINKS_TO",
+            "extraction",
+        ],
+        [
+            [
+                r["pack"],
+                f"{r['sources']['ok']}/{r['sources']['failed']}",
+                r["counts"]["Article"],
+                r["counts"]["Section"],
+                r["counts"]["Chunk"],
+                r["counts"]["Entity"],
+                r["counts"]["Fact"],
+                r["counts"]["LINKS_TO"],
+                r["extraction"],
+            ]
+            for r in results
+        ],
+    )
     stages = markdown_table(
         ["pack", *STAGES, "sum", "outside stages"],
-        [[r["pack"], *(r["stage_seconds"][s] for s in STAGES), r["stage_seconds_sum"],
-          r["outside_stages_s"]] for r in results],
-    )  # fmt: skip
+        [
+            [
+                r["pack"],
+                *(r["stage_seconds"][s] for s in STAGES),
+                r["stage_seconds_sum"],
+                r["outside_stages_s"],
+            ]
+            for r in results
+        ],
+    )
     totals = markdown_table(
-        ["pack", "texts embedded", "emb/s (stage)", "build_pack s", "build total s",
-         "build peak RSS MiB", "embed-only s", "encode s", "embed-only peak RSS MiB",
-         "ratio build/embed"],
-        [[r["pack"], r["texts_embedded"], r["embeddings_per_second"], r["build"]["build_pack_s"],
-          r["build_total_s"], r["build"]["peak_rss_mib"], r["embed_only_s"],
-          r["embed_only"]["encode_s"], r["embed_only"]["peak_rss_mib"], r["ratio"]]
-         for r in results],
-    )  # fmt: skip
+        [
+            "pack",
+            "texts embedded",
+            "emb/s (stage)",
+            "build_pack s",
+            "build total s",
+            "build peak RSS MiB",
+            "embed-only s",
+            "encode s",
+            "embed-only peak RSS MiB",
+            "ratio build/embed",
+        ],
+        [
+            [
+                r["pack"],
+                r["texts_embedded"],
+                r["embeddings_per_second"],
+                r["build"]["build_pack_s"],
+                r["build_total_s"],
+                r["build"]["peak_rss_mib"],
+                r["embed_only_s"],
+                r["embed_only"]["encode_s"],
+                r["embed_only"]["peak_rss_mib"],
+                r["ratio"],
+            ]
+            for r in results
+        ],
+    )
     lines = [
-        "## Pack contents", "", contents, "",
-        "## Stage wall seconds (manifest stage_seconds)", "", stages, "",
-        "## Build vs embedding alone", "", totals, "",
+        "## Pack contents",
+        "",
+        contents,
+        "",
+        "## Stage wall seconds (manifest stage_seconds)",
+        "",
+        stages,
+        "",
+        "## Build vs embedding alone",
+        "",
+        totals,
+        "",
         "build total s and embed-only s: wall time of each child process from spawn to exit "
         "(Python start-up, imports and model load included in both).",
         f"Target: ratio <= {TARGET_RATIO} for {TARGET_PACK} with the offline extractor.",
-    ]  # fmt: skip
+    ]
     target = next((r for r in results if r["pack"] == TARGET_PACK), None)
     if target is not None:
         met = "met" if target["ratio"] <= TARGET_RATIO else "NOT met"
@@ -342,18 +407,36 @@ def machine() -> dict[str, Any]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", choices=PACKS, help="build one pack only")
-    parser.add_argument("--python-pages", type=int, metavar="N",
-                        help="cap the Python docs at their first N pages (sorted)")  # fmt: skip
-    parser.add_argument("--squad", type=Path, default=DEFAULT_SQUAD,
-                        help=f"squad_wiki6.json (default: {DEFAULT_SQUAD})")  # fmt: skip
-    parser.add_argument("--workdir", type=Path,
-                        help="workspace folder (default: a new temporary one)")  # fmt: skip
-    parser.add_argument("--keep", action="store_true",
-                        help="keep the workspace for the query/eval benchmarks")  # fmt: skip
-    parser.add_argument("--extraction", choices=("offline", "auto", "claude"), default="offline",
-                        help="extraction setting of the packs (default: offline)")  # fmt: skip
-    parser.add_argument("--out", type=Path, default=OUT_DIR / "build_bench.json",
-                        help="where to write the JSON results")  # fmt: skip
+    parser.add_argument(
+        "--python-pages",
+        type=int,
+        metavar="N",
+        help="cap the Python docs at their first N pages (sorted)",
+    )
+    parser.add_argument(
+        "--squad",
+        type=Path,
+        default=DEFAULT_SQUAD,
+        help=f"squad_wiki6.json (default: {DEFAULT_SQUAD})",
+    )
+    parser.add_argument(
+        "--workdir", type=Path, help="workspace folder (default: a new temporary one)"
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the workspace for the query/eval benchmarks"
+    )
+    parser.add_argument(
+        "--extraction",
+        choices=("offline", "auto", "claude"),
+        default="offline",
+        help="extraction setting of the packs (default: offline)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=OUT_DIR / "build_bench.json",
+        help="where to write the JSON results",
+    )
     parser.add_argument("--_child-build", metavar="PACK", help=argparse.SUPPRESS)
     parser.add_argument("--_child-embed", type=Path, metavar="TEXTS", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

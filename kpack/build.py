@@ -80,9 +80,7 @@ def build_pack(
             run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
             raise_on_error=False,
         )
-    failed_steps = [
-        e.step_key for e in result.all_events if e.is_step_failure and e.step_key
-    ]
+    failed_steps = [e.step_key for e in result.all_events if e.is_step_failure and e.step_key]
     failed_checks = [c.check_name for c in result.get_asset_check_evaluations() if not c.passed]
     return BuildResult(
         pack=pack,

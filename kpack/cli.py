@@ -44,8 +44,10 @@ def cmd_new(args: argparse.Namespace) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     # The lines as given: a relative file: URL stays relative to the pack folder.
     (folder / "urls.txt").write_text("".join(f"{lines[s.line_no - 1].strip()}\n" for s in sources))
-    console.print(f"created {folder / 'urls.txt'} with {len(sources)} URLs; build it with "
-                  f"[bold]kpack build {name}[/]")  # fmt: skip
+    console.print(
+        f"created {folder / 'urls.txt'} with {len(sources)} URLs; build it with "
+        f"[bold]kpack build {name}[/]"
+    )
     return 0
 
 
@@ -56,8 +58,12 @@ def _watch_progress(build_id: str, done: threading.Event) -> None:
     from kpack.build import BUILD_TAG
 
     instance = DagsterInstance.get()
-    wanted = {DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS,
-              DagsterEventType.STEP_FAILURE, DagsterEventType.STEP_SKIPPED}  # fmt: skip
+    wanted = {
+        DagsterEventType.STEP_START,
+        DagsterEventType.STEP_SUCCESS,
+        DagsterEventType.STEP_FAILURE,
+        DagsterEventType.STEP_SKIPPED,
+    }
     states: dict[str, tuple[str, float]] = {}
     with Live(console=console, refresh_per_second=4, transient=True) as live:
         while not done.wait(0.3):
@@ -96,10 +102,12 @@ def cmd_build(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - started
     manifest = result.manifest
     if not result.success:
-        err.print(f"[red]build of {args.name} did not publish[/]: failed steps "
-                  f"{result.failed_steps or '-'}, failed checks {result.failed_checks or '-'} "
-                  f"(run {result.run_id}; see `kpack ui`). The previous version, if any, is "
-                  "unchanged.")  # fmt: skip
+        err.print(
+            f"[red]build of {args.name} did not publish[/]: failed steps "
+            f"{result.failed_steps or '-'}, failed checks {result.failed_checks or '-'} "
+            f"(run {result.run_id}; see `kpack ui`). The previous version, if any, is "
+            "unchanged."
+        )
         return 1
     _print_summary(manifest, elapsed)
     return 0
@@ -113,15 +121,19 @@ def _print_summary(manifest: dict, elapsed: float) -> None:
     table.add_row("pages ok / failed", f"{sources['ok']} / {sources['failed']}")
     for key in ("Article", "Section", "Chunk", "Entity", "Fact", "LINKS_TO", "ENTITY_RELATION"):
         table.add_row(key, str(counts[key]))
-    table.add_row("embedding", f"{manifest['embedding']['model']} ({manifest['embedding']['dimension']}d)")
+    table.add_row(
+        "embedding", f"{manifest['embedding']['model']} ({manifest['embedding']['dimension']}d)"
+    )
     table.add_row("extraction", manifest["extraction"]["method"])
     for stage, seconds in manifest["stage_seconds"].items():
         table.add_row(f"  {stage} s", f"{seconds}")
     table.add_row("total s", f"{elapsed:.1f}")
     console.print(table)
     for failure in sources["failures"]:
-        err.print(f"[yellow]failed[/] line {failure['line']}: "
-                  + escape(f"{failure['url']}: {failure['error']}"))  # fmt: skip
+        err.print(
+            f"[yellow]failed[/] line {failure['line']}: "
+            + escape(f"{failure['url']}: {failure['error']}")
+        )
     for problem in sources["invalid_lines"]:
         err.print(f"[yellow]skipped[/] {escape(problem)}")
 
@@ -137,8 +149,15 @@ def cmd_list(args: argparse.Namespace) -> int:
             table.add_row(name, "-", "never built", "", "", "", "")
             continue
         counts = manifest["counts"]
-        table.add_row(name, str(manifest["version"]), manifest["built_at"], str(counts["Article"]),
-                      str(counts["Section"]), str(counts["Chunk"]), str(manifest["sources"]["failed"]))  # fmt: skip
+        table.add_row(
+            name,
+            str(manifest["version"]),
+            manifest["built_at"],
+            str(counts["Article"]),
+            str(counts["Section"]),
+            str(counts["Chunk"]),
+            str(manifest["sources"]["failed"]),
+        )
     console.print(table)
     return 0
 
@@ -155,8 +174,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     if not hits:
         console.print("no passages found")
     for rank, hit in enumerate(hits, start=1):
-        console.print(f"[bold]{rank}. {hit['heading']}[/]  (score {hit['score'] or 0:.4f}, "
-                      f"similarity {hit['similarity'] or 0:.3f})\n   {hit['url']}")  # fmt: skip
+        console.print(
+            f"[bold]{rank}. {hit['heading']}[/]  (score {hit['score'] or 0:.4f}, "
+            f"similarity {hit['similarity'] or 0:.3f})\n   {hit['url']}"
+        )
         text = " ".join(hit["text"].split())
         console.print(f"   {text[:400]}{'...' if len(text) > 400 else ''}\n", highlight=False)
     return 0
@@ -167,15 +188,24 @@ def cmd_query(args: argparse.Namespace) -> int:
 
     import retrieval
 
-    result = retrieval.query(args.name, args.question, profile=args.profile, use_llm=not args.no_llm,
-                             max_results=args.k)  # fmt: skip
+    result = retrieval.query(
+        args.name, args.question, profile=args.profile, use_llm=not args.no_llm, max_results=args.k
+    )
     related = retrieval.context_pack(args.name, args.question) if args.explain else None
     if args.json:
-        print(json.dumps({**result, **({"context_pack": related} if args.explain else {})}, indent=2, default=str))
+        print(
+            json.dumps(
+                {**result, **({"context_pack": related} if args.explain else {})},
+                indent=2,
+                default=str,
+            )
+        )
         return 0
     console.print(result["answer"], highlight=False)
-    console.print(f"\n[dim]{result['query_type']}, {result['timings_ms']['total']:.0f} ms, "
-                  f"{result['token_usage']['api_calls']} LLM calls[/]")  # fmt: skip
+    console.print(
+        f"\n[dim]{result['query_type']}, {result['timings_ms']['total']:.0f} ms, "
+        f"{result['token_usage']['api_calls']} LLM calls[/]"
+    )
     if result["citations"]:
         console.print("[bold]Sources[/]")
         for citation in result["citations"]:
@@ -187,8 +217,10 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 def _explain(result: dict, related: list[dict]) -> None:
     trace = result["trace"]
-    console.print(f"\n[bold]Retrieval trace[/] (profile {trace['profile']}, gate threshold "
-                  f"{trace['threshold']}, best similarity {trace.get('max_similarity') or 0:.3f})")  # fmt: skip
+    console.print(
+        f"\n[bold]Retrieval trace[/] (profile {trace['profile']}, gate threshold "
+        f"{trace['threshold']}, best similarity {trace.get('max_similarity') or 0:.3f})"
+    )
     table = Table(show_edge=False)
     table.add_column("passage", max_width=48, no_wrap=True, overflow="ellipsis")
     for column in ("sim", "bm25", "pr", "xenc", "qual", "comb"):
@@ -196,8 +228,16 @@ def _explain(result: dict, related: list[dict]) -> None:
     table.add_column("dropped", max_width=20, no_wrap=True, overflow="ellipsis")
     fmt = lambda v: "" if v is None else f"{v:.3f}"  # noqa: E731
     for c in trace.get("candidates", []):
-        table.add_row(c["heading"][:60], fmt(c["similarity"]), fmt(c["bm25"]), fmt(c["pagerank"]),
-                      fmt(c["cross_encoder"]), fmt(c["quality"]), fmt(c["combined"]), c["dropped"] or "")  # fmt: skip
+        table.add_row(
+            c["heading"][:60],
+            fmt(c["similarity"]),
+            fmt(c["bm25"]),
+            fmt(c["pagerank"]),
+            fmt(c["cross_encoder"]),
+            fmt(c["quality"]),
+            fmt(c["combined"]),
+            c["dropped"] or "",
+        )
     console.print(table)
     timings = ", ".join(f"{k} {v:.1f}" for k, v in result["timings_ms"].items())
     console.print(f"[dim]timings ms: {timings}[/]")
@@ -212,8 +252,16 @@ def _explain(result: dict, related: list[dict]) -> None:
 
 def cmd_ui(args: argparse.Namespace) -> int:
     settings.dagster_home()
-    command = [sys.executable, "-m", "dagster", "dev", "-w", str(settings.PROJECT_ROOT / "workspace.yaml"),
-               "-p", str(args.port)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "dagster",
+        "dev",
+        "-w",
+        str(settings.PROJECT_ROOT / "workspace.yaml"),
+        "-p",
+        str(args.port),
+    ]
     return subprocess.call(command, cwd=settings.PROJECT_ROOT, env=os.environ.copy())
 
 
@@ -243,7 +291,9 @@ def parser() -> argparse.ArgumentParser:
     ask.add_argument("question")
     ask.add_argument("--profile", choices=["baseline", "balanced", "max"])
     ask.add_argument("--no-llm", action="store_true", help="extractive answer, no API call")
-    ask.add_argument("--explain", action="store_true", help="show the retrieval trace and context pack")
+    ask.add_argument(
+        "--explain", action="store_true", help="show the retrieval trace and context pack"
+    )
     ask.add_argument("--json", action="store_true", help="the full response dict")
     ask.add_argument("--k", type=int, default=5, help="passages to retrieve (max_results)")
     ask.set_defaults(run=cmd_query)

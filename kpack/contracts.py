@@ -88,9 +88,7 @@ PARQUET_SCHEMAS: dict[str, pa.Schema] = {
             ("mention_count", I32),
         ]
     ),
-    "entity_mentions": pa.schema(
-        [("article_url", STR), ("section_id", STR), ("entity_id", STR)]
-    ),
+    "entity_mentions": pa.schema([("article_url", STR), ("section_id", STR), ("entity_id", STR)]),
     "relations": pa.schema(
         [
             ("source_id", STR),
@@ -215,12 +213,16 @@ KUZU_NODES = (
 
 KUZU_RELS = (
     RelTable("HAS_SECTION", "Article", "Section", (("section_index", "INT32"),)),
-    RelTable("HAS_CHUNK", "Article", "Chunk", (("section_index", "INT32"), ("chunk_index", "INT32"))),
+    RelTable(
+        "HAS_CHUNK", "Article", "Chunk", (("section_index", "INT32"), ("chunk_index", "INT32"))
+    ),
     RelTable("LINKS_TO", "Article", "Article", (("link_type", "STRING"),)),
     RelTable("IN_CATEGORY", "Article", "Category"),
     RelTable("HAS_ENTITY", "Article", "Entity"),
     RelTable("HAS_FACT", "Article", "Fact"),
-    RelTable("ENTITY_RELATION", "Entity", "Entity", (("relation", "STRING"), ("context", "STRING"))),
+    RelTable(
+        "ENTITY_RELATION", "Entity", "Entity", (("relation", "STRING"), ("context", "STRING"))
+    ),
 )
 
 # Index names the query side uses.

@@ -182,8 +182,13 @@ def load_config(folder: Path) -> PackConfig:
         raise PackError(f"{path}: need 0 < chunk_overlap_tokens < chunk_tokens")
     if not 0.0 <= config.max_failed_fraction <= 1.0:
         raise PackError(f"{path}: max_failed_fraction must be between 0 and 1")
-    for key, least in (("timeout_s", 0.001), ("max_bytes", 1), ("retries", 0),
-                       ("max_redirects", 0), ("max_workers", 1)):  # fmt: skip
+    for key, least in (
+        ("timeout_s", 0.001),
+        ("max_bytes", 1),
+        ("retries", 0),
+        ("max_redirects", 0),
+        ("max_workers", 1),
+    ):
         if getattr(fetch, key) < least:
             raise PackError(f"{path}: fetch.{key} must be at least {least}")
     return PackConfig(**{**asdict(config), "fetch": fetch})

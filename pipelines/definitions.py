@@ -2,7 +2,13 @@
 
 from pathlib import Path
 
-from dagster import AssetSelection, Definitions, define_asset_job, load_asset_checks_from_modules, load_assets_from_modules
+from dagster import (
+    AssetSelection,
+    Definitions,
+    define_asset_job,
+    load_asset_checks_from_modules,
+    load_assets_from_modules,
+)
 
 from assets import chunk, embed, extract, fetch, graph, manifest, pagerank, parse
 from assets.partitions import packs_partitions

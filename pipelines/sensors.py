@@ -41,7 +41,11 @@ def pack_sources_sensor(context: SensorEvaluationContext) -> SensorResult:
     previous = json.loads(context.cursor) if context.cursor else {}
     known = set(context.instance.get_dynamic_partitions(packs_partitions.name))
     new = sorted(set(current) - known)
-    changed = [] if first_tick else sorted(p for p in current if p in previous and previous[p] != current[p])
+    changed = (
+        []
+        if first_tick
+        else sorted(p for p in current if p in previous and previous[p] != current[p])
+    )
     return SensorResult(
         run_requests=[RunRequest(partition_key=p, run_key=f"{p}:{current[p]}") for p in changed],
         dynamic_partitions_requests=[packs_partitions.build_add_request(new)] if new else [],

@@ -34,11 +34,20 @@ from retrieval.synthesis import (
 )
 
 MAX_QUESTION_CHARS = 8000
-TOGGLES = ("use_enhancements", "enable_reranker", "enable_multidoc", "enable_fewshot",
-           "enable_cross_encoder", "enable_multi_query", "enable_hybrid", "enable_quality_filter")  # fmt: skip
+TOGGLES = (
+    "use_enhancements",
+    "enable_reranker",
+    "enable_multidoc",
+    "enable_fewshot",
+    "enable_cross_encoder",
+    "enable_multi_query",
+    "enable_hybrid",
+    "enable_quality_filter",
+)
 PROFILES: dict[str, dict[str, bool]] = {
     "baseline": dict.fromkeys(TOGGLES, False) | {"enable_hybrid": True},
-    "balanced": dict.fromkeys(TOGGLES, True) | {"enable_cross_encoder": False, "enable_multi_query": False},
+    "balanced": dict.fromkeys(TOGGLES, True)
+    | {"enable_cross_encoder": False, "enable_multi_query": False},
     "max": dict.fromkeys(TOGGLES, True),
 }
 PROFILE_ALIASES = {"maximum": "max", "max_quality": "max", "default": "balanced"}
@@ -126,7 +135,10 @@ class KnowledgeGraphAgent:
     ):
         self.pack = open_pack(pack_folder_of(db_path))
         config = query_config(self.pack)
-        name = PROFILE_ALIASES.get(profile or config.get("profile", "balanced"), profile or config.get("profile", "balanced"))
+        name = PROFILE_ALIASES.get(
+            profile or config.get("profile", "balanced"),
+            profile or config.get("profile", "balanced"),
+        )
         if name not in PROFILES:
             raise PackError(f"unknown profile {name!r} (use {', '.join(PROFILES)})")
         unknown = sorted(set(options) - set(SETTINGS) - set(TOGGLES))
@@ -137,23 +149,34 @@ class KnowledgeGraphAgent:
         if self.settings["context_confidence_threshold"] is None:
             self.settings["context_confidence_threshold"] = type(self).CONTEXT_CONFIDENCE_THRESHOLD
         self.llm = LLMClient(anthropic_api_key, anthropic_base_url, enabled=use_llm)
-        self.reranker = GraphReranker(self.settings["reranker_alpha"], self.settings["reranker_beta"])
-        self.multidoc = MultiDocSynthesizer(self.settings["num_docs"], self.settings["sections_per_doc"])
+        self.reranker = GraphReranker(
+            self.settings["reranker_alpha"], self.settings["reranker_beta"]
+        )
+        self.multidoc = MultiDocSynthesizer(
+            self.settings["num_docs"], self.settings["sections_per_doc"]
+        )
         self.few_shot = FewShotManager(self.pack, self.settings["few_shot_examples"])
         self.cross_encoder = CrossEncoderReranker(self.settings["cross_encoder_model"])
 
     def on(self, toggle: str) -> bool:
-        enhanced = self.settings["use_enhancements"] or toggle in ("enable_hybrid", "use_enhancements")
+        enhanced = self.settings["use_enhancements"] or toggle in (
+            "enable_hybrid",
+            "use_enhancements",
+        )
         return bool(self.settings[toggle]) and enhanced
 
     # -- retrieval -------------------------------------------------------------------------
 
-    def retrieve(self, question: str, k: int, clock: Stopwatch, trace: dict) -> tuple[list[Candidate], np.ndarray, float | None]:
+    def retrieve(
+        self, question: str, k: int, clock: Stopwatch, trace: dict
+    ) -> tuple[list[Candidate], np.ndarray, float | None]:
         """Ranked passages, the question's vector, and the best cosine similarity seen."""
         queries = [question]
         if self.on("enable_multi_query"):
             if self.llm.available:
-                queries += alternative_phrasings(self.llm, self.settings["expansion_model"], question)
+                queries += alternative_phrasings(
+                    self.llm, self.settings["expansion_model"], question
+                )
             trace["queries"] = queries
             clock.lap("multi_query")
         vectors = self.pack.embed(queries)
@@ -170,7 +193,9 @@ class KnowledgeGraphAgent:
         self._fill_similarities(found, vectors[0])
         candidates = deduplicate(self.pack, found)
         clock.lap("dedupe")
-        max_similarity = max((c.similarity for c in candidates if c.similarity is not None), default=None)
+        max_similarity = max(
+            (c.similarity for c in candidates if c.similarity is not None), default=None
+        )
         return candidates, vectors[0], max_similarity
 
     def _fill_similarities(self, candidates: list[Candidate], vector: np.ndarray) -> None:
@@ -178,13 +203,18 @@ class KnowledgeGraphAgent:
         missing = [c.passage_id for c in candidates if c.similarity is None]
         if not missing:
             return
-        rows = self.pack.query("MATCH (c:Chunk) WHERE c.chunk_id IN $ids RETURN c.chunk_id, c.embedding", {"ids": missing})
+        rows = self.pack.query(
+            "MATCH (c:Chunk) WHERE c.chunk_id IN $ids RETURN c.chunk_id, c.embedding",
+            {"ids": missing},
+        )
         similarity = {cid: float(np.asarray(e, dtype=np.float32) @ vector) for cid, e in rows}
         for candidate in candidates:
             if candidate.similarity is None:
                 candidate.similarity = similarity.get(candidate.passage_id, 0.0)
 
-    def rank(self, question: str, candidates: list[Candidate], k: int, clock: Stopwatch, trace: dict) -> list[Candidate]:
+    def rank(
+        self, question: str, candidates: list[Candidate], k: int, clock: Stopwatch, trace: dict
+    ) -> list[Candidate]:
         if self.on("enable_cross_encoder"):
             try:
                 candidates = self.cross_encoder.rerank(question, candidates, k)
@@ -204,18 +234,41 @@ class KnowledgeGraphAgent:
         candidates, _, _ = self.retrieve(question, k, clock, trace)
         ranked = self.rank(question, candidates, k, clock, trace)
         return [
-            {"title": c.title, "url": c.article_url, "heading": c.heading, "text": c.text,
-             "score": c.combined if c.combined is not None else (c.rrf or c.similarity),
-             **{f: getattr(c, f) for f in ("similarity", "bm25", "rrf", "pagerank", "cross_encoder", "passage_id")}}
+            {
+                "title": c.title,
+                "url": c.article_url,
+                "heading": c.heading,
+                "text": c.text,
+                "score": c.combined if c.combined is not None else (c.rrf or c.similarity),
+                **{
+                    f: getattr(c, f)
+                    for f in (
+                        "similarity",
+                        "bm25",
+                        "rrf",
+                        "pagerank",
+                        "cross_encoder",
+                        "passage_id",
+                    )
+                },
+            }
             for c in ranked
-        ]  # fmt: skip
+        ]
 
     # -- answering -------------------------------------------------------------------------
 
-    def query(self, question: str, max_results: int = 5, exclude_examples: Callable[[dict], bool] | None = None) -> dict:
+    def query(
+        self,
+        question: str,
+        max_results: int = 5,
+        exclude_examples: Callable[[dict], bool] | None = None,
+    ) -> dict:
         question = clean_question(question)
         usage_before = dict(self.llm.usage)
-        clock, trace = Stopwatch(), {"profile": self.profile, "threshold": self.settings["context_confidence_threshold"]}
+        clock, trace = (
+            Stopwatch(),
+            {"profile": self.profile, "threshold": self.settings["context_confidence_threshold"]},
+        )
         candidates, vector, max_similarity = self.retrieve(question, max_results, clock, trace)
         trace["max_similarity"] = max_similarity
         cypher = "CALL QUERY_VECTOR_INDEX('Chunk', 'chunk_embedding_idx', $v, $k) + QUERY_VECTOR_INDEX('Section', 'section_embedding_idx', $v, $k)"
@@ -228,7 +281,9 @@ class KnowledgeGraphAgent:
             trace["candidates"] = [c.trace() for c in candidates]
             clock.lap("gate")
             answer = self._minimal(question)
-            return self._response(answer, [], "confidence_gated_fallback", cypher, clock, trace, usage_before)
+            return self._response(
+                answer, [], "confidence_gated_fallback", cypher, clock, trace, usage_before
+            )
         clock.lap("gate")
         ranked = self.rank(question, candidates, max_results, clock, trace)
         kept = {c.passage_id for c in ranked}
@@ -239,8 +294,19 @@ class KnowledgeGraphAgent:
             context = self.multidoc.retrieve(self.pack, vector, ranked).sections
             clock.lap("multidoc")
         else:
-            context = [ContextSection(c.section_id, c.article_url, c.title, c.heading, c.text,
-                                      c.similarity or 0.0, c.pagerank, "retrieved") for c in ranked]  # fmt: skip
+            context = [
+                ContextSection(
+                    c.section_id,
+                    c.article_url,
+                    c.title,
+                    c.heading,
+                    c.text,
+                    c.similarity or 0.0,
+                    c.pagerank,
+                    "retrieved",
+                )
+                for c in ranked
+            ]
         context = self._quality_filter(question, context, ranked, trace)
         clock.lap("quality_filter")
         examples = []
@@ -249,18 +315,30 @@ class KnowledgeGraphAgent:
             trace["few_shot_questions"] = [e["question"] for e in examples]
             clock.lap("few_shot")
         trace["candidates"] = [c.trace() for c in candidates]
-        trace["context"] = [{"title": s.title, "heading": s.heading, "similarity": s.similarity,
-                             "quality": s.quality, "via": s.via} for s in context]  # fmt: skip
+        trace["context"] = [
+            {
+                "title": s.title,
+                "heading": s.heading,
+                "similarity": s.similarity,
+                "quality": s.quality,
+                "via": s.via,
+            }
+            for s in context
+        ]
         if not context:
             answer = NO_CONTEXT_ANSWER
         elif self.llm.available:
-            answer = synthesize(self.llm, self.settings["synthesis_model"], question, context, examples)
+            answer = synthesize(
+                self.llm, self.settings["synthesis_model"], question, context, examples
+            )
         else:
             answer = extractive_answer(question, context)
         clock.lap("synthesis")
         return self._response(answer, context, "vector_search", cypher, clock, trace, usage_before)
 
-    def _quality_filter(self, question: str, context: list[ContextSection], ranked: list[Candidate], trace: dict) -> list[ContextSection]:
+    def _quality_filter(
+        self, question: str, context: list[ContextSection], ranked: list[Candidate], trace: dict
+    ) -> list[ContextSection]:
         for section in context:
             section.quality = quality_score(section.text, question)
         for candidate in ranked:
@@ -268,7 +346,9 @@ class KnowledgeGraphAgent:
         if not self.on("enable_quality_filter"):
             return context
         kept = [s for s in context if s.quality >= QUALITY_THRESHOLD]
-        trace["quality_filtered"] = [f"{s.title} > {s.heading}" for s in context if s.quality < QUALITY_THRESHOLD]
+        trace["quality_filtered"] = [
+            f"{s.title} > {s.heading}" for s in context if s.quality < QUALITY_THRESHOLD
+        ]
         return kept
 
     def _minimal(self, question: str) -> str:
@@ -276,8 +356,16 @@ class KnowledgeGraphAgent:
             return NO_CONTEXT_ANSWER
         return synthesize_minimal(self.llm, self.settings["synthesis_model"], question)
 
-    def _response(self, answer: str, context: list[ContextSection], query_type: str, cypher: str,
-                  clock: Stopwatch, trace: dict, usage_before: dict) -> dict:  # fmt: skip
+    def _response(
+        self,
+        answer: str,
+        context: list[ContextSection],
+        query_type: str,
+        cypher: str,
+        clock: Stopwatch,
+        trace: dict,
+        usage_before: dict,
+    ) -> dict:
         sources = list(dict.fromkeys(s.title for s in context))
         urls = list(dict.fromkeys(s.article_url for s in context))
         section_ids = [s.section_id for s in context]
@@ -311,7 +399,9 @@ class KnowledgeGraphAgent:
             "cypher_query": cypher,
             "query_type": query_type,
             "token_usage": usage,
-            "citations": [{"title": s.title, "url": s.article_url, "section": s.heading} for s in context],
+            "citations": [
+                {"title": s.title, "url": s.article_url, "section": s.heading} for s in context
+            ],
             "timings_ms": clock.total(),
             "trace": trace,
         }

@@ -61,26 +61,40 @@ class Candidate:
         return row
 
 
-def _candidate(pack: OpenPack, kind: str, passage_id: str, section_id: str, text: str, query: str) -> Candidate | None:
+def _candidate(
+    pack: OpenPack, kind: str, passage_id: str, section_id: str, text: str, query: str
+) -> Candidate | None:
     section = pack.sections.get(section_id)
     if section is None:
         return None
     article = pack.articles[section.article_url]
     return Candidate(
-        passage_id=passage_id, kind=kind, section_id=section_id, article_url=article.url,
-        title=article.title, heading=section.heading, text=text,
-        pagerank=article.pagerank, found_by=query,
-    )  # fmt: skip
+        passage_id=passage_id,
+        kind=kind,
+        section_id=section_id,
+        article_url=article.url,
+        title=article.title,
+        heading=section.heading,
+        text=text,
+        pagerank=article.pagerank,
+        found_by=query,
+    )
 
 
 def vector_search(
-    pack: OpenPack, query: str, vector: np.ndarray, k: int, labels: tuple[str, ...] = ("Chunk", "Section")
+    pack: OpenPack,
+    query: str,
+    vector: np.ndarray,
+    k: int,
+    labels: tuple[str, ...] = ("Chunk", "Section"),
 ) -> list[Candidate]:
     """HNSW top-k per table, merged best-first by cosine similarity."""
     found = []
     for label in labels:
         cypher = VECTOR_CYPHER.format(label=label, index=VECTOR_INDEXES[label], key=KEYS[label])
-        for passage_id, section_id, text, distance in pack.query(cypher, {"v": vector.tolist(), "k": k}):
+        for passage_id, section_id, text, distance in pack.query(
+            cypher, {"v": vector.tolist(), "k": k}
+        ):
             candidate = _candidate(pack, label.lower(), passage_id, section_id, text, query)
             if candidate:
                 candidate.similarity = 1.0 - float(distance)
@@ -109,7 +123,9 @@ def fuse(*rankings: list[Candidate]) -> list[Candidate]:
         for rank, candidate in enumerate(ranking, start=1):
             kept = merged.setdefault(candidate.passage_id, candidate)
             kept.rrf = (kept.rrf or 0.0) + 1.0 / (RRF_K + rank)
-            kept.similarity = kept.similarity if kept.similarity is not None else candidate.similarity
+            kept.similarity = (
+                kept.similarity if kept.similarity is not None else candidate.similarity
+            )
             kept.bm25 = kept.bm25 if kept.bm25 is not None else candidate.bm25
     return sorted(merged.values(), key=lambda c: -(c.rrf or 0.0))
 
@@ -138,9 +154,12 @@ def deduplicate(pack: OpenPack, candidates: list[Candidate]) -> list[Candidate]:
             best[candidate.passage_id] = candidate
     missing = [c.passage_id for c in best.values() if not c.text]
     if missing:
-        texts = dict(pack.query(
-            "MATCH (c:Chunk) WHERE c.chunk_id IN $ids RETURN c.chunk_id, c.content", {"ids": missing}
-        ))  # fmt: skip
+        texts = dict(
+            pack.query(
+                "MATCH (c:Chunk) WHERE c.chunk_id IN $ids RETURN c.chunk_id, c.content",
+                {"ids": missing},
+            )
+        )
         for candidate in best.values():
             candidate.text = candidate.text or texts.get(candidate.passage_id, "")
     return sorted(best.values(), key=lambda c: -(c.similarity or 0.0))

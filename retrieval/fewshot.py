@@ -40,7 +40,9 @@ def load_examples(pack: OpenPack) -> list[dict]:
                 continue
             answer = item.get("ground_truth") or (item.get("answers") or [None])[0]
             if item.get("question") and answer:
-                examples.append({"id": item.get("id"), "question": item["question"], "answer": answer})
+                examples.append(
+                    {"id": item.get("id"), "question": item["question"], "answer": answer}
+                )
     return examples
 
 
@@ -52,7 +54,9 @@ class FewShotManager:
         key = str(self.pack.version_dir)
         if key not in _cache:
             examples = load_examples(self.pack)
-            vectors = self.pack.embed([e["question"] for e in examples]) if examples else np.zeros((0, 1))
+            vectors = (
+                self.pack.embed([e["question"] for e in examples]) if examples else np.zeros((0, 1))
+            )
             _cache[key] = (examples, vectors)
         return _cache[key]
 

@@ -29,8 +29,12 @@ class LLMClient:
     ):
         key = (api_key or os.environ.get("ANTHROPIC_API_KEY")) if enabled else None
         self.client = (
-            anthropic.Anthropic(api_key=key, base_url=base_url or os.environ.get("ANTHROPIC_BASE_URL"),
-                                max_retries=max_retries, timeout=60.0)  # fmt: skip
+            anthropic.Anthropic(
+                api_key=key,
+                base_url=base_url or os.environ.get("ANTHROPIC_BASE_URL"),
+                max_retries=max_retries,
+                timeout=60.0,
+            )
             if key
             else None
         )
@@ -40,14 +44,18 @@ class LLMClient:
     def available(self) -> bool:
         return self.client is not None
 
-    def complete(self, model: str, system: str, prompt: str, max_tokens: int = SYNTHESIS_MAX_TOKENS) -> str:
+    def complete(
+        self, model: str, system: str, prompt: str, max_tokens: int = SYNTHESIS_MAX_TOKENS
+    ) -> str:
         if self.client is None:
             raise LLMError("no API key")
         try:
             response = self.client.messages.create(
-                model=model, max_tokens=max_tokens, system=system,
+                model=model,
+                max_tokens=max_tokens,
+                system=system,
                 messages=[{"role": "user", "content": prompt}],
-            )  # fmt: skip
+            )
         except anthropic.APIError as exc:
             raise LLMError(type(exc).__name__) from exc
         self.usage["api_calls"] += 1

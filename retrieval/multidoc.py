@@ -78,8 +78,16 @@ class MultiDocSynthesizer:
         chosen = []
         for position in order:
             section = pack.sections[pack.section_ids[indexes[position]]]
-            chosen.append(ContextSection(
-                section.section_id, url, article.title, section.heading, section.content,
-                float(similarities[position]), article.pagerank, via,
-            ))  # fmt: skip
+            chosen.append(
+                ContextSection(
+                    section.section_id,
+                    url,
+                    article.title,
+                    section.heading,
+                    section.content,
+                    float(similarities[position]),
+                    article.pagerank,
+                    via,
+                )
+            )
         return chosen

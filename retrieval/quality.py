@@ -8,9 +8,56 @@ QUALITY_THRESHOLD = 0.3
 MIN_WORDS = 20
 WORD = re.compile(r"[a-z0-9_]+")
 STOPWORDS = frozenset(
-    "a an and are as at be by can do does for from has have how i if in is it its me my of on "
-    "or so that the their them there these they this to was what when where which who why will "
-    "with you your".split()
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "can",
+        "do",
+        "does",
+        "for",
+        "from",
+        "has",
+        "have",
+        "how",
+        "i",
+        "if",
+        "in",
+        "is",
+        "it",
+        "its",
+        "me",
+        "my",
+        "of",
+        "on",
+        "or",
+        "so",
+        "that",
+        "the",
+        "their",
+        "them",
+        "there",
+        "these",
+        "they",
+        "this",
+        "to",
+        "was",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "why",
+        "will",
+        "with",
+        "you",
+        "your",
+    ]
 )
 
 

@@ -61,34 +61,50 @@ def context_pack(pack: OpenPack, seed: str, limit: int = 5) -> list[dict]:
         add(url, 5, f"vector top-{rank}")
 
     if seed_url:
-        seed_entities = {r[0] for r in pack.query(
-            "MATCH (a:Article {url: $u})-[:HAS_ENTITY]->(e:Entity) WHERE e.type <> 'topic' RETURN e.entity_id",
-            {"u": seed_url})}  # fmt: skip
+        seed_entities = {
+            r[0]
+            for r in pack.query(
+                "MATCH (a:Article {url: $u})-[:HAS_ENTITY]->(e:Entity) WHERE e.type <> 'topic' RETURN e.entity_id",
+                {"u": seed_url},
+            )
+        }
         categories = {pack.articles[seed_url].category}
         linked = pack.query(
-            "MATCH (a:Article {url: $u})-[:LINKS_TO]-(b:Article) RETURN DISTINCT b.url", {"u": seed_url}
+            "MATCH (a:Article {url: $u})-[:LINKS_TO]-(b:Article) RETURN DISTINCT b.url",
+            {"u": seed_url},
         )
         for (url,) in linked:
             add(url, 1, "links to/from the seed article")
     else:
         words = _tokens(seed)
-        seed_entities = {r[0] for r in pack.query(
-            "MATCH (e:Entity) WHERE e.type <> 'topic' AND size(e.entity_id) > 3 AND e.entity_id IN $names "
-            "RETURN e.entity_id", {"names": sorted(_phrases(seed))})}  # fmt: skip
+        seed_entities = {
+            r[0]
+            for r in pack.query(
+                "MATCH (e:Entity) WHERE e.type <> 'topic' AND size(e.entity_id) > 3 AND e.entity_id IN $names "
+                "RETURN e.entity_id",
+                {"names": sorted(_phrases(seed))},
+            )
+        }
         categories = {pack.articles[top_articles[0]].category} if top_articles else set()
-        named_articles = [url for url, a in pack.articles.items() if _tokens(a.title) and _tokens(a.title) <= words]
+        named_articles = [
+            url
+            for url, a in pack.articles.items()
+            if _tokens(a.title) and _tokens(a.title) <= words
+        ]
         for named in named_articles:
             add(named, 1, f"named in the seed: {pack.articles[named].title}")
             for (url,) in pack.query(
-                "MATCH (a:Article {url: $u})-[:LINKS_TO]-(b:Article) RETURN DISTINCT b.url", {"u": named}
+                "MATCH (a:Article {url: $u})-[:LINKS_TO]-(b:Article) RETURN DISTINCT b.url",
+                {"u": named},
             ):
                 add(url, 1, f"links to/from {pack.articles[named].title}")
 
     if seed_entities:
         shared = pack.query(
             "MATCH (a:Article)-[:HAS_ENTITY]->(e:Entity) WHERE e.entity_id IN $ids "
-            "RETURN a.url, collect(e.name)", {"ids": sorted(seed_entities)},
-        )  # fmt: skip
+            "RETURN a.url, collect(e.name)",
+            {"ids": sorted(seed_entities)},
+        )
         for url, names in shared:
             names = sorted(names)[:3]
             add(url, 3 * len(names), "shared entities: " + ", ".join(names))
@@ -112,4 +128,6 @@ def context_pack(pack: OpenPack, seed: str, limit: int = 5) -> list[dict]:
 def _phrases(text: str, longest: int = 4) -> set[str]:
     """Every run of 1-4 words of the text, lower-cased: candidate entity names."""
     words = TOKEN.findall(text.lower())
-    return {" ".join(words[i : i + n]) for n in range(1, longest + 1) for i in range(len(words) - n + 1)}
+    return {
+        " ".join(words[i : i + n]) for n in range(1, longest + 1) for i in range(len(words) - n + 1)
+    }

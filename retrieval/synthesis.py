@@ -50,8 +50,10 @@ def build_prompt(question: str, sections: list[ContextSection], examples: list[d
     if examples:
         parts.append("Here are examples of high-quality answers:\n")
         for number, example in enumerate(examples, start=1):
-            parts.append(f"=== Example {number} ===\nQuestion: {example['question']}\n"
-                         f"Answer: {example['answer']}\n")  # fmt: skip
+            parts.append(
+                f"=== Example {number} ===\nQuestion: {example['question']}\n"
+                f"Answer: {example['answer']}\n"
+            )
         parts.append("Now answer this question following the same pattern.\n")
     parts.append("<passages>")
     for section in sections:
@@ -64,7 +66,9 @@ def build_prompt(question: str, sections: list[ContextSection], examples: list[d
     return "\n".join(parts)
 
 
-def synthesize(llm: LLMClient, model: str, question: str, sections: list[ContextSection], examples: list[dict]) -> str:
+def synthesize(
+    llm: LLMClient, model: str, question: str, sections: list[ContextSection], examples: list[dict]
+) -> str:
     try:
         return llm.complete(model, SYNTHESIS_SYSTEM, build_prompt(question, sections, examples))
     except LLMError:
@@ -73,14 +77,21 @@ def synthesize(llm: LLMClient, model: str, question: str, sections: list[Context
 
 def synthesize_minimal(llm: LLMClient, model: str, question: str) -> str:
     try:
-        return llm.complete(model, "You are a knowledgeable assistant.", MINIMAL_PROMPT.format(question=question))
+        return llm.complete(
+            model, "You are a knowledgeable assistant.", MINIMAL_PROMPT.format(question=question)
+        )
     except LLMError:
         return API_ERROR_ANSWER
 
 
 def alternative_phrasings(llm: LLMClient, model: str, question: str, n: int = 2) -> list[str]:
     try:
-        text = llm.complete(model, "You rewrite search queries.", EXPANSION_PROMPT.format(n=n, question=question), 256)
+        text = llm.complete(
+            model,
+            "You rewrite search queries.",
+            EXPANSION_PROMPT.format(n=n, question=question),
+            256,
+        )
     except LLMError:
         return []
     lines = [re.sub(r"^\s*(?:\d+[.)]|[-*])\s*", "", line).strip() for line in text.splitlines()]

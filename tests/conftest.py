@@ -12,9 +12,9 @@ from dagster import DagsterInstance
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.pop("ANTHROPIC_API_KEY", None)
 
-from kpack.build import BuildResult, build_pack  # noqa: E402
-from resources.fetcher import FetcherResource  # noqa: E402
-from tests.loopback import LoopbackServer, SiteHandler  # noqa: E402
+from kpack.build import BuildResult, build_pack
+from resources.fetcher import FetcherResource
+from tests.loopback import LoopbackServer, SiteHandler
 
 TEST_FETCH = {"allow_private_hosts": True, "timeout_s": 1.0, "retries": 2, "max_bytes": 200_000}
 
@@ -45,7 +45,9 @@ def write_pack(workspace: Path, name: str, urls: list[str], config: dict | None 
     return folder
 
 
-def build(workspace: Path, name: str, fetcher: FetcherResource | None = None, **resources) -> BuildResult:
+def build(
+    workspace: Path, name: str, fetcher: FetcherResource | None = None, **resources
+) -> BuildResult:
     """Materialize the whole asset graph for one pack against an ephemeral Dagster instance."""
     overrides = {"fetcher": fetcher or FetcherResource(backoff_s=0.05), **resources}
     return build_pack(

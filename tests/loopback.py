@@ -12,6 +12,7 @@ import threading
 import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from itertools import pairwise
 from pathlib import Path
 
 SITE = Path(__file__).parent / "site"
@@ -91,7 +92,11 @@ class SiteHandler(BaseHTTPRequestHandler):
             self._send(200, b"\x89PNG\r\n\x1a\n\x00\x00\x00binary", "image/png")
         elif path == "/huge.html":
             paragraph = b"<p>" + b"lorem ipsum " * 100 + b"</p>"
-            body = b"<html><body>" + paragraph * (self.oversized_bytes // len(paragraph) + 1) + b"</body></html>"
+            body = (
+                b"<html><body>"
+                + paragraph * (self.oversized_bytes // len(paragraph) + 1)
+                + b"</body></html>"
+            )
             self._send(200, body, "text/html")
         elif path.startswith("/acme/widget/blob/"):
             self._send(200, b"<html><body>GitHub chrome around the file</body></html>", "text/html")
@@ -99,7 +104,9 @@ class SiteHandler(BaseHTTPRequestHandler):
             file = (SITE / path.lstrip("/")).resolve()
             if file.is_file() and file.is_relative_to(SITE):
                 content_type = CONTENT_TYPES.get(file.suffix, "text/plain; charset=utf-8")
-                self._send(200, file.read_bytes(), content_type, {"ETag": f'"{file.stat().st_mtime_ns}"'})
+                self._send(
+                    200, file.read_bytes(), content_type, {"ETag": f'"{file.stat().st_mtime_ns}"'}
+                )
             else:
                 self._send(404, b"not found", "text/plain")
 
@@ -122,7 +129,9 @@ class FakeAnthropic(BaseHTTPRequestHandler):
         request = json.loads(self.rfile.read(length))
         server.count(self.path)
         with server.lock:
-            server.requests.append({"headers": {k.lower(): v for k, v in self.headers.items()}, "body": request})  # type: ignore[attr-defined]
+            server.requests.append(
+                {"headers": {k.lower(): v for k, v in self.headers.items()}, "body": request}
+            )  # type: ignore[attr-defined]
         if self.fail_with:
             body = {"type": "error", "error": {"type": "api_error", "message": "fake failure"}}
             return self._json(self.fail_with, body)
@@ -131,24 +140,62 @@ class FakeAnthropic(BaseHTTPRequestHandler):
             text = " ".join(part.get("text", "") for part in text)
         words = sorted(set(re.findall(r"\b[A-Z][a-z]{3,}\b", text)))[:5]
         if request.get("tools"):
-            content = [{
-                "type": "tool_use", "id": "toolu_fake", "name": request["tools"][0]["name"],
-                "input": {
-                    "entities": [{"name": f"LLM {w}", "type": "concept", "description": f"{w} per Claude"} for w in words],
-                    "relations": [{"source": f"LLM {a}", "relation": "PRECEDES", "target": f"LLM {b}", "context": "fake"}
-                                  for a, b in zip(words, words[1:])],
-                    "facts": [{"content": f"Claude says the section mentions {', '.join(words)}.", "entity": ""}],
-                },
-            }]  # fmt: skip
+            content = [
+                {
+                    "type": "tool_use",
+                    "id": "toolu_fake",
+                    "name": request["tools"][0]["name"],
+                    "input": {
+                        "entities": [
+                            {
+                                "name": f"LLM {w}",
+                                "type": "concept",
+                                "description": f"{w} per Claude",
+                            }
+                            for w in words
+                        ],
+                        "relations": [
+                            {
+                                "source": f"LLM {a}",
+                                "relation": "PRECEDES",
+                                "target": f"LLM {b}",
+                                "context": "fake",
+                            }
+                            for a, b in pairwise(words)
+                        ],
+                        "facts": [
+                            {
+                                "content": f"Claude says the section mentions {', '.join(words)}.",
+                                "entity": "",
+                            }
+                        ],
+                    },
+                }
+            ]
         elif "alternative phrasings" in text:
-            content = [{"type": "text", "text": "1. Where is the sprocket cache kept?\n2. Which folder holds cached sprockets?"}]
+            content = [
+                {
+                    "type": "text",
+                    "text": "1. Where is the sprocket cache kept?\n2. Which folder holds cached sprockets?",
+                }
+            ]
         else:
-            content = [{"type": "text", "text": f"Fake answer [Source: fake]. Prompt tail: {text[-200:]}"}]
-        self._json(200, {
-            "id": "msg_fake", "type": "message", "role": "assistant", "model": request["model"],
-            "content": content, "stop_reason": "tool_use" if request.get("tools") else "end_turn",
-            "stop_sequence": None, "usage": {"input_tokens": 100, "output_tokens": 20},
-        })  # fmt: skip
+            content = [
+                {"type": "text", "text": f"Fake answer [Source: fake]. Prompt tail: {text[-200:]}"}
+            ]
+        self._json(
+            200,
+            {
+                "id": "msg_fake",
+                "type": "message",
+                "role": "assistant",
+                "model": request["model"],
+                "content": content,
+                "stop_reason": "tool_use" if request.get("tools") else "end_turn",
+                "stop_sequence": None,
+                "usage": {"input_tokens": 100, "output_tokens": 20},
+            },
+        )
 
     def _json(self, status: int, body: dict) -> None:
         data = json.dumps(body).encode()

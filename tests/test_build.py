@@ -28,7 +28,9 @@ def query(conn, cypher, params=None):
 @pytest.fixture
 def built(workspace, site, site_fetcher):
     folder = site_pack(
-        workspace, site, extra=[site.url("/missing.html"), site.url("/acme/widget/blob/main/CONTRIBUTING.md")]
+        workspace,
+        site,
+        extra=[site.url("/missing.html"), site.url("/acme/widget/blob/main/CONTRIBUTING.md")],
     )
     result = build(workspace, "widgets", fetcher=site_fetcher)
     return folder, result
@@ -42,7 +44,12 @@ def test_build_publishes_a_queryable_graph(built, site):
     assert manifest["sources"]["ok"] == 5 and manifest["sources"]["failed"] == 1
     assert "404" in manifest["sources"]["failures"][0]["error"]
     assert manifest["embedding"] == {**manifest["embedding"], "dimension": 384}
-    assert set(manifest["stage_seconds"]) >= {"fetched_pages", "embeddings", "pack_graph", "pack_manifest"}
+    assert set(manifest["stage_seconds"]) >= {
+        "fetched_pages",
+        "embeddings",
+        "pack_graph",
+        "pack_manifest",
+    }
     assert (folder / "skill.md").read_text().startswith("---\nname: widgets-pack")
 
     db, conn = connect(folder / "pack.db", read_only=True)
@@ -58,12 +65,16 @@ def test_build_publishes_a_queryable_graph(built, site):
 
         edges = {
             (s.rsplit("/", 1)[-1], t.rsplit("/", 1)[-1])
-            for s, t in query(conn, "MATCH (a:Article)-[:LINKS_TO]->(b:Article) RETURN a.url, b.url")
+            for s, t in query(
+                conn, "MATCH (a:Article)-[:LINKS_TO]->(b:Article) RETURN a.url, b.url"
+            )
         }
         assert edges == {
-            ("index.html", "guide.html"), ("index.html", "readme.md"),
-            ("guide.html", "index.html"), ("readme.md", "index.html"),
-        }  # fmt: skip
+            ("index.html", "guide.html"),
+            ("index.html", "readme.md"),
+            ("guide.html", "index.html"),
+            ("readme.md", "index.html"),
+        }
 
         contents = [c for (c,) in query(conn, "MATCH (s:Section) RETURN s.content")]
         assert not any("NOISE_" in c for c in contents)
@@ -74,7 +85,9 @@ def test_build_publishes_a_queryable_graph(built, site):
         assert all(0.0 <= r <= 1.0 for r in ranks.values())
         assert max(ranks, key=ranks.get) == site.url("/docs/index.html")
 
-        question = encode(load_model("default"), ["Which variable sets where the sprocket cache lives?"])[0]
+        question = encode(
+            load_model("default"), ["Which variable sets where the sprocket cache lives?"]
+        )[0]
         hits = query(
             conn,
             "CALL QUERY_VECTOR_INDEX('Chunk', 'chunk_embedding_idx', $v, 3) "
@@ -98,7 +111,7 @@ def test_build_publishes_a_queryable_graph(built, site):
 
 
 def test_failed_build_leaves_published_pack_intact(built, workspace, site, site_fetcher):
-    folder, first = built
+    folder, _first = built
     before = retrieval.search(folder, "Which variable sets where the sprocket cache lives?", k=3)
 
     class CrashingPackStore(PackStore):
@@ -107,9 +120,11 @@ def test_failed_build_leaves_published_pack_intact(built, workspace, site, site_
 
     (folder / "urls.txt").write_text(site.url("/docs/readme.md") + "\n")
     failed = build(
-        workspace, "widgets", fetcher=site_fetcher,
+        workspace,
+        "widgets",
+        fetcher=site_fetcher,
         pack_store=CrashingPackStore(packs_dir=str(workspace / "packs")),
-    )  # fmt: skip
+    )
     assert not failed.success and "pack_manifest" in failed.failed_steps
     assert json.loads((folder / "manifest.json").read_text())["version"] == 1
     after = retrieval.search(folder, "Which variable sets where the sprocket cache lives?", k=3)
@@ -132,10 +147,11 @@ def test_failed_build_leaves_published_pack_intact(built, workspace, site, site_
 
 def test_mostly_failed_fetch_is_not_published(workspace, site):
     write_pack(
-        workspace, "broken",
+        workspace,
+        "broken",
         [site.url("/docs/index.html")] + [site.url(f"/gone-{i}.html") for i in range(4)],
         {"fetch": TEST_FETCH},
-    )  # fmt: skip
+    )
     result = build(workspace, "broken")
     assert not result.success
     assert "failed_url_share" in result.failed_checks
@@ -180,7 +196,9 @@ def test_claude_errors_fall_back_to_offline_extraction(workspace, site, monkeypa
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-not-real")
     site_pack(workspace, site, name="llmfail")
     with fake_anthropic_server(fail_with=500) as fake:
-        result = build(workspace, "llmfail", claude=ClaudeResource(base_url=fake.base, max_retries=0))
+        result = build(
+            workspace, "llmfail", claude=ClaudeResource(base_url=fake.base, max_retries=0)
+        )
     assert result.success
     assert result.manifest["extraction"]["llm_failures"] == len(fake.requests) > 0
     assert result.manifest["counts"]["Entity"] > 0

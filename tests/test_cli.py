@@ -22,12 +22,18 @@ def tree(folder: Path) -> list[str]:
 
 def test_new_creates_urls_txt_and_skips_invalid_urls(workspace, capsys):
     code, out, err = run(
-        capsys, "new", "widgets",
-        "--url", "https://docs.example.org/a",
-        "--url", "docs.example.org/b",
-        "--url", "ftp://example.org/c",
-        "--url", "https://docs.example.org/d",
-    )  # fmt: skip
+        capsys,
+        "new",
+        "widgets",
+        "--url",
+        "https://docs.example.org/a",
+        "--url",
+        "docs.example.org/b",
+        "--url",
+        "ftp://example.org/c",
+        "--url",
+        "https://docs.example.org/d",
+    )
     assert code == 0
     urls = workspace / "packs" / "widgets" / "urls.txt"
     assert urls.read_text() == "https://docs.example.org/a\nhttps://docs.example.org/d\n"

@@ -180,14 +180,21 @@ def test_no_config_file_gives_the_defaults(tmp_path: Path):
 
 
 def test_valid_overrides_are_applied(tmp_path: Path):
-    write_config(tmp_path, {
-        "extraction": "offline",
-        "chunk_tokens": 128,
-        "chunk_overlap_tokens": 16,
-        "max_failed_fraction": 1,
-        "fetch": {"timeout_s": 5, "retries": 0, "allow_private_hosts": True,
-                  "file_roots": ["../..", "/srv/notes"]},
-    })  # fmt: skip
+    write_config(
+        tmp_path,
+        {
+            "extraction": "offline",
+            "chunk_tokens": 128,
+            "chunk_overlap_tokens": 16,
+            "max_failed_fraction": 1,
+            "fetch": {
+                "timeout_s": 5,
+                "retries": 0,
+                "allow_private_hosts": True,
+                "file_roots": ["../..", "/srv/notes"],
+            },
+        },
+    )
     config = load_config(tmp_path)
     assert config.extraction == "offline"
     assert (config.chunk_tokens, config.chunk_overlap_tokens) == (128, 16)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from assets.fetch import main_content
 from assets.parse import (
     _internal_links,
@@ -150,8 +148,11 @@ def test_h3_path_follows_the_latest_h2():
     text = "# Doc\n\n## One\n\na\n\n### Sub\n\nb\n\n## Two\n\nc\n\n### Sub\n\nd\n"
     _, drafts = sections_of("markdown", text)
     assert [" > ".join(d.path) for d in drafts] == [
-        "Doc > One", "Doc > One > Sub", "Doc > Two", "Doc > Two > Sub",
-    ]  # fmt: skip
+        "Doc > One",
+        "Doc > One > Sub",
+        "Doc > Two",
+        "Doc > Two > Sub",
+    ]
 
 
 def test_h4_stays_inside_its_section():
@@ -231,8 +232,10 @@ def test_page_links_of_html_and_markdown():
         "and <a href='raw.html'>raw</a>."
     )
     assert [href for href, _ in page_links("markdown", md)] == [
-        "guide.md#setup", "https://x.org/y", "raw.html",
-    ]  # fmt: skip
+        "guide.md#setup",
+        "https://x.org/y",
+        "raw.html",
+    ]
 
 
 def test_internal_links_resolve_relative_links_and_drop_the_rest():

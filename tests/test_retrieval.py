@@ -31,10 +31,22 @@ OUT_OF_DOMAIN = "Who won the football world cup in 1998?"
 PAGES = ["/docs/index.html", "/docs/guide.html", "/docs/readme.md", "/docs/malformed.html"]
 SEED_KEYS = {"answer", "sources", "entities", "facts", "cypher_query", "query_type", "token_usage"}
 EVAL_QUESTIONS = [
-    {"id": "q1", "question": "How do I install the toolkit?", "ground_truth": "pip install widget-toolkit"},
-    {"id": "q2", "question": "What does WIDGET_HOME do?", "ground_truth": "It points at the sprocket cache."},
+    {
+        "id": "q1",
+        "question": "How do I install the toolkit?",
+        "ground_truth": "pip install widget-toolkit",
+    },
+    {
+        "id": "q2",
+        "question": "What does WIDGET_HOME do?",
+        "ground_truth": "It points at the sprocket cache.",
+    },
     {"id": "q3", "question": "When are releases cut?", "ground_truth": "Every second Tuesday."},
-    {"id": "q4", "question": "How do I contribute a pull request?", "ground_truth": "One review and a green build."},
+    {
+        "id": "q4",
+        "question": "How do I contribute a pull request?",
+        "ground_truth": "One review and a green build.",
+    },
 ]
 
 
@@ -43,11 +55,16 @@ def pack(site, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("retrieval")
     folder = write_pack(root, "widgets", [site.url(p) for p in PAGES], {"fetch": TEST_FETCH})
     (folder / "eval").mkdir()
-    (folder / "eval" / "questions.jsonl").write_text("\n".join(json.dumps(q) for q in EVAL_QUESTIONS))
+    (folder / "eval" / "questions.jsonl").write_text(
+        "\n".join(json.dumps(q) for q in EVAL_QUESTIONS)
+    )
     result = build_pack(
-        "widgets", packs_dir=root / "packs", storage=str(root / "storage"),
-        instance=DagsterInstance.ephemeral(), resource_overrides={"fetcher": FetcherResource(backoff_s=0.05)},
-    )  # fmt: skip
+        "widgets",
+        packs_dir=root / "packs",
+        storage=str(root / "storage"),
+        instance=DagsterInstance.ephemeral(),
+        resource_overrides={"fetcher": FetcherResource(backoff_s=0.05)},
+    )
     assert result.success
     return folder
 
@@ -64,9 +81,13 @@ def test_response_has_the_seed_schema_and_a_trace(pack, no_key):
     assert result["token_usage"] == {"input_tokens": 0, "output_tokens": 0, "api_calls": 0}
     assert "User Guide" in result["sources"]
     assert all(set(c) == {"title", "url", "section"} for c in result["citations"])
-    assert {"embed", "vector_search", "graph_rerank", "multidoc", "synthesis", "total"} <= set(result["timings_ms"])
+    assert {"embed", "vector_search", "graph_rerank", "multidoc", "synthesis", "total"} <= set(
+        result["timings_ms"]
+    )
     candidate = result["trace"]["candidates"][0]
-    assert {"similarity", "bm25", "pagerank", "cross_encoder", "quality", "combined"} <= set(candidate)
+    assert {"similarity", "bm25", "pagerank", "cross_encoder", "quality", "combined"} <= set(
+        candidate
+    )
     assert "QUERY_VECTOR_INDEX" in result["cypher_query"]
 
 
@@ -109,16 +130,20 @@ def test_quality_formula_matches_hand_computed_values():
 
 def test_graph_reranker_promotes_the_authoritative_article():
     def candidate(title, similarity, pagerank):
-        return Candidate(title, "chunk", title, title, title, title, "", similarity=similarity, pagerank=pagerank)
+        return Candidate(
+            title, "chunk", title, title, title, title, "", similarity=similarity, pagerank=pagerank
+        )
 
-    ranked = GraphReranker().rerank([
-        candidate("Quantum_fluctuation", 0.95, 0.45),
-        candidate("Quantum_mechanics", 0.90, 0.85),
-        candidate("Quantum_field_theory", 0.88, 0.62),
-    ])  # fmt: skip
-    assert [c.title for c in ranked][0] == "Quantum_mechanics"
+    ranked = GraphReranker().rerank(
+        [
+            candidate("Quantum_fluctuation", 0.95, 0.45),
+            candidate("Quantum_mechanics", 0.90, 0.85),
+            candidate("Quantum_field_theory", 0.88, 0.62),
+        ]
+    )
+    assert next(c.title for c in ranked) == "Quantum_mechanics"
     assert ranked[0].combined == pytest.approx(0.7 * 0.90 + 0.3 * 0.85)
-    assert [c.title for c in GraphReranker(1.0, 0.0).rerank(ranked)][0] == "Quantum_fluctuation"
+    assert next(c.title for c in GraphReranker(1.0, 0.0).rerank(ranked)) == "Quantum_fluctuation"
 
 
 def test_multidoc_returns_at_most_five_articles_of_three_sections(pack, no_key):
@@ -134,7 +159,9 @@ def test_multidoc_returns_at_most_five_articles_of_three_sections(pack, no_key):
     for section in context.sections:
         per_article[section.article_url] = per_article.get(section.article_url, 0) + 1
     assert 1 <= len(context.articles) <= 5 and max(per_article.values()) <= 3
-    narrow = MultiDocSynthesizer(num_docs=2, sections_per_doc=1).retrieve(opened, vector, [_as_candidate(c) for c in candidates])
+    narrow = MultiDocSynthesizer(num_docs=2, sections_per_doc=1).retrieve(
+        opened, vector, [_as_candidate(c) for c in candidates]
+    )
     assert len(narrow.articles) == 2 and len(narrow.sections) == 2
     # Within an article, sections come most similar first: cosine over the section vectors.
     guide = [s.heading for s in context.sections if s.title == "User Guide"]
@@ -142,8 +169,17 @@ def test_multidoc_returns_at_most_five_articles_of_three_sections(pack, no_key):
 
 
 def _as_candidate(hit: dict) -> Candidate:
-    return Candidate(hit["passage_id"], "chunk", hit["passage_id"][:-4], hit["url"], hit["title"],
-                     hit["heading"], hit["text"], similarity=hit["similarity"], pagerank=hit["pagerank"])  # fmt: skip
+    return Candidate(
+        hit["passage_id"],
+        "chunk",
+        hit["passage_id"][:-4],
+        hit["url"],
+        hit["title"],
+        hit["heading"],
+        hit["text"],
+        similarity=hit["similarity"],
+        pagerank=hit["pagerank"],
+    )
 
 
 def test_few_shot_uses_the_most_similar_examples_but_never_the_question_itself(pack, no_key):
@@ -152,7 +188,9 @@ def test_few_shot_uses_the_most_similar_examples_but_never_the_question_itself(p
     vector = agent.pack.embed([asked])[0]
     examples = agent.few_shot.get_examples(asked, vector)
     assert len(examples) == 2 and asked not in [e["question"] for e in examples]
-    excluded = agent.few_shot.get_examples("sprocket cache folder", vector, exclude=lambda e: e["id"] == "q2")
+    excluded = agent.few_shot.get_examples(
+        "sprocket cache folder", vector, exclude=lambda e: e["id"] == "q2"
+    )
     assert "q2" not in [e["id"] for e in excluded]
 
 
@@ -173,9 +211,15 @@ def test_synthesis_through_the_sdk_passes_passages_as_quoted_data(pack, monkeypa
 def test_multi_query_asks_haiku_for_two_phrasings_and_searches_all_three(pack, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-not-real")
     with fake_anthropic_server() as fake:
-        agent = KnowledgeGraphAgent(pack, profile="max", enable_cross_encoder=False, anthropic_base_url=fake.base)
+        agent = KnowledgeGraphAgent(
+            pack, profile="max", enable_cross_encoder=False, anthropic_base_url=fake.base
+        )
         result = agent.query(IN_DOMAIN)
-    assert result["trace"]["queries"] == [IN_DOMAIN, "Where is the sprocket cache kept?", "Which folder holds cached sprockets?"]
+    assert result["trace"]["queries"] == [
+        IN_DOMAIN,
+        "Where is the sprocket cache kept?",
+        "Which folder holds cached sprockets?",
+    ]
     assert fake.requests[0]["body"]["model"] == "claude-haiku-4-5"
     assert result["token_usage"]["api_calls"] == 2
 
@@ -202,7 +246,9 @@ def test_cross_encoder_rescores_twice_as_many_candidates(pack, no_key):
     assert len(scored) > 3 and "cross_encoder" in result["timings_ms"]
     kept = [c for c in scored if c["dropped"] is None]
     assert len(kept) == 3
-    assert min(c["cross_encoder"] for c in kept) >= max(c["cross_encoder"] for c in scored if c["dropped"])
+    assert min(c["cross_encoder"] for c in kept) >= max(
+        c["cross_encoder"] for c in scored if c["dropped"]
+    )
 
 
 def test_context_pack_explains_each_related_article(pack, no_key):
@@ -241,9 +287,14 @@ def test_corrupt_pack_and_model_mismatch_are_clear_errors(pack, tmp_path, no_key
 
     config = pack / "kg_config.json"
     original = config.read_text()
-    config.write_text(json.dumps({**json.loads(original), "embedding_model": "BAAI/bge-base-en-v1.5"}))
+    config.write_text(
+        json.dumps({**json.loads(original), "embedding_model": "BAAI/bge-base-en-v1.5"})
+    )
     try:
-        with pytest.raises(PackError, match="built with sentence-transformers/all-MiniLM-L6-v2 but .* BAAI/bge-base-en-v1.5"):
+        with pytest.raises(
+            PackError,
+            match=r"built with sentence-transformers/all-MiniLM-L6-v2 but .* BAAI/bge-base-en-v1.5",
+        ):
             KnowledgeGraphAgent(pack)
     finally:
         config.write_text(original)
@@ -262,14 +313,22 @@ print("ok")
 def test_queries_in_other_processes_keep_answering_during_a_rebuild(pack, site, no_key):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     readers = [
-        subprocess.Popen([sys.executable, "-c", QUERY_LOOP, str(pack), "40"], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        subprocess.Popen(
+            [sys.executable, "-c", QUERY_LOOP, str(pack), "40"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(2)
     ]
     result = build_pack(
-        "widgets", packs_dir=pack.parent, storage=str(pack.parent.parent / "storage"),
-        instance=DagsterInstance.ephemeral(), resource_overrides={"fetcher": FetcherResource(backoff_s=0.05)},
-    )  # fmt: skip
+        "widgets",
+        packs_dir=pack.parent,
+        storage=str(pack.parent.parent / "storage"),
+        instance=DagsterInstance.ephemeral(),
+        resource_overrides={"fetcher": FetcherResource(backoff_s=0.05)},
+    )
     outputs = [reader.communicate(timeout=300) for reader in readers]
     assert result.success and result.manifest["version"] == 2
     for reader, (out, err) in zip(readers, outputs, strict=True):
