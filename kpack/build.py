@@ -51,7 +51,7 @@ def build_pack(
     """Materialize every stage for one pack. Raises PackError only when nothing can be built."""
     # Imported here: loading the asset graph costs a second the other CLI commands don't need.
     from assets.partitions import packs_partitions
-    from pipelines.definitions import all_assets, all_checks, make_resources
+    from pipelines.definitions import build_assets, build_checks, make_resources
 
     quiet_env()
     packs_dir = packs_dir or settings.packs_dir()
@@ -69,7 +69,7 @@ def build_pack(
     build_id = build_id or uuid.uuid4().hex
     with build_lock(folder):
         result = materialize(
-            [*all_assets, *all_checks],
+            [*build_assets, *build_checks],
             partition_key=pack,
             instance=instance,
             resources={

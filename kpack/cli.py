@@ -250,6 +250,70 @@ def _explain(result: dict, related: list[dict]) -> None:
     console.print(pack_table)
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    """kpack eval PACK [...]; kpack eval generate PACK --n N."""
+    import json
+
+    from retrieval.evaluation import (
+        evaluate,
+        load_questions,
+        markdown_summary,
+        write_results,
+        write_threshold,
+    )
+    from retrieval.pack import resolve_folder
+
+    if args.target == "generate":
+        return _eval_generate(args)
+    folder = resolve_folder(args.target)
+    questions, problems = load_questions(
+        Path(args.questions) if args.questions else folder / "eval" / "questions.jsonl", folder
+    )
+    for problem in problems:
+        err.print(f"[yellow]skipped[/] {escape(problem)}")
+    if not questions:
+        raise PackError("no valid question to evaluate")
+    profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
+    with console.status("evaluating") as status:
+        results = evaluate(
+            folder,
+            questions,
+            profiles,
+            use_llm=not args.no_llm,
+            judge_model=args.judge_model,
+            progress=lambda condition, i, n: status.update(f"{condition}: question {i + 1}/{n}"),
+        )
+    paths = write_results(results, folder / "eval" / "results")
+    if args.write_config:
+        best = results["calibration"]["best_threshold"]
+        console.print(
+            f"context_confidence_threshold = {best} written to {write_threshold(folder, best)}"
+        )
+    if args.json:
+        print(json.dumps(results, indent=2, default=str))
+        return 0
+    print(markdown_summary(results))
+    console.print(f"results: {paths['json']}\nchart:   {paths['png']}")
+    return 0
+
+
+def _eval_generate(args: argparse.Namespace) -> int:
+    from retrieval.evaluation import generate_questions
+    from retrieval.llm import LLMClient
+    from retrieval.pack import open_pack
+
+    if not args.pack:
+        raise PackError("usage: kpack eval generate PACK --n N")
+    pack = open_pack(args.pack)
+    sections = [
+        (s.article_url, s.heading, s.content) for s in pack.sections.values() if s.word_count >= 40
+    ]
+    written = generate_questions(pack.folder, sections, args.n, LLMClient())
+    console.print(f"wrote {len(written)} candidate questions to {pack.folder / 'eval' / 'candidates.jsonl'}; "
+                  "review them, then add the good ones to eval/questions.jsonl")  # fmt: skip
+    return 0
+
+
 def cmd_ui(args: argparse.Namespace) -> int:
     settings.dagster_home()
     command = [
@@ -297,6 +361,19 @@ def parser() -> argparse.ArgumentParser:
     ask.add_argument("--json", action="store_true", help="the full response dict")
     ask.add_argument("--k", type=int, default=5, help="passages to retrieve (max_results)")
     ask.set_defaults(run=cmd_query)
+    ev = sub.add_parser("eval", help="evaluate a pack (or: kpack eval generate PACK --n N)")
+    ev.add_argument("target", help="the pack, or 'generate'")
+    ev.add_argument("pack", nargs="?", help="with 'generate': the pack")
+    ev.add_argument(
+        "--questions", help="a questions.jsonl (default: the pack's eval/questions.jsonl)"
+    )
+    ev.add_argument("--profiles", default="baseline,balanced,max")
+    ev.add_argument("--no-llm", action="store_true", help="score answers without an API key")
+    ev.add_argument("--judge-model", default="claude-haiku-4-5")
+    ev.add_argument("--write-config", action="store_true", help="store the best gate threshold")
+    ev.add_argument("--json", action="store_true")
+    ev.add_argument("--n", type=int, default=20, help="with 'generate': how many questions")
+    ev.set_defaults(run=cmd_eval)
     ui = sub.add_parser("ui", help="start the Dagster UI (dagster dev)")
     ui.add_argument("--port", type=int, default=3000)
     ui.set_defaults(run=cmd_ui)

@@ -93,7 +93,7 @@ def parse_urls(text: str, base_dir: Path) -> tuple[list[Source], list[LineProble
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        url, reason = _parse_url_line(line, base_dir)
+        url, reason = resolve_url(line, base_dir)
         if reason:
             problems.append(LineProblem(line_no, line, reason))
             continue
@@ -106,7 +106,8 @@ def parse_urls(text: str, base_dir: Path) -> tuple[list[Source], list[LineProble
     return sources, problems
 
 
-def _parse_url_line(line: str, base_dir: Path) -> tuple[str, str | None]:
+def resolve_url(line: str, base_dir: Path) -> tuple[str, str | None]:
+    """The URL a urls.txt line names (file: paths made absolute), or the reason it is invalid."""
     if any(ch.isspace() for ch in line):
         return line, "a line holds one URL and no spaces"
     try:

@@ -10,7 +10,7 @@ from dagster import (
     load_assets_from_modules,
 )
 
-from assets import chunk, embed, extract, fetch, graph, manifest, pagerank, parse
+from assets import chunk, embed, evaluate, extract, fetch, graph, manifest, pagerank, parse
 from assets.partitions import packs_partitions
 from kpack import settings
 from pipelines.sensors import pack_sources_sensor
@@ -21,6 +21,7 @@ from resources.pack_store import PackStore
 from resources.storage import ContentCacheResource, PartitionedParquetIOManager
 
 STAGE_MODULES = (fetch, parse, chunk, extract, embed, pagerank, graph, manifest)
+EVALUATION_MODULES = (evaluate,)
 
 build_pack_job = define_asset_job(
     "build_pack",
@@ -42,12 +43,13 @@ def make_resources(packs_dir: Path, storage: str) -> dict:
     }
 
 
-all_assets = load_assets_from_modules(STAGE_MODULES)
-all_checks = load_asset_checks_from_modules(STAGE_MODULES)
+# kpack build materializes exactly these; evaluation runs on its own (it may call the LLM).
+build_assets = load_assets_from_modules(STAGE_MODULES)
+build_checks = load_asset_checks_from_modules(STAGE_MODULES)
 
 defs = Definitions(
-    assets=all_assets,
-    asset_checks=all_checks,
+    assets=[*build_assets, *load_assets_from_modules(EVALUATION_MODULES)],
+    asset_checks=[*build_checks, *load_asset_checks_from_modules(EVALUATION_MODULES)],
     jobs=[build_pack_job],
     sensors=[pack_sources_sensor],
     resources=make_resources(settings.packs_dir(), settings.storage_base()),

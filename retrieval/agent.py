@@ -273,14 +273,14 @@ class KnowledgeGraphAgent:
         trace["max_similarity"] = max_similarity
         cypher = "CALL QUERY_VECTOR_INDEX('Chunk', 'chunk_embedding_idx', $v, $k) + QUERY_VECTOR_INDEX('Section', 'section_embedding_idx', $v, $k)"
         if not candidates:
-            answer = self._minimal(question)
+            answer = self._synthesize_answer_minimal(question)
             return self._response(answer, [], "vector_fallback", cypher, clock, trace, usage_before)
         if max_similarity is None or max_similarity < self.settings["context_confidence_threshold"]:
             for candidate in candidates:
                 candidate.dropped = "confidence gate"
             trace["candidates"] = [c.trace() for c in candidates]
             clock.lap("gate")
-            answer = self._minimal(question)
+            answer = self._synthesize_answer_minimal(question)
             return self._response(
                 answer, [], "confidence_gated_fallback", cypher, clock, trace, usage_before
             )
@@ -351,7 +351,7 @@ class KnowledgeGraphAgent:
         ]
         return kept
 
-    def _minimal(self, question: str) -> str:
+    def _synthesize_answer_minimal(self, question: str) -> str:
         if not self.llm.available:
             return NO_CONTEXT_ANSWER
         return synthesize_minimal(self.llm, self.settings["synthesis_model"], question)
@@ -369,26 +369,10 @@ class KnowledgeGraphAgent:
         sources = list(dict.fromkeys(s.title for s in context))
         urls = list(dict.fromkeys(s.article_url for s in context))
         section_ids = [s.section_id for s in context]
-        entities: list[dict] = []
-        facts: list[str] = []
-        if context:
-            entities = [
-                {"name": name, "type": kind, "description": description}
-                for name, kind, description, _ in self.pack.query(
-                    "MATCH (a:Article)-[:HAS_ENTITY]->(e:Entity) "
-                    "WHERE a.url IN $urls AND e.type <> 'topic' "
-                    "RETURN DISTINCT e.name, e.type, e.description, e.mention_count "
-                    "ORDER BY e.mention_count DESC, e.name LIMIT 10",
-                    {"urls": urls},
-                )
-            ]
-            facts = [
-                content
-                for (content,) in self.pack.query(
-                    "MATCH (f:Fact) WHERE f.section_id IN $ids RETURN f.content LIMIT 10",
-                    {"ids": section_ids},
-                )
-            ]
+        entities = list(
+            {e["name"]: e for url in urls for e in self.pack.article_entities.get(url, [])}.values()
+        )[:10]
+        facts = [fact for sid in section_ids for fact in self.pack.section_facts.get(sid, [])][:10]
         clock.lap("response")
         usage = {k: self.llm.usage[k] - usage_before[k] for k in usage_before}
         return {

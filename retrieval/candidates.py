@@ -152,14 +152,6 @@ def deduplicate(pack: OpenPack, candidates: list[Candidate]) -> list[Candidate]:
             if held is not None and not candidate.text:
                 candidate.text = held.text
             best[candidate.passage_id] = candidate
-    missing = [c.passage_id for c in best.values() if not c.text]
-    if missing:
-        texts = dict(
-            pack.query(
-                "MATCH (c:Chunk) WHERE c.chunk_id IN $ids RETURN c.chunk_id, c.content",
-                {"ids": missing},
-            )
-        )
-        for candidate in best.values():
-            candidate.text = candidate.text or texts.get(candidate.passage_id, "")
+    for candidate in best.values():
+        candidate.text = candidate.text or pack.chunk_text.get(candidate.passage_id, "")
     return sorted(best.values(), key=lambda c: -(c.similarity or 0.0))

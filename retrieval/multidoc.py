@@ -59,12 +59,8 @@ class MultiDocSynthesizer:
         return context
 
     def _linked(self, pack: OpenPack, urls: list[str]) -> list[str]:
-        rows = pack.query(
-            "MATCH (a:Article)-[:LINKS_TO]-(b:Article) WHERE a.url IN $urls AND NOT b.url IN $urls "
-            "RETURN DISTINCT b.url, b.pagerank ORDER BY b.pagerank DESC, b.url LIMIT $n",
-            {"urls": urls, "n": self.num_docs},
-        )
-        return [url for url, _ in rows]
+        linked = {n for url in urls for n in pack.neighbors.get(url, []) if n not in urls}
+        return sorted(linked, key=lambda u: (-pack.articles[u].pagerank, u))[: self.num_docs]
 
     def _best_sections(
         self, pack: OpenPack, url: str, question_vector: np.ndarray, via: str

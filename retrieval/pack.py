@@ -59,6 +59,10 @@ class OpenPack:
     section_ids: list[str] = field(default_factory=list)
     section_vectors: np.ndarray | None = None
     sections_of: dict[str, list[int]] = field(default_factory=dict)
+    chunk_text: dict[str, str] = field(default_factory=dict)
+    neighbors: dict[str, list[str]] = field(default_factory=dict)  # LINKS_TO, both directions
+    article_entities: dict[str, list[dict]] = field(default_factory=dict)  # most mentioned first
+    section_facts: dict[str, list[str]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -132,3 +136,20 @@ def _read_tables(pack: OpenPack) -> None:
         vectors.append(vector)
     dim = pack.manifest["embedding"]["dimension"] or 0
     pack.section_vectors = np.asarray(vectors, dtype=np.float32).reshape(len(vectors), dim)
+    pack.chunk_text = dict(pack.query("MATCH (c:Chunk) RETURN c.chunk_id, c.content"))
+    for source, target in pack.query(
+        "MATCH (a:Article)-[:LINKS_TO]->(b:Article) RETURN a.url, b.url"
+    ):
+        pack.neighbors.setdefault(source, []).append(target)
+        pack.neighbors.setdefault(target, []).append(source)
+    for url, name, kind, description in pack.query(
+        "MATCH (a:Article)-[:HAS_ENTITY]->(e:Entity) WHERE e.type <> 'topic' "
+        "RETURN a.url, e.name, e.type, e.description ORDER BY e.mention_count DESC, e.name"
+    ):
+        pack.article_entities.setdefault(url, []).append(
+            {"name": name, "type": kind, "description": description}
+        )
+    for section_id, content in pack.query(
+        "MATCH (f:Fact) RETURN f.section_id, f.content ORDER BY f.fact_id"
+    ):
+        pack.section_facts.setdefault(section_id, []).append(content)
