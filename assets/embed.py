@@ -63,21 +63,35 @@ def embeddings(
     if cached is not None:
         known = {h: i for i, h in enumerate(cached["content_hash"].to_pylist()) if h in texts}
     missing = [h for h in texts if h not in known]
-    embed_started = time.perf_counter()
-    fresh = embedder.embed([texts[h] for h in missing], model)
-    embed_seconds = time.perf_counter() - embed_started
-    fresh_table = pa.table({"content_hash": missing, "embedding": embedding_column(fresh)})
-    if known:
-        reused = cached.take(pa.array(list(known.values()))).select(["content_hash", "embedding"])
-        table = pa.concat_tables([reused, fresh_table.cast(reused.schema)])
+    reused = (
+        cached.take(pa.array(list(known.values()))).select(["content_hash", "embedding"])
+        if known
+        else None
+    )
+    embed_seconds = 0.0
+    if missing or reused is None:
+        # The model is loaded here, on first use: a rebuild served from the cache never
+        # loads it (see EmbedderResource).
+        embed_started = time.perf_counter()
+        fresh = embedder.embed([texts[h] for h in missing], model)
+        embed_seconds = time.perf_counter() - embed_started
+        fresh_table = pa.table({"content_hash": missing, "embedding": embedding_column(fresh)})
+        table = (
+            pa.concat_tables([reused, fresh_table.cast(reused.schema)])
+            if reused is not None
+            else fresh_table
+        )
+        dimension = embedder.dimension(model)
     else:
-        table = fresh_table
-    content_cache.save(namespace, pack, table)
+        table = reused
+        dimension = len(table["embedding"][0])
+    if missing or cached is None or cached.num_rows != table.num_rows:
+        content_cache.save(namespace, pack, table)
     return Output(
         table,
         metadata={
             "model": model_label(model),
-            "dimension": embedder.dimension(model),
+            "dimension": dimension,
             "texts": len(texts),
             "embedded": len(missing),
             "cached": len(known),

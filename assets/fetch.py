@@ -3,6 +3,12 @@
 A URL that fails is a row with its error; the build goes on. HTML is reduced to its main
 content here (main, [role=main] or article; scripts, styles, navigation, headers, footers and
 asides dropped) so later stages and the Parquet file carry only what a reader would read.
+
+Rebuilds are incremental: the stage reads its own previous output for the pack (through the
+shared storage, see resources.storage.IntermediatesResource) and makes every request
+conditional on the stored ETag / Last-Modified. A 304 reuses the stored row (body, hash, title)
+with status 304; each row's ``change`` says whether the page is new, changed, unchanged (a 304
+or the same content hash) or failed, compared with that previous fetch.
 """
 
 import time
@@ -24,8 +30,9 @@ from selectolax.lexbor import LexborHTMLParser
 
 from assets.partitions import packs_partitions
 from kpack.contracts import content_hash
-from resources.fetcher import FetcherResource
+from resources.fetcher import FetcherResource, Validators
 from resources.pack_store import PackStore
+from resources.storage import IntermediatesResource
 
 NOISE_TAGS = ["script", "style", "noscript", "template", "svg", "nav", "aside", "footer", "form"]
 MAIN_SELECTORS = ("main", "[role=main]", "article")
@@ -59,7 +66,10 @@ def main_content(html: str) -> tuple[str | None, str]:
     description="Every URL of the pack's urls.txt fetched (or its error), main content kept.",
 )
 def fetched_pages(
-    context: AssetExecutionContext, fetcher: FetcherResource, pack_store: PackStore
+    context: AssetExecutionContext,
+    fetcher: FetcherResource,
+    pack_store: PackStore,
+    intermediates: IntermediatesResource,
 ) -> Output[list[dict]]:
     started = time.perf_counter()
     pack = context.partition_key
@@ -72,18 +82,30 @@ def fetched_pages(
             metadata={"invalid_lines": MetadataValue.json([str(p) for p in problems])},
         )
     config = pack_store.config(pack)
+    stored = stored_pages(intermediates.previous("fetched_pages", pack))
     responses = fetcher.fetch_all(
-        [s.url for s in sources], config.fetch, pack_store.file_roots(pack)
+        [s.url for s in sources],
+        config.fetch,
+        pack_store.file_roots(pack),
+        {url: Validators(row["etag"], row["last_modified"]) for url, row in stored.items()},
     )
     fetched_at = datetime.now(UTC)
     rows = []
     for source, response in zip(sources, responses, strict=True):
-        title_hint, body = None, response.text
-        if body is not None and response.format == "html":
+        before = stored.get(source.url)
+        reused = before if response.not_modified and before else {}
+        title_hint, body, fmt = None, response.text, response.format
+        if response.not_modified:
+            if before is None:
+                response.error = "HTTP 304 Not Modified, but no stored copy to reuse"
+            else:
+                title_hint, body, fmt = before["title_hint"], before["body"], before["format"]
+        elif body is not None and fmt == "html":
             title_hint, body = main_content(body)
         if body is not None and not body.strip() and not response.error:
             response.error = "no text content found"
         ok = response.error is None
+        digest = content_hash(body) if ok else None
         rows.append(
             {
                 "url": source.url,
@@ -91,11 +113,13 @@ def fetched_pages(
                 "final_url": response.final_url,
                 "redirects": response.redirects,
                 "status": response.status,
-                "content_type": response.content_type,
-                "format": response.format,
-                "etag": response.etag,
-                "last_modified": response.last_modified,
-                "content_hash": content_hash(body) if ok else None,
+                "change": classify(before, digest, response.error),
+                # A 304 may omit headers the stored copy has: keep the stored ones then.
+                "content_type": response.content_type or reused.get("content_type"),
+                "format": fmt,
+                "etag": response.etag or reused.get("etag"),
+                "last_modified": response.last_modified or reused.get("last_modified"),
+                "content_hash": digest,
                 "fetched_at": fetched_at,
                 "elapsed_ms": response.elapsed_ms,
                 "title_hint": title_hint,
@@ -110,12 +134,16 @@ def fetched_pages(
         context.log.warning(
             f"urls.txt line {failure['line']}: {failure['url']}: {failure['error']}"
         )
+    changes = {kind: sum(r["change"] == kind for r in rows) for kind in CHANGE_KINDS}
     return Output(
         rows,
         metadata={
             "urls": len(rows),
             "ok": len(rows) - len(failures),
             "failed": len(failures),
+            **{f"change_{kind}": n for kind, n in changes.items()},
+            "not_modified": sum(r["status"] == 304 for r in rows),
+            "previous_fetch": bool(stored),
             "failed_share": round(len(failures) / len(rows), 4),
             "failures": MetadataValue.json(failures[:200]),
             "invalid_lines": MetadataValue.json([str(p) for p in problems]),
@@ -127,11 +155,32 @@ def fetched_pages(
     )
 
 
+CHANGE_KINDS = ("new", "changed", "unchanged", "failed")
+
+
+def stored_pages(previous: pa.Table | None) -> dict[str, dict]:
+    """The successfully fetched rows of the previous fetch, by URL: what a 304 may reuse."""
+    if previous is None:
+        return {}
+    return {row["url"]: row for row in previous.to_pylist() if row["error"] is None}
+
+
+def classify(before: dict | None, digest: str | None, error: str | None) -> str:
+    """new, changed, unchanged or failed, against the previous fetch of the URL."""
+    if error is not None:
+        return "failed"
+    if before is None:
+        return "new"
+    return "unchanged" if before["content_hash"] == digest else "changed"
+
+
 def _preview(rows: list[dict], limit: int = 20) -> str:
-    lines = ["| line | url | status | result |", "|---|---|---|---|"]
+    lines = ["| line | url | status | change | result |", "|---|---|---|---|---|"]
     for row in rows[:limit]:
         result = row["error"] or f"{row['format']}, {len(row['body'] or '')} chars"
-        lines.append(f"| {row['line_no']} | {row['url']} | {row['status']} | {result} |")
+        lines.append(
+            f"| {row['line_no']} | {row['url']} | {row['status']} | {row['change']} | {result} |"
+        )
     return "\n".join(lines)
 
 

@@ -4,10 +4,22 @@ This is the only step that writes Kuzu (Kuzu has a single writer). It builds in 
 staging folder with COPY FROM Arrow tables (never pandas: kuzu 0.11.3 crashes on pandas 3
 string columns), creates the HNSW cosine vector indexes and the full-text indexes, checkpoints
 and closes. Nothing a reader sees changes until pack_manifest publishes the staged folder.
+
+A build that changed nothing publishes nothing: pack_graph first compares the fingerprint of
+its inputs (kpack.changes) with the one in the current version's manifest. When they are
+equal (same pages, same extractions and texts, same settings, same failed URLs), it stages no
+database and emits no materialization, so pack_manifest and the graph checks are skipped, the
+current version stays current, and the check is recorded as an observation of pack_graph and
+in ``.versions/last_build.json`` (outcome "unchanged"). The version number therefore increases
+on every build that changed content, and only then. ``force_publish`` (``kpack build --force``)
+publishes a new version regardless.
 """
 
+import json
+import logging
 import re
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,15 +29,20 @@ from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
     AssetExecutionContext,
+    AssetObservation,
+    Config,
     MetadataValue,
+    Nothing,
     Output,
     asset,
     asset_check,
 )
 
 from assets.partitions import follow_upstream, packs_partitions
+from kpack.changes import inputs_fingerprint, page_changes
 from kpack.contracts import FTS_COLUMNS, FTS_INDEXES, KUZU_NODES, KUZU_RELS, VECTOR_INDEXES
-from resources.pack_store import PackStore, connect
+from resources.embedder import model_label
+from resources.pack_store import PackStore, connect, version_number
 
 
 def _with_embeddings(rows: pa.Table, embeddings: pa.Table, dim: int) -> pa.Table:
@@ -114,6 +131,15 @@ def load_graph(
         db.close()
 
 
+def _manifest_of(version: Path | None) -> dict | None:
+    if version is None or not (version / "manifest.json").is_file():
+        return None
+    try:
+        return json.loads((version / "manifest.json").read_text())
+    except ValueError:
+        return None
+
+
 def graph_counts(conn) -> dict[str, int]:
     counts = {}
     for table in KUZU_NODES:
@@ -125,16 +151,39 @@ def graph_counts(conn) -> dict[str, int]:
     return counts
 
 
+class _NothingToGateFilter(logging.Filter):
+    """Drops Dagster's warning that graph_is_queryable "emitted no result" on a no-change build.
+
+    When pack_graph stages nothing, its check is skipped and so is pack_manifest (it depends on
+    pack_graph itself), so nothing goes ungated; the warning would only mislead.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "'pack_graph:graph_is_queryable' emitted no result" not in record.getMessage()
+
+
+logging.getLogger("dagster._core.execution.plan.active").addFilter(_NothingToGateFilter())
+
+
+class PackGraphConfig(Config):
+    force_publish: bool = False  # stage and publish a new version even if nothing changed
+
+
 @asset(
     partitions_def=packs_partitions,
     group_name="graph",
     compute_kind="kuzu",
     automation_condition=follow_upstream,
-    description="The staged Kuzu database with vector and full-text indexes (not yet published).",
+    output_required=False,
+    dagster_type=Nothing,
+    description="The staged Kuzu database with vector and full-text indexes (not yet published); "
+    "not materialized when nothing changed since the published version.",
 )
 def pack_graph(
     context: AssetExecutionContext,
+    config: PackGraphConfig,
     pack_store: PackStore,
+    fetched_pages: pa.Table,
     articles: pa.Table,
     sections: pa.Table,
     links: pa.Table,
@@ -145,9 +194,63 @@ def pack_graph(
     facts: pa.Table,
     embeddings: pa.Table,
     pagerank: pa.Table,
-) -> Output[None]:
+):
     started = time.perf_counter()
     pack = context.partition_key
+    pack_config = pack_store.config(pack)
+    errors = fetched_pages.select(["url", "error"]).to_pylist()
+    fingerprint = inputs_fingerprint(
+        {
+            "articles": articles,
+            "sections": sections,
+            "links": links,
+            "chunks": chunks,
+            "entities": entities,
+            "entity_mentions": entity_mentions,
+            "relations": relations,
+            "facts": facts,
+        },
+        embeddings,
+        model_label(pack_config.embedding_model),
+        pack_config,
+        [row["url"] for row in errors if row["error"] is not None],
+    )
+    current = pack_store.current(pack)
+    previous_version = version_number(current) if current else None
+    previous_manifest = _manifest_of(current)
+    changes = page_changes(fetched_pages, pack_store.published_articles(pack))
+    if (
+        not config.force_publish
+        and previous_manifest is not None
+        and previous_manifest.get("inputs_fingerprint") == fingerprint
+    ):
+        summary = {
+            "outcome": "unchanged",
+            "version": previous_version,
+            "checked_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "run_id": context.run_id,
+            "changes": changes,
+            "failures": [
+                {"url": row["url"], "error": row["error"]} for row in errors if row["error"]
+            ][:200],
+        }
+        pack_store.record_build(pack, summary)
+        context.log_event(
+            AssetObservation(
+                asset_key=context.asset_key,
+                partition=pack,
+                metadata={
+                    "unchanged": True,
+                    "current_version": previous_version,
+                    "inputs_fingerprint": fingerprint,
+                    "changes": MetadataValue.json(changes),
+                },
+            )
+        )
+        context.log.info(
+            f"{pack}: nothing changed since version {previous_version}; nothing to publish"
+        )
+        return
     dim = len(embeddings["embedding"][0]) if embeddings.num_rows else 0
     staging = pack_store.new_staging(pack)
     db_path = staging / "pack.db"
@@ -163,11 +266,15 @@ def pack_graph(
     finally:
         conn.close()
         db.close()
-    return Output(
+    yield Output(
         None,
         metadata={
             **{f"count_{k}": v for k, v in counts.items()},
             "embedding_dimension": dim,
+            "inputs_fingerprint": fingerprint,
+            "previous_version": previous_version,
+            "forced": config.force_publish,
+            "changes": MetadataValue.json(changes),
             "staged_at": MetadataValue.path(str(db_path)),
             "db_bytes": db_path.stat().st_size,
             "duration_s": round(time.perf_counter() - started, 3),

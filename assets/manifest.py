@@ -3,6 +3,12 @@
 The manifest gathers what every stage recorded (counts, failures, durations, LLM tokens) from
 the Dagster event log, so it describes the run that produced the graph. Publishing renames the
 staged folder to the next version and flips the ``current`` link (see resources.pack_store).
+
+Per build it also records what changed against the version it replaces (``changes``: pages
+fetched, new, changed, unchanged (a 304 or the same content hash), failed, removed from
+urls.txt, and the 304 count), that ``previous_version``, the LLM tokens with an estimated cost
+(list prices, resources.llm.PRICES_USD_PER_MTOK), and the inputs fingerprint the next build
+compares with to tell whether anything changed at all (see assets.graph).
 """
 
 import json
@@ -25,10 +31,20 @@ from assets.graph import graph_counts, pack_graph
 from assets.partitions import follow_upstream, packs_partitions
 from kpack.packs import PackConfig
 from resources.embedder import model_label
+from resources.llm import estimate_cost_usd, model_prices
 from resources.pack_store import PackStore, connect
 
 STAGES = ("fetched_pages", "articles", "chunks", "entities", "embeddings", "pagerank", "pack_graph")
 MANIFEST_FORMAT = 1
+NO_CHANGES = {
+    "fetched": 0,
+    "new": 0,
+    "changed": 0,
+    "unchanged": 0,
+    "failed": 0,
+    "not_modified": 0,
+    "removed": 0,
+}
 
 
 def latest_metadata(context: AssetExecutionContext, asset: str) -> dict:
@@ -46,16 +62,24 @@ def latest_metadata(context: AssetExecutionContext, asset: str) -> dict:
 def build_manifest(
     pack: str, version: int, config: PackConfig, counts: dict[str, int], stage_meta: dict[str, dict]
 ) -> dict:
-    fetched, extraction, embedded = (
+    fetched, extraction, embedded, graph = (
         stage_meta["fetched_pages"],
         stage_meta["entities"],
         stage_meta["embeddings"],
+        stage_meta["pack_graph"],
     )
+    method = extraction.get("method", "offline")
+    tokens_in = extraction.get("llm_input_tokens", 0)
+    tokens_out = extraction.get("llm_output_tokens", 0)
+    llm_model = method.removeprefix("claude:") if method.startswith("claude:") else None
+    prices = model_prices(llm_model) if llm_model else None
     return {
         "format": MANIFEST_FORMAT,
         "name": pack,
         "version": version,
+        "previous_version": graph.get("previous_version"),
         "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "changes": graph.get("changes") or dict(NO_CHANGES),
         "sources": {
             "urls": fetched.get("urls", 0),
             "ok": fetched.get("ok", 0),
@@ -76,9 +100,15 @@ def build_manifest(
             "llm_input_tokens": extraction.get("llm_input_tokens", 0),
             "llm_output_tokens": extraction.get("llm_output_tokens", 0),
             "llm_failures": extraction.get("llm_failures", 0),
+            # An estimate at list prices (see resources.llm); 0 without LLM calls.
+            "estimated_cost_usd": (
+                estimate_cost_usd(llm_model, tokens_in, tokens_out) if llm_model else 0.0
+            ),
+            "price_usd_per_mtok": {"input": prices[0], "output": prices[1]} if prices else None,
         },
         "stage_seconds": {s: stage_meta[s].get("duration_s") for s in STAGES},
         "config": config.to_json(),
+        "inputs_fingerprint": graph.get("inputs_fingerprint"),
     }
 
 
@@ -162,6 +192,18 @@ def pack_manifest(context: AssetExecutionContext, pack_store: PackStore) -> Outp
     (staging / "skill.md").write_text(skill_markdown(manifest, top_articles, top_entities))
     published = pack_store.publish(pack, version)
     context.log.info(f"published {pack} version {version} at {published}")
+    pack_store.record_build(
+        pack,
+        {
+            "outcome": "published",
+            "version": version,
+            "previous_version": manifest["previous_version"],
+            "checked_at": manifest["built_at"],
+            "run_id": context.run_id,
+            "changes": manifest["changes"],
+            "failures": manifest["sources"]["failures"],
+        },
+    )
     return Output(
         None,
         metadata={

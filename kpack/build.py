@@ -1,4 +1,10 @@
-"""Building a pack in-process: the same asset graph the Dagster UI runs, no daemon needed."""
+"""Building a pack in-process: the same asset graph the Dagster UI runs, no daemon needed.
+
+A build ends in one of three outcomes: ``published`` (a new version), ``unchanged`` (nothing
+changed since the published version, so nothing was published; see assets.graph) or
+``failed`` (the published version, if any, is untouched). The outcome of the latest build is
+kept in ``.versions/last_build.json`` for ``kpack status``.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from dagster import DagsterInstance, materialize
@@ -26,6 +33,13 @@ class BuildResult:
     manifest: dict | None
     failed_steps: list[str] = field(default_factory=list)
     failed_checks: list[str] = field(default_factory=list)
+    outcome: str = "failed"  # published | unchanged | failed
+    # This run's materialization metadata by asset (e.g. stage_metadata["embeddings"]["embedded"])
+    stage_metadata: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def published(self) -> bool:
+        return self.outcome == "published"
 
 
 @contextmanager
@@ -39,6 +53,20 @@ def build_lock(folder: Path) -> Iterator[None]:
         yield
 
 
+def build_running(folder: Path) -> bool:
+    """Whether a build of the pack holds its lock right now (probed without waiting)."""
+    lock = folder / ".build.lock"
+    if not lock.exists():
+        return False
+    with open(lock) as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
+
+
 def build_pack(
     pack: str,
     packs_dir: Path | None = None,
@@ -47,8 +75,12 @@ def build_pack(
     build_id: str | None = None,
     log_level: str = "INFO",
     resource_overrides: dict | None = None,
+    force: bool = False,
 ) -> BuildResult:
-    """Materialize every stage for one pack. Raises PackError only when nothing can be built."""
+    """Materialize every stage for one pack. Raises PackError only when nothing can be built.
+
+    ``force`` publishes a new version even when nothing changed since the current one.
+    """
     # Imported here: loading the asset graph costs a second the other CLI commands don't need.
     from assets.partitions import packs_partitions
     from pipelines.definitions import build_assets, build_checks, make_resources
@@ -77,18 +109,59 @@ def build_pack(
                 **(resource_overrides or {}),
             },
             tags={BUILD_TAG: build_id},
-            run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
+            run_config={
+                "loggers": {"console": {"config": {"log_level": log_level}}},
+                "ops": {"pack_graph": {"config": {"force_publish": force}}},
+            },
             raise_on_error=False,
         )
-    failed_steps = [e.step_key for e in result.all_events if e.is_step_failure and e.step_key]
-    failed_checks = [c.check_name for c in result.get_asset_check_evaluations() if not c.passed]
+        failed_steps = [e.step_key for e in result.all_events if e.is_step_failure and e.step_key]
+        failed_checks = [c.check_name for c in result.get_asset_check_evaluations() if not c.passed]
+        stage_metadata = {
+            event.asset_key.path[-1]: {
+                k: getattr(v, "value", v) for k, v in event.materialization.metadata.items()
+            }
+            for event in result.get_asset_materialization_events()
+        }
+        success = result.success and not failed_checks
+        outcome = (
+            "failed"
+            if not success
+            else "published"
+            if "pack_manifest" in stage_metadata
+            else "unchanged"
+        )
+        if outcome == "failed":
+            _record_failure(folder, pack, result.run_id, failed_steps, failed_checks)
     return BuildResult(
         pack=pack,
         run_id=result.run_id,
-        success=result.success and not failed_checks,
+        success=success,
         manifest=read_manifest(folder),
         failed_steps=failed_steps,
         failed_checks=failed_checks,
+        outcome=outcome,
+        stage_metadata=stage_metadata,
+    )
+
+
+def _record_failure(
+    folder: Path, pack: str, run_id: str, failed_steps: list[str], failed_checks: list[str]
+) -> None:
+    """Record a failed build for ``kpack status`` (the published version is untouched)."""
+    from resources.pack_store import PackStore
+
+    current = read_manifest(folder)
+    PackStore(packs_dir=str(folder.parent)).record_build(
+        pack,
+        {
+            "outcome": "failed",
+            "version": current["version"] if current else None,
+            "checked_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "run_id": run_id,
+            "failed_steps": failed_steps,
+            "failed_checks": failed_checks,
+        },
     )
 
 

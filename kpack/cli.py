@@ -94,7 +94,9 @@ def cmd_build(args: argparse.Namespace) -> int:
         watcher.start()
     started = time.perf_counter()
     try:
-        result = build_pack(args.name, build_id=build_id, log_level=args.log_level)
+        result = build_pack(
+            args.name, build_id=build_id, log_level=args.log_level, force=args.force
+        )
     finally:
         done.set()
         if watcher:
@@ -109,6 +111,12 @@ def cmd_build(args: argparse.Namespace) -> int:
             "unchanged."
         )
         return 1
+    if result.outcome == "unchanged":
+        console.print(
+            f"{args.name}: nothing changed since version {manifest['version']}, so nothing was "
+            f"published ({elapsed:.1f}s; `kpack build {args.name} --force` publishes anyway)"
+        )
+        return 0
     _print_summary(manifest, elapsed)
     return 0
 
@@ -119,6 +127,8 @@ def _print_summary(manifest: dict, elapsed: float) -> None:
     table.add_column("what")
     table.add_column("value", justify="right")
     table.add_row("pages ok / failed", f"{sources['ok']} / {sources['failed']}")
+    if "changes" in manifest:
+        table.add_row("pages new / changed / unchanged / removed", _changes_text(manifest))
     for key in ("Article", "Section", "Chunk", "Entity", "Fact", "LINKS_TO", "ENTITY_RELATION"):
         table.add_row(key, str(counts[key]))
     table.add_row(
@@ -314,6 +324,158 @@ def _eval_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _changes_text(manifest: dict) -> str:
+    c = manifest.get("changes")
+    if not c:
+        return "-"
+    return (
+        f"{c['new']} / {c['changed']} / {c['unchanged']} ({c['not_modified']} not modified) "
+        f"/ {c['removed']}"
+    )
+
+
+def _age(timestamp: str | None) -> str:
+    """'3h 12m ago' for an ISO 8601 time."""
+    from datetime import UTC, datetime
+
+    if not timestamp:
+        return "-"
+    seconds = int((datetime.now(UTC) - datetime.fromisoformat(timestamp)).total_seconds())
+    if seconds < 60:
+        return f"{max(seconds, 0)}s ago"
+    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
+    if days:
+        return f"{days}d {hours % 24}h ago"
+    return f"{hours}h {minutes % 60}m ago" if hours else f"{minutes}m ago"
+
+
+def pack_status(name: str) -> dict:
+    """Everything `kpack status` shows, as one dict (also its --json output)."""
+    from datetime import UTC, datetime
+
+    from kpack.build import build_running
+    from kpack.packs import load_config, pack_dir
+    from pipelines.schedules import next_tick
+    from resources.pack_store import PackStore, version_number
+
+    folder = pack_dir(validate_pack_name(name))
+    store = PackStore(packs_dir=str(folder.parent))
+    manifest = read_manifest(folder)
+    current, previous = store.current(name), store.previous_version(name)
+    try:
+        cron, schedule_error = load_config(folder).schedule, None
+    except PackError as exc:
+        cron, schedule_error = None, str(exc)
+    upcoming = next_tick(cron, datetime.now(UTC)) if cron else None
+    newer = [
+        v.name
+        for v in store.published_versions(name)
+        if current and version_number(v) > version_number(current)
+    ]
+    return {
+        "pack": name,
+        "published": manifest is not None,
+        "version": version_number(current) if current else None,
+        "previous_version": version_number(previous) if previous else None,
+        "rolled_back_from": newer[-1] if newer else None,
+        "built_at": manifest["built_at"] if manifest else None,
+        "age": _age(manifest["built_at"]) if manifest else None,
+        "changes": manifest.get("changes") if manifest else None,
+        "failures": manifest["sources"]["failures"] if manifest else [],
+        "extraction": manifest["extraction"] if manifest else None,
+        "last_build": store.last_build(name),
+        "build_running": build_running(folder),
+        "schedule": {
+            "cron": cron,
+            "timezone": "UTC",
+            "next": upcoming.isoformat() if upcoming else None,
+            "error": schedule_error,
+            "note": "runs only while pack_refresh_schedule is on in the Dagster UI",
+        },
+    }
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import json
+
+    status = pack_status(args.name)
+    if args.json:
+        print(json.dumps(status, indent=2, default=str))
+        return 0
+    lines: list[tuple[str, str]] = []
+    if not status["published"]:
+        lines.append(("published", f"never (build it with kpack build {status['pack']})"))
+    else:
+        lines.append(("version", f"v{status['version']:04d}"))
+        previous = status["previous_version"]
+        lines.append(("previous kept version", f"v{previous:04d}" if previous else "none"))
+        if status["rolled_back_from"]:
+            lines.append(("rolled back from", status["rolled_back_from"]))
+        lines.append(("built", f"{status['built_at']} ({status['age']})"))
+        changes = _changes_text({"changes": status["changes"]})
+        lines.append(("pages new / changed / unchanged / removed", changes))
+        lines.append(("failed URLs", str(len(status["failures"]))))
+        extraction = status["extraction"]
+        cost = extraction.get("estimated_cost_usd")
+        lines.append(
+            (
+                "LLM calls / tokens in+out / est. cost",
+                f"{extraction['llm_calls']} / {extraction['llm_input_tokens']}+"
+                f"{extraction['llm_output_tokens']} / "
+                + (f"${cost:.4f}" if cost is not None else "unknown model price"),
+            )
+        )
+    last = status["last_build"]
+    if last:
+        detail = {
+            "published": f"published v{last['version']:04d}",
+            "unchanged": f"nothing changed since v{last['version']:04d}, nothing published",
+            "failed": "failed, the published version is unchanged: steps "
+            f"{last.get('failed_steps') or '-'}, checks {last.get('failed_checks') or '-'}",
+        }.get(last["outcome"], last["outcome"])
+        lines.append(("last build", f"{_age(last['checked_at'])}: {detail} (run {last['run_id']})"))
+    lines.append(("build running", "yes" if status["build_running"] else "no"))
+    schedule = status["schedule"]
+    if schedule["error"]:
+        lines.append(("schedule", f"invalid: {schedule['error']}"))
+    elif schedule["cron"]:
+        lines.append(
+            (
+                "schedule",
+                f"{schedule['cron']} UTC, next {schedule['next']} ({schedule['note']})",
+            )
+        )
+    else:
+        lines.append(("schedule", 'never (schedule is "" in kg_config.json)'))
+    console.print(f"[bold]{escape(status['pack'])}[/]")
+    width = max(len(what) for what, _ in lines)
+    for what, value in lines:  # soft_wrap: a long value is not cut into the next line
+        console.print(f"  {what.ljust(width)}  {escape(value)}", soft_wrap=True, highlight=False)
+    for failure in status["failures"]:
+        err.print(
+            f"[yellow]failed[/] line {failure['line']}: "
+            + escape(f"{failure['url']}: {failure['error']}")
+        )
+    return 0
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    from kpack.build import build_lock
+    from kpack.packs import pack_dir
+    from resources.pack_store import PackStore, version_number
+
+    name = validate_pack_name(args.name)
+    folder = pack_dir(name)
+    with build_lock(folder):  # no build publishes while current is flipped
+        old, new = PackStore(packs_dir=str(folder.parent)).rollback(name)
+    console.print(
+        f"{name}: rolled back from {old.name} to {new.name}; version {version_number(new)} "
+        f"is now current ({old.name} stays on disk until the next build publishes; that "
+        "build starts from the current sources again)"
+    )
+    return 0
+
+
 def cmd_ui(args: argparse.Namespace) -> int:
     settings.dagster_home()
     command = [
@@ -341,6 +503,9 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("name")
     build.add_argument("--no-progress", action="store_true")
     build.add_argument("--log-level", default="WARNING", help="Dagster log level on the console")
+    build.add_argument(
+        "--force", action="store_true", help="publish a new version even if nothing changed"
+    )
     build.set_defaults(run=cmd_build)
     sub.add_parser("list", help="packs and their manifest figures").set_defaults(run=cmd_list)
     search = sub.add_parser("search", help="ranked passages for a question")
@@ -374,6 +539,15 @@ def parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", action="store_true")
     ev.add_argument("--n", type=int, default=20, help="with 'generate': how many questions")
     ev.set_defaults(run=cmd_eval)
+    status = sub.add_parser(
+        "status", help="freshness, last build, what changed, failures, schedule of a pack"
+    )
+    status.add_argument("name")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(run=cmd_status)
+    rollback = sub.add_parser("rollback", help="make the previous kept version current again")
+    rollback.add_argument("name")
+    rollback.set_defaults(run=cmd_rollback)
     ui = sub.add_parser("ui", help="start the Dagster UI (dagster dev)")
     ui.add_argument("--port", type=int, default=3000)
     ui.set_defaults(run=cmd_ui)

@@ -25,7 +25,10 @@ PARQUET_SCHEMAS: dict[str, pa.Schema] = {
             ("line_no", I32),
             ("final_url", STR),
             ("redirects", pa.list_(STR)),
-            ("status", I32),
+            ("status", I32),  # the HTTP status; 304 when the stored copy was reused
+            # new | changed | unchanged | failed, against the previous fetch of this pack
+            # (unchanged: a 304, or a 200 with the same content hash)
+            ("change", STR),
             ("content_type", STR),
             ("format", STR),  # html | markdown | text
             ("etag", STR),

@@ -17,6 +17,7 @@ from kpack import settings
 
 PACK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 SUPPORTED_SCHEMES = ("http", "https", "file")
+DEFAULT_SCHEDULE = "0 3 * * 1"
 PUBLISHED_FILES = ("pack.db", "manifest.json", "skill.md")
 
 
@@ -145,6 +146,9 @@ class FetchConfig:
     # file: URLs may only read under these folders (relative to the pack folder). The
     # default is the folder that holds the packs folder, i.e. the project.
     file_roots: tuple[str, ...] = ("../..",)
+    # Seconds between two requests to the same host (across all workers): a polite crawler
+    # never hammers one server. Tests and benchmarks on loopback set 0.
+    per_host_delay_s: float = 0.2
 
 
 @dataclass(frozen=True)
@@ -157,6 +161,9 @@ class PackConfig:
     chunk_tokens: int = 256
     chunk_overlap_tokens: int = 48
     max_failed_fraction: float = 0.2
+    # When the Dagster schedule pack_refresh_schedule (off until turned on in the UI) rebuilds
+    # this pack: a cron string in UTC, weekly (Monday 03:00) by default; "" never.
+    schedule: str = DEFAULT_SCHEDULE
     fetch: FetchConfig = field(default_factory=FetchConfig)
 
     def to_json(self) -> dict:
@@ -183,16 +190,29 @@ def load_config(folder: Path) -> PackConfig:
         raise PackError(f"{path}: need 0 < chunk_overlap_tokens < chunk_tokens")
     if not 0.0 <= config.max_failed_fraction <= 1.0:
         raise PackError(f"{path}: max_failed_fraction must be between 0 and 1")
+    if config.schedule not in ("", DEFAULT_SCHEDULE) and not valid_cron(config.schedule):
+        raise PackError(
+            f"{path}: schedule must be a cron string such as {DEFAULT_SCHEDULE!r} "
+            f'(minute hour day month weekday), or "" for never; got {config.schedule!r}'
+        )
     for key, least in (
         ("timeout_s", 0.001),
         ("max_bytes", 1),
         ("retries", 0),
         ("max_redirects", 0),
         ("max_workers", 1),
+        ("per_host_delay_s", 0.0),
     ):
         if getattr(fetch, key) < least:
             raise PackError(f"{path}: fetch.{key} must be at least {least}")
     return PackConfig(**{**asdict(config), "fetch": fetch})
+
+
+def valid_cron(cron: str) -> bool:
+    """A cron string Dagster's scheduler accepts (five fields, or @daily/@weekly/...)."""
+    from dagster._utils.schedules import is_valid_cron_string  # dagster's own cron parser
+
+    return is_valid_cron_string(cron)
 
 
 def _build(cls, raw: dict, where: str):

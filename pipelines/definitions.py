@@ -13,12 +13,17 @@ from dagster import (
 from assets import chunk, embed, evaluate, extract, fetch, graph, manifest, pagerank, parse
 from assets.partitions import packs_partitions
 from kpack import settings
+from pipelines.schedules import pack_refresh_schedule
 from pipelines.sensors import pack_sources_sensor
 from resources.embedder import EmbedderResource
 from resources.fetcher import FetcherResource
 from resources.llm import ClaudeResource
 from resources.pack_store import PackStore
-from resources.storage import ContentCacheResource, PartitionedParquetIOManager
+from resources.storage import (
+    ContentCacheResource,
+    IntermediatesResource,
+    PartitionedParquetIOManager,
+)
 
 STAGE_MODULES = (fetch, parse, chunk, extract, embed, pagerank, graph, manifest)
 EVALUATION_MODULES = (evaluate,)
@@ -36,6 +41,7 @@ def make_resources(packs_dir: Path, storage: str) -> dict:
     return {
         "io_manager": PartitionedParquetIOManager(base_path=storage),
         "content_cache": ContentCacheResource(base_path=storage),
+        "intermediates": IntermediatesResource(base_path=storage),
         "pack_store": PackStore(packs_dir=str(packs_dir)),
         "fetcher": FetcherResource(),
         "embedder": EmbedderResource(),
@@ -52,5 +58,6 @@ defs = Definitions(
     asset_checks=[*build_checks, *load_asset_checks_from_modules(EVALUATION_MODULES)],
     jobs=[build_pack_job],
     sensors=[pack_sources_sensor],
+    schedules=[pack_refresh_schedule],
     resources=make_resources(settings.packs_dir(), settings.storage_base()),
 )

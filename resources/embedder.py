@@ -61,15 +61,22 @@ def encode(model: SentenceTransformer, texts: list[str], batch_size: int = 64) -
 
 
 class EmbedderResource(ConfigurableResource):
-    """Embeds texts with a sentence-transformers model chosen per pack."""
+    """Embeds texts with a sentence-transformers model chosen per pack.
+
+    The model is loaded on first use (``embed`` with texts, or ``dimension``), once per
+    process, rather than in ``setup_for_execution``: a rebuild whose texts are all in the
+    embedding cache never needs the model, and loading it (torch and the weights, several
+    seconds) would be most of that rebuild's time. ``preload=True`` restores loading the
+    default model at setup, for deployments that always embed.
+    """
 
     default_model: str = DEFAULT_MODEL
     batch_size: int = 64
+    preload: bool = False
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
-        # Load the model most packs use up front so the first asset pays no start-up;
-        # a pack that names another model loads it on first use.
-        self.model(self.default_model)
+        if self.preload:
+            self.model(self.default_model)
 
     def model(self, name: str | None = None) -> SentenceTransformer:
         return load_model(name or self.default_model)

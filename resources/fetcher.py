@@ -2,12 +2,22 @@
 
 Every URL yields a FetchResponse; failures carry their error text instead of an exception, so
 one bad URL never stops a build.
+
+Rebuilds are conditional: given the validators of the previous fetch of a URL (its ETag and
+Last-Modified), a request carries If-None-Match / If-Modified-Since, and a ``304 Not Modified``
+answer comes back as ``not_modified`` with no body, for the caller to reuse its stored copy. A
+``file:`` URL is not modified when its modification time and size equal the previous ones (kept
+in the ETag slot as ``"file-<mtime_ns>-<size>"``); its status is then 304 as well.
+
+Politeness: request starts to one host are spaced by ``fetch.per_host_delay_s`` across all
+worker threads, retries and redirect hops included.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import socket
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -51,6 +61,41 @@ class FetchResponse:
     text: str | None = None
     error: str | None = None
     elapsed_ms: float = 0.0
+    not_modified: bool = False  # 304: the caller's stored copy is current; text is None
+
+
+@dataclass(frozen=True)
+class Validators:
+    """What the previous fetch of a URL recorded, to make the next request conditional."""
+
+    etag: str | None = None
+    last_modified: str | None = None
+
+
+class HostThrottle:
+    """Spaces request starts to one host by ``delay_s``, whichever worker thread sends them."""
+
+    def __init__(self, delay_s: float):
+        self.delay_s = delay_s
+        self._lock = threading.Lock()
+        self._next_at: dict[str, float] = {}
+
+    def wait(self, url: str) -> None:
+        if self.delay_s <= 0:
+            return
+        host = (urlsplit(url).hostname or "").lower()
+        with self._lock:
+            now = time.monotonic()
+            start = max(now, self._next_at.get(host, 0.0))
+            self._next_at[host] = start + self.delay_s
+        if start > now:
+            time.sleep(start - now)
+
+
+def file_etag(path: Path) -> str:
+    """A validator for a local file: changes when its modification time or size does."""
+    stat = path.stat()
+    return f'"file-{stat.st_mtime_ns}-{stat.st_size}"'
 
 
 def page_format(content_type: str | None, url: str) -> str | None:
@@ -97,25 +142,44 @@ class FetcherResource(ConfigurableResource):
     github_raw_base: str = "https://raw.githubusercontent.com"
 
     def fetch_all(
-        self, urls: list[str], config: FetchConfig, file_roots: list[Path]
+        self,
+        urls: list[str],
+        config: FetchConfig,
+        file_roots: list[Path],
+        previous: dict[str, Validators] | None = None,
     ) -> list[FetchResponse]:
+        """Fetch every URL; ``previous`` (by URL) makes the requests conditional."""
+        previous = previous or {}
+        throttle = HostThrottle(config.per_host_delay_s)
         session = requests.Session()
         session.headers["User-Agent"] = self.user_agent
         adapter = HTTPAdapter(pool_connections=16, pool_maxsize=max(config.max_workers, 4))
         session.mount("http://", adapter)
         session.mount("https://", adapter)
         with session, ThreadPoolExecutor(max_workers=config.max_workers) as pool:
-            return list(pool.map(lambda u: self.fetch(session, u, config, file_roots), urls))
+            return list(
+                pool.map(
+                    lambda u: self.fetch(session, u, config, file_roots, previous.get(u), throttle),
+                    urls,
+                )
+            )
 
     def fetch(
-        self, session: requests.Session, url: str, config: FetchConfig, file_roots: list[Path]
+        self,
+        session: requests.Session,
+        url: str,
+        config: FetchConfig,
+        file_roots: list[Path],
+        previous: Validators | None = None,
+        throttle: HostThrottle | None = None,
     ) -> FetchResponse:
         started = time.perf_counter()
+        throttle = throttle or HostThrottle(config.per_host_delay_s)
         try:
             if urlsplit(url).scheme == "file":
-                response = self._fetch_file(url, config, file_roots)
+                response = self._fetch_file(url, config, file_roots, previous)
             else:
-                response = self._fetch_http(session, url, config)
+                response = self._fetch_http(session, url, config, previous, throttle)
         except (FetchError, ValueError) as exc:  # ValueError: a URL urllib cannot parse
             response = FetchResponse(url=url, final_url=url, error=str(exc))
         except requests.RequestException as exc:
@@ -131,7 +195,9 @@ class FetcherResource(ConfigurableResource):
         owner, repo, _, ref, *path = segments
         return f"{self.github_raw_base.rstrip('/')}/{owner}/{repo}/{ref}/{'/'.join(path)}"
 
-    def _fetch_file(self, url: str, config: FetchConfig, roots: list[Path]) -> FetchResponse:
+    def _fetch_file(
+        self, url: str, config: FetchConfig, roots: list[Path], previous: Validators | None
+    ) -> FetchResponse:
         path = Path(unquote(urlsplit(url).path)).resolve()
         if not any(path.is_relative_to(root.resolve()) for root in roots):
             allowed = ", ".join(str(r) for r in roots)
@@ -143,27 +209,44 @@ class FetcherResource(ConfigurableResource):
         fmt = page_format(None, url)
         if fmt is None:
             raise FetchError(f"unsupported file type {path.suffix or '(none)'} (not text)")
-        return FetchResponse(
+        etag = file_etag(path)
+        response = FetchResponse(
             url=url,
             final_url=url,
             status=200,
             format=fmt,
             content_type={"html": "text/html", "markdown": "text/markdown"}.get(fmt, "text/plain"),
+            etag=etag,
             last_modified=time.strftime(
                 "%a, %d %b %Y %H:%M:%S GMT", time.gmtime(path.stat().st_mtime)
             ),
-            text=decode(path.read_bytes(), None),
         )
+        if previous is not None and previous.etag == etag:
+            response.status, response.not_modified = 304, True
+            return response
+        response.text = decode(path.read_bytes(), None)
+        return response
 
     def _fetch_http(
-        self, session: requests.Session, url: str, config: FetchConfig
+        self,
+        session: requests.Session,
+        url: str,
+        config: FetchConfig,
+        previous: Validators | None = None,
+        throttle: HostThrottle | None = None,
     ) -> FetchResponse:
         target = self.rewrite_github_blob(url)
         redirects: list[str] = [target] if target != url else []
+        headers = {}
+        if previous is not None and previous.etag:
+            headers["If-None-Match"] = previous.etag
+        if previous is not None and previous.last_modified:
+            headers["If-Modified-Since"] = previous.last_modified
+        throttle = throttle or HostThrottle(config.per_host_delay_s)
         for _ in range(config.max_redirects + 1):
             if not config.allow_private_hosts:
                 _refuse_private(target)
-            response = self._get_with_retries(session, target, config)
+            response = self._get_with_retries(session, target, config, headers, throttle)
             if response.is_redirect and "location" in response.headers:
                 response.close()
                 target = urljoin(target, response.headers["location"])
@@ -173,13 +256,23 @@ class FetcherResource(ConfigurableResource):
         raise FetchError(f"more than {config.max_redirects} redirects")
 
     def _get_with_retries(
-        self, session: requests.Session, url: str, config: FetchConfig
+        self,
+        session: requests.Session,
+        url: str,
+        config: FetchConfig,
+        headers: dict[str, str],
+        throttle: HostThrottle,
     ) -> requests.Response:
         for attempt in range(config.retries + 1):
             last = attempt == config.retries
+            throttle.wait(url)
             try:
                 response = session.get(
-                    url, timeout=config.timeout_s, stream=True, allow_redirects=False
+                    url,
+                    headers=headers,
+                    timeout=config.timeout_s,
+                    stream=True,
+                    allow_redirects=False,
                 )
             except (requests.ConnectionError, requests.Timeout):
                 if last:
@@ -214,6 +307,9 @@ class FetcherResource(ConfigurableResource):
             )
             if response.status_code >= 400:
                 result.error = f"HTTP {response.status_code} {response.reason or ''}".strip()
+                return result
+            if response.status_code == 304:
+                result.not_modified = True
                 return result
             result.format = page_format(result.content_type, final_url)
             if result.format is None:

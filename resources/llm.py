@@ -76,6 +76,37 @@ EXTRACTION_SYSTEM = (
 )
 
 
+# An ESTIMATE of what extraction costs: Anthropic's list prices in USD per million tokens
+# (input, output), without batch or prompt-caching discounts and without taxes; prices change,
+# so the manifest records the prices it used. A model id matches its longest prefix here
+# ("claude-haiku-4-5-20251001" -> "claude-haiku-4-5"); an unknown model has no estimate.
+PRICES_USD_PER_MTOK: dict[str, tuple[float, float]] = {
+    "claude-haiku-4-5": (1.00, 5.00),
+    "claude-sonnet-4-5": (3.00, 15.00),
+    "claude-sonnet-4": (3.00, 15.00),
+    "claude-opus-4-5": (5.00, 25.00),
+    "claude-opus-4-1": (15.00, 75.00),
+    "claude-opus-4": (15.00, 75.00),
+    "claude-3-7-sonnet": (3.00, 15.00),
+    "claude-3-5-haiku": (0.80, 4.00),
+    "claude-3-haiku": (0.25, 1.25),
+}
+
+
+def model_prices(model: str) -> tuple[float, float] | None:
+    """(input, output) USD per million tokens of a model id, or None when not in the table."""
+    matches = [prefix for prefix in PRICES_USD_PER_MTOK if model.startswith(prefix)]
+    return PRICES_USD_PER_MTOK[max(matches, key=len)] if matches else None
+
+
+def estimate_cost_usd(model: str, input_tokens: int, output_tokens: int) -> float | None:
+    """Estimated USD for the tokens at list prices (None for a model not in the table)."""
+    prices = model_prices(model)
+    if prices is None:
+        return None
+    return round((input_tokens * prices[0] + output_tokens * prices[1]) / 1_000_000, 6)
+
+
 @dataclass
 class Usage:
     input_tokens: int = 0
@@ -117,6 +148,11 @@ class ClaudeResource(ConfigurableResource):
     def available(self) -> bool:
         return self._client is not None
 
+    def redact(self, text: str) -> str:
+        """The text with the API key (if it occurs) replaced, for anything logged or raised."""
+        key = os.environ.get(self.api_key_env)
+        return text.replace(key, "[redacted API key]") if key and len(key) >= 8 else text
+
     def extract(self, model: str, title: str, text: str) -> tuple[dict, Usage]:
         """Entities, relations and facts of one section, as the tool's JSON input."""
         if self._client is None:
@@ -132,7 +168,11 @@ class ClaudeResource(ConfigurableResource):
                 messages=[{"role": "user", "content": message}],
             )
         except anthropic.APIError as exc:
-            raise ExtractionFailed(f"{type(exc).__name__}: {getattr(exc, 'message', exc)}") from exc
+            # `from None`: the SDK exception (with its request) stays out of logs; the message
+            # is scrubbed of the key in case a server echoes it back.
+            raise ExtractionFailed(
+                self.redact(f"{type(exc).__name__}: {getattr(exc, 'message', exc)}")
+            ) from None
         usage = Usage(response.usage.input_tokens, response.usage.output_tokens, 1)
         for block in response.content:
             if block.type == "tool_use" and block.name == EXTRACTION_TOOL["name"]:

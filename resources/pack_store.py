@@ -12,10 +12,16 @@ Layout of a pack folder::
 Publishing renames the finished staging folder to the next version and flips ``current`` with
 an atomic rename of a symlink, so a reader resolves one whole version or the previous one, and
 a build that fails or is killed anywhere before that leaves the published pack untouched.
+The version that was current before a publish is kept (and older ones removed), so
+``rollback`` can flip ``current`` back to it the same atomic way.
+
+``.versions/last_build.json`` records the outcome of the latest build (published, unchanged or
+failed) for ``kpack status``; it is written atomically and never read by queries.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import uuid
@@ -28,6 +34,7 @@ from kpack.packs import (
     PUBLISHED_FILES,
     LineProblem,
     PackConfig,
+    PackError,
     Source,
     current_version,
     load_config,
@@ -38,6 +45,7 @@ from kpack.packs import (
 
 EXTENSIONS = ("vector", "fts", "algo")
 KEEP_PREVIOUS_VERSIONS = 1
+LAST_BUILD = "last_build.json"
 
 
 def connect(db_path: Path, read_only: bool) -> tuple[kuzu.Database, kuzu.Connection]:
@@ -99,6 +107,7 @@ class PackStore(ConfigurableResource):
         folder = self.folder(pack)
         root = versions_dir(folder)
         target = root / f"v{version:04d}"
+        previous = self.current(pack)
         os.rename(self.staging(pack), target)
         _atomic_symlink(target.name, root / "current")
         for name in PUBLISHED_FILES:
@@ -108,13 +117,79 @@ class PackStore(ConfigurableResource):
                 _atomic_symlink(wanted, link)
         _fsync_dir(root)
         _fsync_dir(folder)
-        self._prune(pack, keep=target)
+        self._prune(pack, keep=target, previous=previous)
         return target
 
-    def _prune(self, pack: str, keep: Path) -> None:
-        older = [v for v in self.published_versions(pack) if v != keep]
-        for stale in older[: max(0, len(older) - KEEP_PREVIOUS_VERSIONS)]:
+    def _prune(self, pack: str, keep: Path, previous: Path | None) -> None:
+        """Remove all versions but ``keep`` and the ones before it that are kept.
+
+        The version that was current before this publish is kept first (after a rollback it
+        is not the highest-numbered one), then the newest others, up to
+        KEEP_PREVIOUS_VERSIONS.
+        """
+        others = [v for v in self.published_versions(pack) if v != keep]
+        ranked = sorted(others, key=lambda v: (v != previous, -version_number(v)))
+        for stale in ranked[KEEP_PREVIOUS_VERSIONS:]:
             shutil.rmtree(stale, ignore_errors=True)
+
+    def previous_version(self, pack: str) -> Path | None:
+        """The newest kept version older than the current one (what rollback restores)."""
+        current = self.current(pack)
+        if current is None:
+            return None
+        older = [
+            v for v in self.published_versions(pack) if version_number(v) < version_number(current)
+        ]
+        return older[-1] if older else None
+
+    def rollback(self, pack: str) -> tuple[Path, Path]:
+        """Flip ``current`` back to the previous kept version; returns (from, to).
+
+        Atomic like publish (a symlink renamed over ``current``). The version rolled back from
+        stays on disk until the next publish prunes it, so a mistaken rollback can be undone
+        by hand. The caller holds the build lock, so no publish runs meanwhile.
+        """
+        current = self.current(pack)
+        if current is None:
+            raise PackError(f"pack {pack!r} has no published version to roll back from")
+        target = self.previous_version(pack)
+        if target is None:
+            raise PackError(
+                f"pack {pack!r} has no previous version to roll back to "
+                f"(only {current.name} is kept)"
+            )
+        root = versions_dir(self.folder(pack))
+        _atomic_symlink(target.name, root / "current")
+        _fsync_dir(root)
+        return current, target
+
+    def published_articles(self, pack: str) -> dict[str, str] | None:
+        """url -> content hash of the current version's articles; None without one."""
+        current = self.current(pack)
+        if current is None or not (current / "pack.db").exists():
+            return None
+        try:
+            db, conn = connect(current / "pack.db", read_only=True)
+        except Exception:  # an unreadable previous version compares as no version at all
+            return None
+        try:
+            rows = conn.execute("MATCH (a:Article) RETURN a.url, a.content_hash").get_all()
+        finally:
+            conn.close()
+            db.close()
+        return dict(rows)
+
+    def record_build(self, pack: str, record: dict) -> None:
+        """Write .versions/last_build.json atomically (the outcome of the latest build)."""
+        root = versions_dir(self.folder(pack))
+        root.mkdir(parents=True, exist_ok=True)
+        temp = root / f".last_build.{uuid.uuid4().hex}"
+        temp.write_text(json.dumps(record, indent=2, default=str) + "\n")
+        os.replace(temp, root / LAST_BUILD)
+
+    def last_build(self, pack: str) -> dict | None:
+        path = versions_dir(self.folder(pack)) / LAST_BUILD
+        return json.loads(path.read_text()) if path.is_file() else None
 
 
 def _atomic_symlink(target: str, link: Path) -> None:

@@ -47,6 +47,11 @@ class ParquetStore:
         return final
 
 
+def partition_parts(asset: str, partition: str | None) -> tuple[str, str]:
+    """Where an asset partition lives under the base: ``<asset>/<partition>.parquet``."""
+    return asset, f"{partition or 'all'}.parquet"
+
+
 class PartitionedParquetIOManager(ConfigurableIOManager):
     """Stores each asset partition at ``<base_path>/<asset>/<partition>.parquet``.
 
@@ -62,8 +67,8 @@ class PartitionedParquetIOManager(ConfigurableIOManager):
     @staticmethod
     def _parts(context: OutputContext | InputContext) -> tuple[str, ...]:
         name = context.asset_key.path[-1]
-        partition = context.asset_partition_key if context.has_asset_partitions else "all"
-        return name, f"{partition}.parquet"
+        partition = context.asset_partition_key if context.has_asset_partitions else None
+        return partition_parts(name, partition)
 
     def handle_output(self, context: OutputContext, obj: pa.Table | list[dict]) -> None:
         name, file = self._parts(context)
@@ -80,6 +85,21 @@ class PartitionedParquetIOManager(ConfigurableIOManager):
                 f"{parts[0]} for this pack first"
             )
         return table
+
+
+class IntermediatesResource(ConfigurableResource):
+    """Read access to the last materialized Parquet of an asset partition, from any step.
+
+    The IO manager only hands a step its declared inputs; a stage that compares with its own
+    previous output (fetched_pages, for conditional requests) reads it here. ``base_path`` is
+    the IO manager's base path, so the file is the one the IO manager wrote.
+    """
+
+    base_path: str
+
+    def previous(self, asset: str, partition: str) -> pa.Table | None:
+        """The table as last materialized, or None if this partition never was."""
+        return ParquetStore(self.base_path).read(*partition_parts(asset, partition))
 
 
 class ContentCacheResource(ConfigurableResource):

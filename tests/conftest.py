@@ -16,7 +16,13 @@ from kpack.build import BuildResult, build_pack
 from resources.fetcher import FetcherResource
 from tests.loopback import LoopbackServer, SiteHandler
 
-TEST_FETCH = {"allow_private_hosts": True, "timeout_s": 1.0, "retries": 2, "max_bytes": 200_000}
+TEST_FETCH = {
+    "allow_private_hosts": True,
+    "timeout_s": 1.0,
+    "retries": 2,
+    "max_bytes": 200_000,
+    "per_host_delay_s": 0.0,
+}
 
 
 @pytest.fixture(scope="session")
@@ -46,7 +52,12 @@ def write_pack(workspace: Path, name: str, urls: list[str], config: dict | None 
 
 
 def build(
-    workspace: Path, name: str, fetcher: FetcherResource | None = None, **resources
+    workspace: Path,
+    name: str,
+    fetcher: FetcherResource | None = None,
+    force: bool = False,
+    instance: DagsterInstance | None = None,
+    **resources,
 ) -> BuildResult:
     """Materialize the whole asset graph for one pack against an ephemeral Dagster instance."""
     overrides = {"fetcher": fetcher or FetcherResource(backoff_s=0.05), **resources}
@@ -54,8 +65,9 @@ def build(
         name,
         packs_dir=workspace / "packs",
         storage=str(workspace / "storage"),
-        instance=DagsterInstance.ephemeral(),
+        instance=instance or DagsterInstance.ephemeral(),
         resource_overrides=overrides,
+        force=force,
     )
 
 

@@ -29,6 +29,11 @@ class LoopbackServer:
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.hits: dict[str, int] = {}
         self.lock = threading.Lock()
+        # State of the /live/ routes, set by tests between builds (paths are per test).
+        self.revisions: dict[str, int] = {}  # /live/changing/...: the page's revision
+        self.gone: set[str] = set()  # /live/vanishing/...: answers 404 once listed here
+        self.conditional: dict[str, list[dict]] = {}  # conditional headers each path received
+        self.not_modified: dict[str, int] = {}  # 304s each path answered
 
     @property
     def base(self) -> str:
@@ -52,8 +57,34 @@ class LoopbackServer:
         self.httpd.server_close()
 
 
+def live_page(kind: str, name: str, revision: int) -> bytes:
+    """A small article: an introduction, a stable section and a section that has a revision."""
+    title = f"Live {name.title()}"
+    return f"""<html><head><title>{title}</title></head><body><main>
+<h1>{title}</h1>
+<p>The {name} page of the widget toolkit explains how the {kind} gadget fits sprockets,
+gaskets and flanges together so that a widget can be assembled in one afternoon.</p>
+<h2>Stable assembly notes</h2>
+<p>The {name.title()} Calibration Rig holds every flange of the {name} gadget in place while the
+gasket sealant sets; it never changes between revisions of this page and keeps the same text.</p>
+<h2>Revision notes</h2>
+<p>This is revision {revision} of the {name} page. Revision {revision} documents calibration
+step number {revision} of the {kind} gadget, which tightens the sprocket by {revision} turns.</p>
+<p><a href="/docs/index.html">Back to the index</a></p>
+</main></body></html>""".encode()
+
+
 class SiteHandler(BaseHTTPRequestHandler):
-    """Static pages from tests/site plus routes that misbehave in the ways the web does."""
+    """Static pages from tests/site plus routes that misbehave in the ways the web does.
+
+    Static pages carry an ETag and answer a matching If-None-Match with 304. The ``/live/``
+    routes serve generated pages whose state a test controls through the server:
+    ``/live/changing/NAME.html`` serves revision ``server.revisions[path]`` (1 by default),
+    ``/live/vanishing/NAME.html`` answers 404 once its path is in ``server.gone``, and
+    ``/live/conditional/NAME.html`` never changes and answers If-None-Match and
+    If-Modified-Since with 304. Conditional headers received are kept in
+    ``server.conditional[path]`` and 304s counted in ``server.not_modified[path]``.
+    """
 
     slow_seconds = 3.0
     oversized_bytes = 400_000
@@ -100,25 +131,74 @@ class SiteHandler(BaseHTTPRequestHandler):
             self._send(200, body, "text/html")
         elif path.startswith("/acme/widget/blob/"):
             self._send(200, b"<html><body>GitHub chrome around the file</body></html>", "text/html")
+        elif path.startswith("/live/"):
+            self._live(server, path)
         else:
             file = (SITE / path.lstrip("/")).resolve()
             if file.is_file() and file.is_relative_to(SITE):
                 content_type = CONTENT_TYPES.get(file.suffix, "text/plain; charset=utf-8")
-                self._send(
-                    200, file.read_bytes(), content_type, {"ETag": f'"{file.stat().st_mtime_ns}"'}
-                )
+                etag = f'"{file.stat().st_mtime_ns}"'
+                if self._not_modified(server, path, etag, None):
+                    return
+                self._send(200, file.read_bytes(), content_type, {"ETag": etag})
             else:
                 self._send(404, b"not found", "text/plain")
+
+    LIVE_MODIFIED = "Mon, 02 Nov 2026 10:00:00 GMT"
+
+    def _live(self, server: LoopbackServer, path: str) -> None:
+        parts = path.strip("/").split("/")
+        if len(parts) != 3 or parts[1] not in ("changing", "vanishing", "conditional"):
+            return self._send(404, b"not found", "text/plain")
+        kind, name = parts[1], parts[2].removesuffix(".html")
+        if kind == "vanishing" and path in server.gone:
+            return self._send(404, b"gone", "text/plain")
+        revision = server.revisions.get(path, 1) if kind == "changing" else 1
+        etag = f'"{kind}-{name}-r{revision}"'
+        modified = self.LIVE_MODIFIED if kind == "conditional" else None
+        if self._not_modified(server, path, etag, modified):
+            return
+        headers = {"ETag": etag, **({"Last-Modified": modified} if modified else {})}
+        self._send(200, live_page(kind, name, revision), "text/html; charset=utf-8", headers)
+
+    def _not_modified(
+        self, server: LoopbackServer, path: str, etag: str, modified: str | None
+    ) -> bool:
+        """Answer 304 when the request's validators match; record what was asked."""
+        if_none_match = self.headers.get("If-None-Match")
+        if_modified_since = self.headers.get("If-Modified-Since")
+        if if_none_match or if_modified_since:
+            with server.lock:
+                server.conditional.setdefault(path, []).append(
+                    {"If-None-Match": if_none_match, "If-Modified-Since": if_modified_since}
+                )
+        fresh = (if_none_match is not None and if_none_match == etag) or (
+            if_none_match is None
+            and modified is not None
+            and if_modified_since is not None
+            and if_modified_since == modified
+        )
+        if not fresh:
+            return False
+        with server.lock:
+            server.not_modified[path] = server.not_modified.get(path, 0) + 1
+        self.send_response(HTTPStatus.NOT_MODIFIED)
+        self.send_header("ETag", etag)
+        self.end_headers()
+        return True
 
 
 class FakeAnthropic(BaseHTTPRequestHandler):
     """The Messages API, answering tool calls with an extraction built from the request text.
 
     Entities are the capitalised words of the section, so a test can tell a Claude extraction
-    from an offline one. ``fail_with`` makes every call answer with that HTTP status.
+    from an offline one. ``fail_with`` makes every call answer with that HTTP status;
+    ``echo_key`` puts the API key the request carried into that error message, as a careless
+    server might, to test that the client never lets it through.
     """
 
     fail_with: int | None = None
+    echo_key: bool = False
 
     def log_message(self, *args) -> None:
         pass
@@ -133,7 +213,11 @@ class FakeAnthropic(BaseHTTPRequestHandler):
                 {"headers": {k.lower(): v for k, v in self.headers.items()}, "body": request}
             )  # type: ignore[attr-defined]
         if self.fail_with:
-            body = {"type": "error", "error": {"type": "api_error", "message": "fake failure"}}
+            message = "fake failure"
+            if self.echo_key:
+                sent = self.headers.get("x-api-key") or self.headers.get("authorization")
+                message += f" for key {sent}"
+            body = {"type": "error", "error": {"type": "api_error", "message": message}}
             return self._json(self.fail_with, body)
         text = request["messages"][0]["content"]
         if isinstance(text, list):
@@ -206,8 +290,10 @@ class FakeAnthropic(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
-def fake_anthropic_server(fail_with: int | None = None) -> LoopbackServer:
-    handler = type("FakeAnthropicHandler", (FakeAnthropic,), {"fail_with": fail_with})
+def fake_anthropic_server(fail_with: int | None = None, echo_key: bool = False) -> LoopbackServer:
+    handler = type(
+        "FakeAnthropicHandler", (FakeAnthropic,), {"fail_with": fail_with, "echo_key": echo_key}
+    )
     server = LoopbackServer(handler)
     server.requests = []  # type: ignore[attr-defined]
     return server

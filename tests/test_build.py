@@ -175,9 +175,12 @@ def test_claude_extraction_through_the_sdk_and_its_cache(workspace, site, monkey
     sent_key = headers.get("x-api-key") or headers.get("authorization", "").removeprefix("Bearer ")
     assert sent_key == "test-key-not-real"
     assert fake.requests[0]["body"]["tool_choice"]["name"] == "record_knowledge"
-    # The rebuild found every section in the cache: not one more call.
+    # The rebuild found every section in the cache: not one more call, no text embedded, and
+    # with nothing changed it published nothing (version 1 stays current).
     assert len(fake.requests) == calls_after_first
-    assert second.manifest["extraction"]["llm_calls"] == 0
+    assert second.outcome == "unchanged" and second.manifest["version"] == 1
+    assert second.stage_metadata["entities"]["llm_calls"] == 0
+    assert second.stage_metadata["embeddings"]["embedded"] == 0
 
     db, conn = connect(workspace / "packs" / "llm" / "pack.db", read_only=True)
     try:

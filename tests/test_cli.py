@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -173,3 +176,120 @@ def test_list_with_no_packs(workspace, capsys):
     code, out, _ = run(capsys, "list")
     assert code == 0
     assert "pack" in out and "never built" not in out
+
+
+def publish_fake_version(workspace: Path, name: str, **manifest) -> int:
+    """Publish a version with the real publish path but a placeholder database."""
+    from resources.pack_store import PackStore
+
+    store = PackStore(packs_dir=str(workspace / "packs"))
+    version = store.next_version(name)
+    staging = store.new_staging(name)
+    (staging / "pack.db").write_bytes(b"placeholder")
+    (staging / "skill.md").write_text("---\n")
+    (staging / "manifest.json").write_text(
+        json.dumps(
+            {
+                "name": name,
+                "version": version,
+                "previous_version": version - 1 or None,
+                "built_at": (datetime.now(UTC) - timedelta(hours=2)).isoformat(),
+                "sources": {"urls": 2, "ok": 1, "failed": 1, "failures": [], "invalid_lines": []},
+                "changes": {
+                    "fetched": 2,
+                    "new": 0,
+                    "changed": 1,
+                    "unchanged": 0,
+                    "failed": 1,
+                    "not_modified": 0,
+                    "removed": 3,
+                },
+                "extraction": {
+                    "method": "claude:claude-haiku-4-5",
+                    "llm_calls": 4,
+                    "llm_input_tokens": 400,
+                    "llm_output_tokens": 80,
+                    "estimated_cost_usd": 0.0008,
+                },
+                **manifest,
+            }
+        )
+    )
+    store.publish(name, version)
+    return version
+
+
+FAILURE = {"line": 2, "url": "https://docs.example.org/b", "error": "HTTP 404 Not Found"}
+
+
+def test_status_shows_freshness_changes_failures_and_schedule(workspace, capsys):
+    from kpack.build import build_lock
+    from resources.pack_store import PackStore
+
+    folder = write_pack(workspace, "widgets", ["https://docs.example.org/a"])
+    code, out, _ = run(capsys, "status", "widgets")
+    assert code == 0 and "never" in out and "kpack build widgets" in out
+
+    publish_fake_version(workspace, "widgets")
+    sources = {"urls": 2, "ok": 1, "failed": 1, "failures": [FAILURE], "invalid_lines": []}
+    publish_fake_version(workspace, "widgets", sources=sources)
+    PackStore(packs_dir=str(workspace / "packs")).record_build(
+        "widgets",
+        {"outcome": "unchanged", "version": 2, "checked_at": datetime.now(UTC).isoformat(),
+         "run_id": "run-123"},
+    )  # fmt: skip
+    code, out, err = run(capsys, "status", "widgets")
+    text = " ".join(out.split())
+    assert code == 0
+    assert "version v0002" in text and "previous kept version v0001" in text
+    assert "(2h 0m ago)" in text
+    assert "0 / 1 / 0 (0 not modified) / 3" in text  # new / changed / unchanged / removed
+    assert "failed URLs 1" in text and "HTTP 404 Not Found" in err
+    assert "4 / 400+80 / $0.0008" in text
+    assert "nothing changed since v0002, nothing published (run run-123)" in text
+    assert "build running no" in text
+    assert "0 3 * * 1 UTC, next" in text and "pack_refresh_schedule" in text
+
+    with build_lock(folder):
+        code, out, _ = run(capsys, "status", "widgets", "--json")
+    status = json.loads(out)
+    assert code == 0 and status["build_running"] is True
+    assert (status["version"], status["previous_version"]) == (2, 1)
+    assert status["schedule"]["cron"] == "0 3 * * 1" and status["failures"] == [FAILURE]
+    assert json.loads(run(capsys, "status", "widgets", "--json")[1])["build_running"] is False
+
+
+def test_rollback_restores_the_previous_version_atomically(workspace, capsys):
+    from kpack.build import build_lock
+
+    folder = write_pack(workspace, "widgets", ["https://docs.example.org/a"])
+    code, _, err = run(capsys, "rollback", "widgets")
+    assert code == 2 and "no published version" in err
+    publish_fake_version(workspace, "widgets")
+    code, _, err = run(capsys, "rollback", "widgets")
+    assert code == 2 and "no previous version to roll back to" in err
+    publish_fake_version(workspace, "widgets")
+
+    with build_lock(folder):
+        code, _, err = run(capsys, "rollback", "widgets")
+    assert code == 2 and "already being built" in err
+    assert os.readlink(folder / ".versions" / "current") == "v0002"
+
+    code, out, _ = run(capsys, "rollback", "widgets")
+    assert code == 0
+    assert "rolled back from v0002 to v0001; version 1 is now current" in " ".join(out.split())
+    assert os.readlink(folder / ".versions" / "current") == "v0001"
+    assert json.loads((folder / "manifest.json").read_text())["version"] == 1
+    assert json.loads(run(capsys, "status", "widgets", "--json")[1])["rolled_back_from"] == "v0002"
+    code, _, err = run(capsys, "rollback", "widgets")
+    assert code == 2 and "no previous version" in err
+
+    # The next publish keeps the version it replaces (v0001), not the rolled-back one.
+    assert publish_fake_version(workspace, "widgets") == 3
+    assert sorted(p.name for p in (folder / ".versions").glob("v*")) == ["v0001", "v0003"]
+
+
+@pytest.mark.parametrize("command", ["status", "rollback"])
+def test_status_and_rollback_refuse_invalid_names(workspace, capsys, command):
+    code, out, err = run(capsys, command, "../widgets")
+    assert code == 2 and "invalid pack name" in err and "Traceback" not in out + err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -10,9 +11,18 @@ import pytest
 from assets.fetch import main_content
 from assets.parse import html_blocks, split_sections
 from kpack.packs import FetchConfig
-from resources.fetcher import FetcherResource, FetchError, decode, page_format
+from resources.fetcher import (
+    FetcherResource,
+    FetchError,
+    HostThrottle,
+    Validators,
+    decode,
+    page_format,
+)
 
-CONFIG = FetchConfig(allow_private_hosts=True, timeout_s=1.0, retries=2, max_bytes=200_000)
+CONFIG = FetchConfig(
+    allow_private_hosts=True, timeout_s=1.0, retries=2, max_bytes=200_000, per_host_delay_s=0.0
+)
 
 
 @pytest.fixture
@@ -204,6 +214,70 @@ def test_fetch_all_keeps_the_input_order(fetcher, site):
     responses = fetcher.fetch_all(urls, CONFIG, [])
     assert [r.url for r in responses] == urls
     assert [r.error is None for r in responses] == [True, False, True, False, True]
+
+
+def test_conditional_request_sends_the_stored_validators_and_304_has_no_body(fetcher, site):
+    path = "/live/conditional/fetcher.html"
+    first = fetch_one(fetcher, site.url(path))
+    assert first.status == 200 and first.etag and first.last_modified and not first.not_modified
+    [again] = fetcher.fetch_all(
+        [site.url(path)], CONFIG, [], {site.url(path): Validators(first.etag, first.last_modified)}
+    )
+    assert again.status == 304 and again.not_modified and again.error is None
+    assert again.text is None and again.etag == first.etag
+    assert site.conditional[path][-1] == {
+        "If-None-Match": first.etag,
+        "If-Modified-Since": first.last_modified,
+    }
+    # Last-Modified alone is enough for a server that honours it.
+    [by_date] = fetcher.fetch_all(
+        [site.url(path)], CONFIG, [], {site.url(path): Validators(None, first.last_modified)}
+    )
+    assert by_date.status == 304 and by_date.not_modified
+
+
+def test_a_changed_page_answers_a_stale_etag_with_the_new_body(fetcher, site):
+    path = "/live/changing/fetcher.html"
+    first = fetch_one(fetcher, site.url(path))
+    site.revisions[path] = 7
+    [again] = fetcher.fetch_all(
+        [site.url(path)], CONFIG, [], {site.url(path): Validators(first.etag, None)}
+    )
+    assert again.status == 200 and not again.not_modified
+    assert "revision 7" in again.text and again.etag != first.etag
+
+
+def test_file_url_is_not_modified_while_mtime_and_size_match(fetcher, tmp_path: Path):
+    page = tmp_path / "notes.md"
+    page.write_text("# Notes\n\nFirst text.\n")
+    first = fetch_one(fetcher, page.as_uri(), roots=[tmp_path])
+    assert first.status == 200 and first.etag.startswith('"file-')
+    stored = {page.as_uri(): Validators(first.etag, first.last_modified)}
+    [same] = fetcher.fetch_all([page.as_uri()], CONFIG, [tmp_path], stored)
+    assert same.status == 304 and same.not_modified and same.text is None
+    page.write_text("# Notes\n\nSecond text.\n")
+    os.utime(page, ns=(1, 1))  # a different mtime, whatever the clock's resolution
+    [changed] = fetcher.fetch_all([page.as_uri()], CONFIG, [tmp_path], stored)
+    assert changed.status == 200 and "Second text." in changed.text
+
+
+def test_per_host_delay_spaces_requests_to_one_host(fetcher, site):
+    urls = [site.url(f"/docs/{name}") for name in ("index.html", "guide.html", "readme.md")]
+    polite = FetchConfig(**{**CONFIG.__dict__, "per_host_delay_s": 0.3})
+    started = time.perf_counter()
+    responses = fetcher.fetch_all(urls, polite, [])
+    assert all(r.error is None for r in responses)
+    assert time.perf_counter() - started >= 2 * 0.3  # three request starts, 0.3 s apart
+
+
+def test_host_throttle_is_per_host():
+    throttle = HostThrottle(0.5)
+    started = time.perf_counter()
+    for url in ("http://a.example/1", "http://b.example/1", "http://c.example/1"):
+        throttle.wait(url)
+    assert time.perf_counter() - started < 0.4  # three hosts: nobody waits
+    throttle.wait("http://a.example/2")
+    assert time.perf_counter() - started >= 0.5
 
 
 def test_fetch_all_never_raises_on_an_unparseable_url(fetcher):

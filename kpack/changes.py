@@ -1,0 +1,109 @@
+"""What a build changes against the published version: the page diff and the inputs fingerprint.
+
+Both compare with the version that is current when the build reaches pack_graph, not with the
+previous fetch, so a build that failed or was killed in between cannot hide a change:
+
+* ``page_changes``: for every URL of urls.txt, whether its page is new (not an article of the
+  current version), changed (another content hash), unchanged (the same hash; a 304 reuses the
+  stored copy, so it is always unchanged) or failed; plus the articles of the current version
+  whose URL left urls.txt (removed).
+* ``inputs_fingerprint``: one hash over everything the graph is built from (the intermediate
+  tables, the embedded texts and model, the build settings, the failed URLs and the graph
+  schema). Equal fingerprints mean the new database would hold exactly what the published one
+  holds, so the build publishes nothing (see assets.graph).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pyarrow as pa
+
+from kpack.contracts import KUZU_NODES, KUZU_RELS
+from kpack.packs import PackConfig
+
+# The intermediates the graph is loaded from (pagerank is derived from articles and links).
+GRAPH_INPUTS = (
+    "articles",
+    "sections",
+    "links",
+    "chunks",
+    "entities",
+    "entity_mentions",
+    "relations",
+    "facts",
+)
+# Settings that never change what a pack holds: a new cron is not a new version.
+NOT_CONTENT_SETTINGS = ("schedule",)
+MAX_LISTED_URLS = 200
+
+
+def table_digest(table: pa.Table) -> str:
+    """SHA-256 of a table's contents (Arrow IPC of one record batch, schema metadata dropped)."""
+    table = table.replace_schema_metadata(None).combine_chunks()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest()
+
+
+def graph_schema_digest() -> str:
+    """Changes when the Kuzu schema in kpack.contracts does, so a new schema is republished."""
+    ddl = [t.ddl(0) for t in (*KUZU_NODES, *KUZU_RELS)]
+    return hashlib.sha256("\n".join(ddl).encode()).hexdigest()
+
+
+def inputs_fingerprint(
+    tables: dict[str, pa.Table],
+    embeddings: pa.Table,
+    embedding_model: str,
+    config: PackConfig,
+    failed_urls: list[str],
+) -> str:
+    settings = {k: v for k, v in config.to_json().items() if k not in NOT_CONTENT_SETTINGS}
+    parts = {
+        "schema": graph_schema_digest(),
+        "settings": settings,
+        "tables": {name: table_digest(tables[name]) for name in GRAPH_INPUTS},
+        # A vector is determined by its model and text: the hashes stand for the vectors.
+        "embeddings": [embedding_model, sorted(embeddings["content_hash"].to_pylist())],
+        "failed": sorted(failed_urls),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def page_changes(pages: pa.Table, published: dict[str, str] | None) -> dict:
+    """Counts of fetched / new / changed / unchanged / failed / removed pages, and the URLs.
+
+    ``pages`` is the fetched_pages table of this build; ``published`` maps the current
+    version's article URLs to their content hashes (None when nothing is published yet).
+    ``fetched == new + changed + unchanged + failed``; ``removed`` counts the current
+    version's articles whose URL is no longer in urls.txt. ``not_modified`` counts the 304s.
+    """
+    published = published or {}
+    counts = {"new": 0, "changed": 0, "unchanged": 0, "failed": 0}
+    listed: dict[str, list[str]] = {"new": [], "changed": []}
+    rows = pages.select(["url", "status", "content_hash", "error"]).to_pylist()
+    for row in rows:
+        if row["error"] is not None:
+            kind = "failed"
+        elif row["url"] not in published:
+            kind = "new"
+        elif published[row["url"]] == row["content_hash"]:
+            kind = "unchanged"
+        else:
+            kind = "changed"
+        counts[kind] += 1
+        if kind in listed:
+            listed[kind].append(row["url"])
+    removed = sorted(set(published) - {row["url"] for row in rows})
+    return {
+        "fetched": len(rows),
+        **counts,
+        "not_modified": sum(row["status"] == 304 for row in rows),
+        "removed": len(removed),
+        "new_urls": listed["new"][:MAX_LISTED_URLS],
+        "changed_urls": listed["changed"][:MAX_LISTED_URLS],
+        "removed_urls": removed[:MAX_LISTED_URLS],
+    }
