@@ -40,7 +40,7 @@ PYTHON_DOC_PACKAGE = "python3.11-doc"
 # because they are either reference tables or changelogs, not what users ask about.
 PYTHON_DOC_SECTIONS = ("library", "tutorial", "reference", "howto", "faq")
 # Loopback is a private address: the fetcher refuses it unless the pack allows it.
-LOOPBACK_FETCH = {"allow_private_hosts": True}
+LOOPBACK_FETCH = {"allow_private_hosts": True, "per_host_delay_s": 0}
 
 
 # --- SQuAD ---------------------------------------------------------------------------------

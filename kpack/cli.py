@@ -1,4 +1,4 @@
-"""kpack: create, build, list and search knowledge packs, and open the Dagster UI."""
+"""kpack: create, build, list, query and evaluate knowledge packs, and open the Dagster UI."""
 
 from __future__ import annotations
 

@@ -75,26 +75,29 @@ def clean_question(question: object) -> str:
     return " ".join(question.split())
 
 
-def pack_folder_of(db_path: str | Path) -> str | Path:
-    """Accept a pack name, a pack folder, or the path of its pack.db (as the seed's examples do)."""
-    path = Path(db_path)
-    if path.name == "pack.db":
-        path = path.parent
-        while path.name != ".versions" and path.parent != path and not (path / "urls.txt").exists():
-            path = path.parent
-        return path.parent if path.name == ".versions" else path
-    return db_path
-
-
 def query_config(pack: OpenPack) -> dict:
     path = pack.folder / "kg_config.json"
     if not path.is_file():
         return {}
-    config = json.loads(path.read_text())
+    try:
+        config = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise PackError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
     query = config.get("query", {})
     unknown = sorted(set(query) - set(SETTINGS) - set(TOGGLES))
     if unknown:
         raise PackError(f"{path}: unknown query settings {unknown}")
+    for key, value in query.items():
+        default = SETTINGS.get(key, False)
+        wanted = (
+            (int, float)
+            if key == "context_confidence_threshold" or isinstance(default, float)
+            else type(default)
+        )
+        if isinstance(value, bool) != isinstance(default, bool) or not isinstance(value, wanted):
+            raise PackError(
+                f"{path}: query.{key} must be {'a number' if wanted == (int, float) else wanted.__name__}, got {value!r}"
+            )
     configured = model_label(config.get("embedding_model", "default"))
     if configured != pack.model_name:
         raise PackError(
@@ -133,7 +136,7 @@ class KnowledgeGraphAgent:
         anthropic_base_url: str | None = None,
         **options,
     ):
-        self.pack = open_pack(pack_folder_of(db_path))
+        self.pack = open_pack(db_path)
         config = query_config(self.pack)
         name = PROFILE_ALIASES.get(
             profile or config.get("profile", "balanced"),
@@ -182,16 +185,21 @@ class KnowledgeGraphAgent:
         vectors = self.pack.embed(queries)
         clock.lap("embed")
         depth = k * 2 if self.on("enable_cross_encoder") else k
-        found: list[Candidate] = []
+        rankings: list[list[Candidate]] = []
         for text, vector in zip(queries, vectors, strict=True):
-            hits = vector_search(self.pack, text, vector, depth)
+            rankings.append(vector_search(self.pack, text, vector, depth))
             clock.lap("vector_search")
             if self.on("enable_hybrid"):
-                hits = fuse(hits, bm25_search(self.pack, text, depth))
+                rankings.append(bm25_search(self.pack, text, depth))
                 clock.lap("bm25_search")
-            found += hits
-        self._fill_similarities(found, vectors[0])
-        candidates = deduplicate(self.pack, found)
+        if self.on("enable_hybrid"):
+            candidates = fuse(*rankings)
+            self._fill_similarities(candidates, vectors[0])
+            top = max((c.rrf or 0.0 for c in candidates), default=0.0) or 1.0
+            for candidate in candidates:
+                candidate.fused = (candidate.rrf or 0.0) / top
+        else:
+            candidates = deduplicate([c for ranking in rankings for c in ranking])
         clock.lap("dedupe")
         max_similarity = max(
             (c.similarity for c in candidates if c.similarity is not None), default=None
@@ -224,8 +232,6 @@ class KnowledgeGraphAgent:
         if self.on("enable_reranker"):
             candidates = self.reranker.rerank(candidates)
             clock.lap("graph_rerank")
-        elif not self.on("enable_hybrid"):
-            candidates = sorted(candidates, key=lambda c: -(c.similarity or 0.0))
         return candidates[:k]
 
     def search(self, question: str, k: int = 5) -> list[dict]:

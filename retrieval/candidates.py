@@ -42,6 +42,7 @@ class Candidate:
     bm25: float | None = None
     rrf: float | None = None
     pagerank: float = 0.0
+    fused: float | None = None  # RRF normalised to the best candidate's (hybrid search)
     cross_encoder: float | None = None
     quality: float | None = None
     combined: float | None = None
@@ -50,9 +51,12 @@ class Candidate:
 
     @property
     def relevance(self) -> float:
-        """What rerankers blend with authority: the cross-encoder when it ran, else cosine."""
+        """What rerankers blend with authority: the cross-encoder when it ran, else the fused
+        rank of hybrid search, else cosine similarity."""
         if self.cross_encoder is not None:
             return 1.0 / (1.0 + float(np.exp(-self.cross_encoder)))
+        if self.fused is not None:
+            return self.fused
         return self.similarity if self.similarity is not None else 0.0
 
     def trace(self) -> dict:
@@ -81,6 +85,11 @@ def _candidate(
     )
 
 
+def first_chunk_id(section_id: str) -> str:
+    """Chunk ids are ``<section_id>-<index:03d>`` (assets.chunk)."""
+    return f"{section_id}-000"
+
+
 def vector_search(
     pack: OpenPack,
     query: str,
@@ -88,18 +97,27 @@ def vector_search(
     k: int,
     labels: tuple[str, ...] = ("Chunk", "Section"),
 ) -> list[Candidate]:
-    """HNSW top-k per table, merged best-first by cosine similarity."""
+    """HNSW top-k per table as passages, best cosine similarity first.
+
+    A section-level hit stands for the section's first chunk: the model embedded the section
+    truncated to its first ~256 tokens, which is that chunk. Results stay passages (not one hit
+    per section) because long sections matter: a Wikipedia article is one section of fifty
+    paragraphs, and the passage that answers is rarely its first.
+    """
     found = []
     for label in labels:
         cypher = VECTOR_CYPHER.format(label=label, index=VECTOR_INDEXES[label], key=KEYS[label])
         for passage_id, section_id, text, distance in pack.query(
             cypher, {"v": vector.tolist(), "k": k}
         ):
-            candidate = _candidate(pack, label.lower(), passage_id, section_id, text, query)
+            if label == "Section":
+                passage_id = first_chunk_id(section_id)
+                text = pack.chunk_text.get(passage_id, text)
+            candidate = _candidate(pack, "chunk", passage_id, section_id, text, query)
             if candidate:
                 candidate.similarity = 1.0 - float(distance)
                 found.append(candidate)
-    return sorted(found, key=lambda c: -(c.similarity or 0.0))
+    return deduplicate(found)
 
 
 def bm25_search(pack: OpenPack, query: str, k: int, label: str = "Chunk") -> list[Candidate]:
@@ -117,41 +135,27 @@ def bm25_search(pack: OpenPack, query: str, k: int, label: str = "Chunk") -> lis
 
 
 def fuse(*rankings: list[Candidate]) -> list[Candidate]:
-    """Reciprocal rank fusion; a passage found by both keeps the scores of both."""
+    """Reciprocal rank fusion (k=60); a passage found by several lists keeps the best scores."""
     merged: dict[str, Candidate] = {}
     for ranking in rankings:
         for rank, candidate in enumerate(ranking, start=1):
             kept = merged.setdefault(candidate.passage_id, candidate)
             kept.rrf = (kept.rrf or 0.0) + 1.0 / (RRF_K + rank)
-            kept.similarity = (
-                kept.similarity if kept.similarity is not None else candidate.similarity
-            )
-            kept.bm25 = kept.bm25 if kept.bm25 is not None else candidate.bm25
+            if candidate is not kept:
+                kept.similarity = _best(kept.similarity, candidate.similarity)
+                kept.bm25 = _best(kept.bm25, candidate.bm25)
     return sorted(merged.values(), key=lambda c: -(c.rrf or 0.0))
 
 
-def first_chunk_id(section_id: str) -> str:
-    """Chunk ids are ``<section_id>-<index:03d>`` (assets.chunk)."""
-    return f"{section_id}-000"
+def _best(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
-def deduplicate(pack: OpenPack, candidates: list[Candidate]) -> list[Candidate]:
-    """One candidate per passage, the highest similarity winning.
-
-    A section-level hit stands for the section's first chunk: the model embedded the section
-    truncated to its first ~256 tokens, which is that chunk. Keeping passages (not one hit per
-    section) matters for long sections: a Wikipedia article is one section of fifty paragraphs.
-    """
+def deduplicate(candidates: list[Candidate]) -> list[Candidate]:
+    """One candidate per passage, the highest similarity winning (seed 002's dedupe step)."""
     best: dict[str, Candidate] = {}
     for candidate in candidates:
-        if candidate.kind == "section":
-            candidate.passage_id, candidate.kind = first_chunk_id(candidate.section_id), "chunk"
-            candidate.text = ""
         held = best.get(candidate.passage_id)
         if held is None or (candidate.similarity or 0.0) > (held.similarity or 0.0):
-            if held is not None and not candidate.text:
-                candidate.text = held.text
             best[candidate.passage_id] = candidate
-    for candidate in best.values():
-        candidate.text = candidate.text or pack.chunk_text.get(candidate.passage_id, "")
     return sorted(best.values(), key=lambda c: -(c.similarity or 0.0))

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from kpack.contracts import stable_id
 from kpack.packs import PackError, normalize_url, resolve_url
 from retrieval.agent import KnowledgeGraphAgent
 from retrieval.fewshot import normalize_question
@@ -458,7 +459,7 @@ def generate_questions(pack_folder: Path, sections: list[tuple[str, str, str]], 
         except (LLMError, ValueError):
             continue
         if isinstance(item, dict) and item.get("question") and item.get("ground_truth"):
-            written.append({"id": f"gen-{len(written) + 1}", "question": str(item["question"]),
+            written.append({"id": f"gen-{stable_id(url, str(item['question']))[:10]}", "question": str(item["question"]),
                             "ground_truth": str(item["ground_truth"]), "gold_urls": [url]})  # fmt: skip
     # Candidates, not questions yet: a person reviews them before they join questions.jsonl.
     path = pack_folder / "eval" / "candidates.jsonl"

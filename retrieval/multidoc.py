@@ -2,8 +2,8 @@
 
 Articles are ranked by the cumulative score of their retrieved passages; the best
 ``num_docs`` (5) are kept and, from each, the ``sections_per_doc`` (3) sections most similar to
-the question. When retrieval found fewer articles than that, the LINKS_TO neighbours of the
-best article (by PageRank) fill the remaining places.
+the question. When retrieval found fewer articles than that, LINKS_TO neighbours of the
+retrieved articles (highest PageRank first) fill the remaining places.
 """
 
 from __future__ import annotations

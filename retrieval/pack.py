@@ -82,7 +82,19 @@ _open: dict[Path, OpenPack] = {}
 _lock = threading.Lock()
 
 
+def pack_folder_of(db_path: str | Path) -> str | Path:
+    """Accept a pack name, a pack folder, or the path of its pack.db (as the seed's examples do)."""
+    path = Path(db_path)
+    if path.name == "pack.db":
+        path = path.parent
+        while path.name != ".versions" and path.parent != path and not (path / "urls.txt").exists():
+            path = path.parent
+        return path.parent if path.name == ".versions" else path
+    return db_path
+
+
 def resolve_folder(pack: str | Path) -> Path:
+    pack = pack_folder_of(pack)
     text = str(pack)
     if isinstance(pack, Path) or "/" in text:
         folder = Path(pack)

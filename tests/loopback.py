@@ -256,6 +256,8 @@ class FakeAnthropic(BaseHTTPRequestHandler):
                     },
                 }
             ]
+        elif "grade answers" in str(request.get("system", "")):
+            content = [{"type": "text", "text": "8"}]
         elif "alternative phrasings" in text:
             content = [
                 {
