@@ -352,9 +352,11 @@ class KnowledgeGraphAgent:
         if not self.on("enable_quality_filter"):
             return context
         kept = [s for s in context if s.quality >= QUALITY_THRESHOLD]
-        trace["quality_filtered"] = [
-            f"{s.title} > {s.heading}" for s in context if s.quality < QUALITY_THRESHOLD
-        ]
+        if not kept and context:
+            # The filter removes noise around an answer; it must not remove the only answer
+            # (a short section can be exactly what was asked: "Releases are cut every Tuesday").
+            kept = [max(context, key=lambda s: s.similarity)]
+        trace["quality_filtered"] = [f"{s.title} > {s.heading}" for s in context if s not in kept]
         return kept
 
     def _synthesize_answer_minimal(self, question: str) -> str:
