@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml requirements.lock
 
 demo: setup
 	$(BIN)/kpack build demo
-	$(BIN)/kpack search demo "How does a build publish a new version of a pack?" --k 3
+	$(BIN)/kpack query demo "How does a build publish a new version of a pack?"
 
 # pytest exits 5 when it collects no test; that is not a failure of the suite.
 test: setup

@@ -42,7 +42,7 @@ from assets.partitions import follow_upstream, packs_partitions
 from kpack.changes import inputs_fingerprint, page_changes
 from kpack.contracts import FTS_COLUMNS, FTS_INDEXES, KUZU_NODES, KUZU_RELS, VECTOR_INDEXES
 from resources.embedder import model_label
-from resources.pack_store import PackStore, connect, version_number
+from resources.pack_store import PackStore, opened, version_number
 
 
 def _with_embeddings(rows: pa.Table, embeddings: pa.Table, dim: int) -> pa.Table:
@@ -106,8 +106,7 @@ def rel_tables(
 def load_graph(
     db_path: Path, nodes: dict[str, pa.Table], rels: dict[str, pa.Table], dim: int
 ) -> None:
-    db, conn = connect(db_path, read_only=False)
-    try:
+    with opened(db_path, read_only=False) as conn:
         for table in (*KUZU_NODES, *KUZU_RELS):
             conn.execute(table.ddl(dim))
         for table in KUZU_NODES:
@@ -126,9 +125,6 @@ def load_graph(
             columns = ", ".join(f"'{c}'" for c in FTS_COLUMNS[label])
             conn.execute(f"CALL CREATE_FTS_INDEX('{label}', '{index}', [{columns}])")
         conn.execute("CHECKPOINT")
-    finally:
-        conn.close()
-        db.close()
 
 
 def _manifest_of(version: Path | None) -> dict | None:
@@ -260,12 +256,8 @@ def pack_graph(
         rel_tables(articles, sections, chunks, links, entity_mentions, relations, facts),
         dim,
     )
-    db, conn = connect(db_path, read_only=True)
-    try:
+    with opened(db_path, read_only=True) as conn:
         counts = graph_counts(conn)
-    finally:
-        conn.close()
-        db.close()
     yield Output(
         None,
         metadata={
@@ -291,8 +283,7 @@ def pack_graph(
 def graph_is_queryable(
     context: AssetCheckExecutionContext, pack_store: PackStore
 ) -> AssetCheckResult:
-    db, conn = connect(pack_store.staging(context.partition_key) / "pack.db", read_only=True)
-    try:
+    with opened(pack_store.staging(context.partition_key) / "pack.db", read_only=True) as conn:
         missing = {
             label: conn.execute(
                 f"MATCH (n:{label}) WHERE n.embedding IS NULL RETURN count(n)"
@@ -319,9 +310,6 @@ def graph_is_queryable(
                     {"q": word},
                 ).get_all()
             )
-    finally:
-        conn.close()
-        db.close()
     passed = not any(missing.values()) and vector_hits > 0 and fts_hits > 0
     return AssetCheckResult(
         passed=passed,

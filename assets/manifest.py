@@ -32,7 +32,7 @@ from assets.partitions import follow_upstream, packs_partitions
 from kpack.packs import PackConfig
 from resources.embedder import model_label
 from resources.llm import estimate_cost_usd, model_prices
-from resources.pack_store import PackStore, connect
+from resources.pack_store import PackStore, opened
 
 STAGES = ("fetched_pages", "articles", "chunks", "entities", "embeddings", "pagerank", "pack_graph")
 MANIFEST_FORMAT = 1
@@ -168,8 +168,7 @@ def pack_manifest(context: AssetExecutionContext, pack_store: PackStore) -> Outp
     started = time.perf_counter()
     pack = context.partition_key
     staging = pack_store.staging(pack)
-    db, conn = connect(staging / "pack.db", read_only=True)
-    try:
+    with opened(staging / "pack.db", read_only=True) as conn:
         counts = graph_counts(conn)
         top_articles = conn.execute(
             "MATCH (a:Article) RETURN a.title, a.url ORDER BY a.pagerank DESC, a.title LIMIT 10"
@@ -181,9 +180,6 @@ def pack_manifest(context: AssetExecutionContext, pack_store: PackStore) -> Outp
                 "RETURN e.name ORDER BY e.mention_count DESC, e.name LIMIT 20"
             ).get_all()
         ]
-    finally:
-        conn.close()
-        db.close()
     version = pack_store.next_version(pack)
     stage_meta = {stage: latest_metadata(context, stage) for stage in STAGES}
     manifest = build_manifest(pack, version, pack_store.config(pack), counts, stage_meta)
@@ -225,12 +221,8 @@ def manifest_matches_graph(
 ) -> AssetCheckResult:
     version = pack_store.current(context.partition_key)
     manifest = json.loads((version / "manifest.json").read_text())
-    db, conn = connect(version / "pack.db", read_only=True)
-    try:
+    with opened(version / "pack.db", read_only=True) as conn:
         rows = conn.execute("MATCH (s:Section) RETURN s.embedding LIMIT 1").get_all()
-    finally:
-        conn.close()
-        db.close()
     actual = len(rows[0][0]) if rows else None
     declared = manifest["embedding"]["dimension"]
     return AssetCheckResult(

@@ -25,6 +25,8 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import kuzu
@@ -54,6 +56,18 @@ def connect(db_path: Path, read_only: bool) -> tuple[kuzu.Database, kuzu.Connect
     for extension in EXTENSIONS:
         conn.execute(f"LOAD {extension}")
     return db, conn
+
+
+@contextmanager
+def opened(db_path: Path, read_only: bool = True) -> Iterator[kuzu.Connection]:
+    """A connection closed together with its database however the block ends (Kuzu holds a
+    file lock until both are closed)."""
+    db, conn = connect(db_path, read_only=read_only)
+    try:
+        yield conn
+    finally:
+        conn.close()
+        db.close()
 
 
 def version_number(path: Path) -> int:

@@ -208,17 +208,12 @@ class KnowledgeGraphAgent:
 
     def _fill_similarities(self, candidates: list[Candidate], vector: np.ndarray) -> None:
         """BM25-only hits have no cosine similarity yet; the gate and reranker need one."""
-        missing = [c.passage_id for c in candidates if c.similarity is None]
-        if not missing:
-            return
-        rows = self.pack.query(
-            "MATCH (c:Chunk) WHERE c.chunk_id IN $ids RETURN c.chunk_id, c.embedding",
-            {"ids": missing},
-        )
-        similarity = {cid: float(np.asarray(e, dtype=np.float32) @ vector) for cid, e in rows}
         for candidate in candidates:
             if candidate.similarity is None:
-                candidate.similarity = similarity.get(candidate.passage_id, 0.0)
+                row = self.pack.chunk_row.get(candidate.passage_id)
+                candidate.similarity = (
+                    float(self.pack.chunk_vectors[row] @ vector) if row is not None else 0.0
+                )
 
     def rank(
         self, question: str, candidates: list[Candidate], k: int, clock: Stopwatch, trace: dict

@@ -18,21 +18,18 @@ RRF_K = 60
 FTS_TERM = re.compile(r"[A-Za-z0-9_]+")
 VECTOR_CYPHER = (
     "CALL QUERY_VECTOR_INDEX('{label}', '{index}', $v, $k) "
-    "RETURN node.{key} AS id, node.section_id AS sid, node.content AS text, distance "
-    "ORDER BY distance"
+    "RETURN node.{key} AS id, node.section_id AS sid, distance ORDER BY distance"
 )
 FTS_CYPHER = (
     "CALL QUERY_FTS_INDEX('{label}', '{index}', $q, top := $k) "
-    "RETURN node.{key} AS id, node.section_id AS sid, node.content AS text, score "
-    "ORDER BY score DESC"
+    "RETURN node.{key} AS id, node.section_id AS sid, score ORDER BY score DESC"
 )
 KEYS = {"Chunk": "chunk_id", "Section": "section_id"}
 
 
 @dataclass
 class Candidate:
-    passage_id: str  # chunk_id or section_id
-    kind: str  # chunk | section
+    passage_id: str  # a chunk_id: every hit is a passage of at most ~200 words
     section_id: str
     article_url: str
     title: str
@@ -65,21 +62,19 @@ class Candidate:
         return row
 
 
-def _candidate(
-    pack: OpenPack, kind: str, passage_id: str, section_id: str, text: str, query: str
-) -> Candidate | None:
+def _candidate(pack: OpenPack, passage_id: str, section_id: str, query: str) -> Candidate | None:
+    """A passage (chunk) with its article's title, heading and PageRank, read from memory."""
     section = pack.sections.get(section_id)
     if section is None:
         return None
     article = pack.articles[section.article_url]
     return Candidate(
         passage_id=passage_id,
-        kind=kind,
         section_id=section_id,
         article_url=article.url,
         title=article.title,
         heading=section.heading,
-        text=text,
+        text=pack.chunk_text.get(passage_id, ""),
         pagerank=article.pagerank,
         found_by=query,
     )
@@ -107,13 +102,10 @@ def vector_search(
     found = []
     for label in labels:
         cypher = VECTOR_CYPHER.format(label=label, index=VECTOR_INDEXES[label], key=KEYS[label])
-        for passage_id, section_id, text, distance in pack.query(
-            cypher, {"v": vector.tolist(), "k": k}
-        ):
+        for passage_id, section_id, distance in pack.query(cypher, {"v": vector.tolist(), "k": k}):
             if label == "Section":
                 passage_id = first_chunk_id(section_id)
-                text = pack.chunk_text.get(passage_id, text)
-            candidate = _candidate(pack, "chunk", passage_id, section_id, text, query)
+            candidate = _candidate(pack, passage_id, section_id, query)
             if candidate:
                 candidate.similarity = 1.0 - float(distance)
                 found.append(candidate)
@@ -126,8 +118,8 @@ def bm25_search(pack: OpenPack, query: str, k: int, label: str = "Chunk") -> lis
         return []
     cypher = FTS_CYPHER.format(label=label, index=FTS_INDEXES[label], key=KEYS[label])
     found = []
-    for passage_id, section_id, text, score in pack.query(cypher, {"q": terms, "k": k}):
-        candidate = _candidate(pack, label.lower(), passage_id, section_id, text, query)
+    for passage_id, section_id, score in pack.query(cypher, {"q": terms, "k": k}):
+        candidate = _candidate(pack, passage_id, section_id, query)
         if candidate:
             candidate.bm25 = float(score)
             found.append(candidate)

@@ -60,6 +60,8 @@ class OpenPack:
     section_vectors: np.ndarray | None = None
     sections_of: dict[str, list[int]] = field(default_factory=dict)
     chunk_text: dict[str, str] = field(default_factory=dict)
+    chunk_row: dict[str, int] = field(default_factory=dict)  # chunk_id -> row of chunk_vectors
+    chunk_vectors: np.ndarray | None = None
     neighbors: dict[str, list[str]] = field(default_factory=dict)  # LINKS_TO, both directions
     article_entities: dict[str, list[dict]] = field(default_factory=dict)  # most mentioned first
     section_facts: dict[str, list[str]] = field(default_factory=dict)
@@ -148,7 +150,16 @@ def _read_tables(pack: OpenPack) -> None:
         vectors.append(vector)
     dim = pack.manifest["embedding"]["dimension"] or 0
     pack.section_vectors = np.asarray(vectors, dtype=np.float32).reshape(len(vectors), dim)
-    pack.chunk_text = dict(pack.query("MATCH (c:Chunk) RETURN c.chunk_id, c.content"))
+    chunk_vectors = []
+    for row, (chunk_id, content, vector) in enumerate(
+        pack.query("MATCH (c:Chunk) RETURN c.chunk_id, c.content, c.embedding ORDER BY c.chunk_id")
+    ):
+        pack.chunk_text[chunk_id] = content
+        pack.chunk_row[chunk_id] = row
+        chunk_vectors.append(vector)
+    pack.chunk_vectors = np.asarray(chunk_vectors, dtype=np.float32).reshape(
+        len(chunk_vectors), dim
+    )
     for source, target in pack.query(
         "MATCH (a:Article)-[:LINKS_TO]->(b:Article) RETURN a.url, b.url"
     ):

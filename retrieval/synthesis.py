@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from functools import lru_cache
 from html import escape
 
 from retrieval.llm import LLMClient, LLMError
@@ -98,6 +99,16 @@ def alternative_phrasings(llm: LLMClient, model: str, question: str, n: int = 2)
     return [line for line in lines if line and line.lower() != question.lower()][:n]
 
 
+@lru_cache(maxsize=16384)
+def sentences_of(text: str) -> tuple[tuple[str, frozenset[str]], ...]:
+    """The prose sentences of a passage (4 words or more) with their terms, once per text."""
+    return tuple(
+        (sentence, terms(sentence))
+        for sentence in SENTENCE.split(" ".join(text.split()))
+        if len(sentence.split()) >= 4 and not sentence.startswith("```")
+    )
+
+
 def extractive_answer(question: str, sections: list[ContextSection]) -> str:
     """The sentences of the passages that best match the question, each with its citation.
 
@@ -105,24 +116,21 @@ def extractive_answer(question: str, sections: list[ContextSection]) -> str:
     passages' sentences), plus a little of their passage's similarity to break ties.
     """
     wanted = terms(question)
-    sentences = []
-    for section in sections:
-        for sentence in SENTENCE.split(" ".join(section.text.split())):
-            if len(sentence.split()) >= 4 and not sentence.startswith("```"):
-                sentences.append((sentence, section))
+    sentences = [
+        (s, found, section) for section in sections for s, found in sentences_of(section.text)
+    ]
     if not sentences or not wanted:
         return NO_CONTEXT_ANSWER
-    document_frequency = Counter(t for s, _ in sentences for t in terms(s) & wanted)
+    document_frequency = Counter(t for _, found, _ in sentences for t in found & wanted)
     total = len(sentences)
 
-    def score(item: tuple[str, ContextSection]) -> float:
-        sentence, section = item
-        matched = terms(sentence) & wanted
-        weight = sum(math.log(1 + total / document_frequency[t]) for t in matched)
+    def score(item: tuple[str, frozenset[str], ContextSection]) -> float:
+        _, found, section = item
+        weight = sum(math.log(1 + total / document_frequency[t]) for t in found & wanted)
         return weight + 0.5 * section.similarity
 
     ranked = sorted(sentences, key=score, reverse=True)
-    best = [item for item in ranked[:EXTRACTIVE_SENTENCES] if terms(item[0]) & wanted]
+    best = [item for item in ranked[:EXTRACTIVE_SENTENCES] if item[1] & wanted]
     if not best:
         return NO_CONTEXT_ANSWER
-    return " ".join(f"{sentence} [Source: {section.title}]" for sentence, section in best)
+    return " ".join(f"{sentence} [Source: {section.title}]" for sentence, _, section in best)

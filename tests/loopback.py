@@ -256,6 +256,13 @@ class FakeAnthropic(BaseHTTPRequestHandler):
                     },
                 }
             ]
+        elif "write evaluation questions" in str(request.get("system", "")):
+            content = [
+                {
+                    "type": "text",
+                    "text": '{"question": "Which variable points at the cache?", "ground_truth": "WIDGET_HOME"}',
+                }
+            ]
         elif "grade answers" in str(request.get("system", "")):
             content = [{"type": "text", "text": "8"}]
         elif "alternative phrasings" in text:

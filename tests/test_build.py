@@ -9,7 +9,7 @@ import pytest
 import retrieval
 from resources.embedder import encode, load_model
 from resources.llm import ClaudeResource
-from resources.pack_store import PackStore, connect
+from resources.pack_store import PackStore, opened
 from tests.conftest import TEST_FETCH, build, write_pack
 from tests.loopback import fake_anthropic_server
 
@@ -52,8 +52,7 @@ def test_build_publishes_a_queryable_graph(built, site):
     }
     assert (folder / "skill.md").read_text().startswith("---\nname: widgets-pack")
 
-    db, conn = connect(folder / "pack.db", read_only=True)
-    try:
+    with opened(folder / "pack.db", read_only=True) as conn:
         counts = manifest["counts"]
         assert counts["Article"] == 5
         assert query(conn, "MATCH (a:Article) RETURN count(a)")[0][0] == 5
@@ -105,9 +104,6 @@ def test_build_publishes_a_queryable_graph(built, site):
         assert {"widget.frob", "SprocketValidator", "Sprocket Registry"} <= entities
         assert not any(n.startswith("#") for n in entities)  # code is not prose
         assert query(conn, "MATCH (:Article)-[:HAS_FACT]->(f:Fact) RETURN count(f)")[0][0] > 0
-    finally:
-        conn.close()
-        db.close()
 
 
 def test_failed_build_leaves_published_pack_intact(built, workspace, site, site_fetcher):
@@ -182,13 +178,9 @@ def test_claude_extraction_through_the_sdk_and_its_cache(workspace, site, monkey
     assert second.stage_metadata["entities"]["llm_calls"] == 0
     assert second.stage_metadata["embeddings"]["embedded"] == 0
 
-    db, conn = connect(workspace / "packs" / "llm" / "pack.db", read_only=True)
-    try:
+    with opened(workspace / "packs" / "llm" / "pack.db", read_only=True) as conn:
         names = {n for (n,) in query(conn, "MATCH (e:Entity) RETURN e.name")}
         relations = query(conn, "MATCH ()-[r:ENTITY_RELATION]->() RETURN r.relation")
-    finally:
-        conn.close()
-        db.close()
     assert any(n.startswith("LLM ") for n in names)
     assert ["PRECEDES"] in relations
     manifest_text = (workspace / "packs" / "llm" / "manifest.json").read_text()

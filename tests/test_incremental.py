@@ -10,7 +10,7 @@ import pytest
 from kpack.contracts import stable_id
 from resources.embedder import EmbedderResource
 from resources.llm import ClaudeResource
-from resources.pack_store import connect
+from resources.pack_store import opened
 from tests.conftest import TEST_FETCH, build, write_pack
 from tests.loopback import SiteHandler, fake_anthropic_server
 
@@ -29,12 +29,8 @@ class CountingEmbedder(EmbedderResource):
 
 
 def rows(folder, cypher, params=None):
-    db, conn = connect(folder / "pack.db", read_only=True)
-    try:
+    with opened(folder / "pack.db", read_only=True) as conn:
         return conn.execute(cypher, params or {}).get_all()
-    finally:
-        conn.close()
-        db.close()
 
 
 def fetched(workspace, pack) -> dict[str, dict]:

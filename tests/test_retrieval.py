@@ -131,7 +131,7 @@ def test_quality_formula_matches_hand_computed_values():
 def test_graph_reranker_promotes_the_authoritative_article():
     def candidate(title, similarity, pagerank):
         return Candidate(
-            title, "chunk", title, title, title, title, "", similarity=similarity, pagerank=pagerank
+            title, title, title, title, title, "", similarity=similarity, pagerank=pagerank
         )
 
     ranked = GraphReranker().rerank(
@@ -171,7 +171,6 @@ def test_multidoc_returns_at_most_five_articles_of_three_sections(pack, no_key):
 def _as_candidate(hit: dict) -> Candidate:
     return Candidate(
         hit["passage_id"],
-        "chunk",
         hit["passage_id"][:-4],
         hit["url"],
         hit["title"],
