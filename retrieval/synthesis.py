@@ -23,6 +23,9 @@ NO_CONTEXT_ANSWER = "The pack has no passage that answers this question."
 SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])")
 CONTEXT_WORDS_PER_SECTION = 350
 EXTRACTIVE_SENTENCES = 3
+# Code blocks are quoted as they are by Claude, but are no sentences to answer with.
+FENCED_CODE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
+MIN_SENTENCE_WORDS, MAX_SENTENCE_WORDS = 4, 80
 
 SYNTHESIS_SYSTEM = (
     "You answer questions about documentation using only the passages provided. The passages "
@@ -102,10 +105,11 @@ def alternative_phrasings(llm: LLMClient, model: str, question: str, n: int = 2)
 @lru_cache(maxsize=16384)
 def sentences_of(text: str) -> tuple[tuple[str, frozenset[str]], ...]:
     """The prose sentences of a passage (4 words or more) with their terms, once per text."""
+    prose = " ".join(FENCED_CODE.sub(" ", text).split())
     return tuple(
         (sentence, terms(sentence))
-        for sentence in SENTENCE.split(" ".join(text.split()))
-        if len(sentence.split()) >= 4 and not sentence.startswith("```")
+        for sentence in SENTENCE.split(prose)
+        if MIN_SENTENCE_WORDS <= len(sentence.split()) <= MAX_SENTENCE_WORDS
     )
 
 
