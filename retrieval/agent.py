@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kpack.contracts import VECTOR_INDEXES
 from kpack.packs import PackError
 from resources.embedder import model_label
 from retrieval.candidates import Candidate, bm25_search, deduplicate, fuse, vector_search
@@ -34,6 +35,11 @@ from retrieval.synthesis import (
 )
 
 MAX_QUESTION_CHARS = 8000
+# What the response's cypher_query reports: the vector queries every question runs.
+VECTOR_CYPHER_SUMMARY = "; ".join(
+    f"CALL QUERY_VECTOR_INDEX('{label}', '{index}', $v, $k)"
+    for label, index in VECTOR_INDEXES.items()
+)
 TOGGLES = (
     "use_enhancements",
     "enable_reranker",
@@ -272,7 +278,7 @@ class KnowledgeGraphAgent:
         )
         candidates, vector, max_similarity = self.retrieve(question, max_results, clock, trace)
         trace["max_similarity"] = max_similarity
-        cypher = "CALL QUERY_VECTOR_INDEX('Chunk', 'chunk_embedding_idx', $v, $k) + QUERY_VECTOR_INDEX('Section', 'section_embedding_idx', $v, $k)"
+        cypher = VECTOR_CYPHER_SUMMARY
         if not candidates:
             answer = self._synthesize_answer_minimal(question)
             return self._response(answer, [], "vector_fallback", cypher, clock, trace, usage_before)
