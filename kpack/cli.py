@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from kpack import settings
 from kpack.packs import PackError, list_packs, parse_urls, read_manifest, validate_pack_name
@@ -53,19 +54,20 @@ def cmd_new(args: argparse.Namespace) -> int:
 
 def _watch_progress(build_id: str, done: threading.Event) -> None:
     """Render step states of the run tagged with build_id until done is set."""
-    from dagster import DagsterEventType, DagsterInstance, RunsFilter
+    waiting = Text("loading the asset graph and starting the run ...", style="dim")
+    with Live(waiting, console=console, refresh_per_second=4, transient=True) as live:
+        from dagster import DagsterEventType, DagsterInstance, RunsFilter
 
-    from kpack.build import BUILD_TAG
+        from kpack.build import BUILD_TAG
 
-    instance = DagsterInstance.get()
-    wanted = {
-        DagsterEventType.STEP_START,
-        DagsterEventType.STEP_SUCCESS,
-        DagsterEventType.STEP_FAILURE,
-        DagsterEventType.STEP_SKIPPED,
-    }
-    states: dict[str, tuple[str, float]] = {}
-    with Live(console=console, refresh_per_second=4, transient=True) as live:
+        instance = DagsterInstance.get()
+        wanted = {
+            DagsterEventType.STEP_START,
+            DagsterEventType.STEP_SUCCESS,
+            DagsterEventType.STEP_FAILURE,
+            DagsterEventType.STEP_SKIPPED,
+        }
+        states: dict[str, str] = {}
         while not done.wait(0.3):
             runs = instance.get_runs(RunsFilter(tags={BUILD_TAG: build_id}), limit=1)
             if not runs:
@@ -73,11 +75,11 @@ def _watch_progress(build_id: str, done: threading.Event) -> None:
             for record in instance.all_logs(runs[0].run_id, of_type=wanted):
                 event = record.dagster_event
                 if event and event.step_key:
-                    states[event.step_key] = (event.event_type_value, record.timestamp)
+                    states[event.step_key] = event.event_type_value
             table = Table(title=f"building ({runs[0].run_id[:8]})", show_edge=False)
             table.add_column("step")
             table.add_column("state")
-            for step, (state, _) in states.items():
+            for step, state in states.items():
                 table.add_row(step, state.removeprefix("STEP_").lower())
             live.update(table)
 

@@ -7,7 +7,6 @@ download it; its dimension is read from the model, never assumed.
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import TYPE_CHECKING
 
@@ -42,9 +41,11 @@ def load_model(name: str) -> SentenceTransformer:
     label = model_label(name)
     with _models_lock:
         if label not in _models:
-            if label == DEFAULT_MODEL_LABEL:
-                os.environ.setdefault("HF_HUB_OFFLINE", "1")
             from sentence_transformers import SentenceTransformer
+            from transformers.utils import logging as transformers_logging
+
+            # A per-tensor "Loading weights" bar on every load is noise in CLI output.
+            transformers_logging.disable_progress_bar()
 
             _models[label] = SentenceTransformer(resolve_model_path(name), device="cpu")
         return _models[label]
