@@ -32,9 +32,7 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -54,6 +52,7 @@ from corpora import (
     render_squad,
     serve,
 )
+from harness import STAGES, emit, peak_rss_mib, run_child
 
 # The packaged model must never reach for the hub, and tokenizers' own thread pool would
 # compete with torch's for the same cores; both children inherit these.
@@ -63,29 +62,8 @@ os.environ["TOKENIZERS_PARALLELISM"] = "false"
 HERE = Path(__file__).resolve()
 OUT_DIR = HERE.parent / "out"
 PACKS = ("squad_wiki6", "python_docs")
-STAGES = (
-    "fetched_pages",
-    "articles",
-    "chunks",
-    "entities",
-    "embeddings",
-    "pagerank",
-    "pack_graph",
-    "pack_manifest",
-)
 TARGET_PACK = "python_docs"
 TARGET_RATIO = 1.25
-RESULT_MARK = "BENCH_RESULT "
-
-
-def peak_rss_mib() -> float:
-    """Peak resident memory of this process (ru_maxrss is KiB on Linux)."""
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-
-
-def emit(result: dict[str, Any]) -> None:
-    """A child's answer: one marked JSON line, so stray output on stdout cannot be mistaken."""
-    print(RESULT_MARK + json.dumps(result), flush=True)
 
 
 # --- Children (each runs in a fresh process) -----------------------------------------------
@@ -141,20 +119,6 @@ def child_embed(texts_file: Path) -> dict[str, Any]:
         "texts_per_second": round(len(texts) / (encoded - loaded), 1) if texts else 0.0,
         "peak_rss_mib": peak_rss_mib(),
     }
-
-
-def run_child(args: list[str]) -> dict[str, Any]:
-    """Run this script with child arguments; return its result and its wall time from spawn."""
-    started = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, str(HERE), *args], stdout=subprocess.PIPE, text=True, check=False
-    )
-    elapsed = time.perf_counter() - started
-    lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_MARK)]
-    if proc.returncode != 0 or not lines:
-        sys.stdout.write(proc.stdout)
-        raise SystemExit(f"child {' '.join(args)} failed (exit status {proc.returncode})")
-    return {**json.loads(lines[-1][len(RESULT_MARK) :]), "process_s": round(elapsed, 3)}
 
 
 # --- Corpora -------------------------------------------------------------------------------
@@ -224,7 +188,7 @@ def bench_pack(corpus: Corpus, workspace: Path, extraction: str) -> dict[str, An
         urls = page_urls(base_url, corpus.root, corpus.pages)
         make_pack(workspace, corpus.name, urls, {"extraction": extraction})
         print(f"[{corpus.name}] building {len(urls)} pages from {base_url} ...", flush=True)
-        build = run_child(["--_child-build", corpus.name, "--workdir", str(workspace)])
+        build = run_child(HERE, ["--_child-build", corpus.name, "--workdir", str(workspace)])
     if not build["success"] or build["manifest"] is None:
         raise SystemExit(
             f"[{corpus.name}] build failed: steps {build['failed_steps']}, "
@@ -246,7 +210,7 @@ def bench_pack(corpus: Corpus, workspace: Path, extraction: str) -> dict[str, An
         f"{len(texts)} texts alone ...",
         flush=True,
     )
-    embed = run_child(["--_child-embed", str(texts_file)])
+    embed = run_child(HERE, ["--_child-embed", str(texts_file)])
     return summarize(corpus, build, embed)
 
 

@@ -33,8 +33,6 @@ import os
 import platform
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from datetime import UTC, datetime
@@ -49,6 +47,7 @@ from corpora import (
     python_doc_pages,
     serve,
 )
+from harness import STAGES, emit, run_child
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
@@ -56,27 +55,12 @@ os.environ["TOKENIZERS_PARALLELISM"] = "false"
 HERE = Path(__file__).resolve()
 OUT_DIR = HERE.parent / "out"
 PACK = "python_docs_incremental"
-RESULT_MARK = "BENCH_RESULT "
 NO_CHANGE_TARGET = 0.10  # no-change rebuild time / first build time
 # A body paragraph of a Sphinx page: starts a line (those inside the local table of contents,
 # a <nav> the fetcher drops, are list items). Searched after the main landmark.
 FIRST_PARAGRAPH = re.compile(r"^(<p>)(.*?)(</p>)", re.DOTALL | re.MULTILINE)
 MAIN_LANDMARK = 'role="main"'
 ASIDE = re.compile(r"<aside\b.*?</aside>", re.DOTALL)
-STAGES = (
-    "fetched_pages",
-    "articles",
-    "chunks",
-    "entities",
-    "embeddings",
-    "pagerank",
-    "pack_graph",
-    "pack_manifest",
-)
-
-
-def emit(result: dict[str, Any]) -> None:
-    print(RESULT_MARK + json.dumps(result, default=str), flush=True)
 
 
 def child_build(workspace: Path) -> dict[str, Any]:
@@ -126,20 +110,8 @@ def child_build(workspace: Path) -> dict[str, Any]:
 
 def run_build(workspace: Path, label: str) -> dict[str, Any]:
     print(f"[{label}] building ...", flush=True)
-    started = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, str(HERE), "--_child-build", "--workdir", str(workspace)],
-        stdout=subprocess.PIPE,
-        text=True,
-        check=False,
-    )
-    elapsed = time.perf_counter() - started
-    lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_MARK)]
-    if proc.returncode != 0 or not lines:
-        sys.stdout.write(proc.stdout)
-        raise SystemExit(f"[{label}] build failed (exit status {proc.returncode})")
-    result = {"build": label, **json.loads(lines[-1][len(RESULT_MARK) :])}
-    result["process_s"] = round(elapsed, 3)
+    result = {"build": label, **run_child(HERE, ["--_child-build", "--workdir", str(workspace)])}
+    elapsed = result["process_s"]
     if not result["success"]:
         raise SystemExit(f"[{label}] build did not succeed: {result['failed_steps']}")
     print(
