@@ -212,13 +212,22 @@ class SectionDraft:
         return "\n\n".join(self.parts).strip()
 
 
-def split_sections(blocks: Iterator[Block], fallback_title: str) -> tuple[str, list[SectionDraft]]:
-    """The article title (its first h1) and its non-empty sections, split at h2/h3."""
+def split_sections(
+    blocks: Iterator[Block], title_hint: str | None, url_name: str
+) -> tuple[str, list[SectionDraft]]:
+    """The article title and its non-empty sections, split at h2/h3.
+
+    The title is the first h1, else the page's <title>, else its first heading, else a name
+    made from its URL.
+    """
     title: str | None = None
+    first_heading: str | None = None
     drafts: list[SectionDraft] = []
     current: SectionDraft | None = None
     h2: str | None = None
     for kind, level, text in blocks:
+        if kind == "heading" and first_heading is None:
+            first_heading = text
         level = _heading_level(level) if kind == "heading" else 0
         if kind == "heading" and level == 1 and title is None:
             title = text
@@ -237,7 +246,7 @@ def split_sections(blocks: Iterator[Block], fallback_title: str) -> tuple[str, l
             current.parts.append(f"**{text}**")
         else:
             current.parts.append(text)
-    title = title or fallback_title
+    title = title or title_hint or first_heading or url_name
     for draft in drafts:
         draft.path = [title, *draft.path]
         draft.title = draft.title or title
@@ -263,11 +272,10 @@ def page_links(fmt: str, body: str) -> list[tuple[str, str]]:
     ]
 
 
-def _fallback_title(row: dict) -> str:
-    if row["title_hint"]:
-        return row["title_hint"]
-    name = PurePosixPath(unquote(urlsplit(row["final_url"]).path)).stem
-    return name.replace("-", " ").replace("_", " ").strip() or row["final_url"]
+def url_name(url: str) -> str:
+    """A readable name for a page that has no title of its own."""
+    name = PurePosixPath(unquote(urlsplit(url).path)).stem
+    return name.replace("-", " ").replace("_", " ").strip() or url
 
 
 @multi_asset(
@@ -294,7 +302,7 @@ def parsed_pages(context: AssetExecutionContext, fetched_pages: pa.Table):
         blocks = (
             html_blocks(page["body"]) if page["format"] == "html" else markdown_blocks(page["body"])
         )
-        title, drafts = split_sections(blocks, _fallback_title(page))
+        title, drafts = split_sections(blocks, page["title_hint"], url_name(page["final_url"]))
         url = page["url"]
         article_key = stable_id(url)
         for index, draft in enumerate(drafts):

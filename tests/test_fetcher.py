@@ -109,7 +109,7 @@ def test_malformed_html_is_still_parsed(fetcher, site):
     assert response.error is None
     title_hint, body = main_content(response.text)
     assert title_hint == "Broken page"
-    title, sections = split_sections(html_blocks(body), title_hint)
+    title, sections = split_sections(html_blocks(body), title_hint, "malformed")
     assert title == "Broken Page"
     assert any("gasket" in s.content for s in sections)
 

@@ -22,8 +22,8 @@ SITE = Path(__file__).parent / "site" / "docs"
 def site_sections():
     for name in ("index.html", "guide.html", "malformed.html"):
         title, body = main_content((SITE / name).read_text())
-        yield from split_sections(html_blocks(body), title or name)[1]
-    yield from split_sections(markdown_blocks((SITE / "readme.md").read_text()), "readme")[1]
+        yield from split_sections(html_blocks(body), title, name)[1]
+    yield from split_sections(markdown_blocks((SITE / "readme.md").read_text()), None, "readme")[1]
 
 
 def entities(result) -> dict[str, dict]:

@@ -20,7 +20,7 @@ BASE = "https://docs.example.org/docs/"
 
 def sections_of(fmt: str, body: str, fallback: str = "fallback"):
     blocks = html_blocks(body) if fmt == "html" else markdown_blocks(body)
-    return split_sections(blocks, fallback)
+    return split_sections(blocks, None, fallback)
 
 
 def by_path(drafts) -> dict[str, object]:
@@ -167,7 +167,8 @@ def test_h4_stays_inside_its_section():
 
 
 def test_title_falls_back_when_the_page_has_no_h1():
-    title, drafts = sections_of("markdown", "Just an intro.\n\n## Part\n\nBody.\n", "Notes page")
+    blocks = markdown_blocks("Just an intro.\n\n## Part\n\nBody.\n")
+    title, drafts = split_sections(blocks, "Notes page", "url name")  # the <title> hint wins
     assert title == "Notes page"
     assert [" > ".join(d.path) for d in drafts] == ["Notes page", "Notes page > Part"]
 
@@ -293,3 +294,11 @@ def test_links_between_the_site_pages():
         ("guide.html", "index.html"),
         ("readme.md", "index.html"),
     }
+
+
+def test_title_falls_back_to_title_tag_then_first_heading_then_url():
+    body = "## Setup\n\nInstall it with pip before the first run of the tool.\n"
+    assert split_sections(markdown_blocks("# Real\n\n" + body), "Tag", "url name")[0] == "Real"
+    assert split_sections(markdown_blocks(body), "Tag", "url name")[0] == "Tag"
+    assert split_sections(markdown_blocks(body), None, "url name")[0] == "Setup"
+    assert split_sections(markdown_blocks("just text here"), None, "url name")[0] == "url name"
