@@ -20,6 +20,15 @@ from dagster import (
 
 from assets.partitions import packs_partitions
 from resources.pack_store import PackStore
+from retrieval.evaluation import (
+    answer_score,
+    evaluate,
+    headline,
+    load_questions,
+    markdown_summary,
+    png_markdown,
+    write_results,
+)
 
 PROFILES = ["baseline", "balanced", "max"]
 GATE_WARNING_SHARE = 0.4  # seed 001: above this the pack does not cover the questions
@@ -32,21 +41,13 @@ GATE_WARNING_SHARE = 0.4  # seed 001: above this the pack does not cover the que
     description="Retrieval and answer metrics of eval/questions.jsonl under each profile.",
 )
 def eval_results(context: AssetExecutionContext, pack_store: PackStore) -> MaterializeResult:
-    from retrieval.evaluation import (
-        evaluate,
-        load_questions,
-        markdown_summary,
-        png_markdown,
-        write_results,
-    )
-
     folder = pack_store.folder(context.partition_key)
     questions, problems = load_questions(folder / "eval" / "questions.jsonl", folder)
     for problem in problems:
         context.log.warning(problem)
     results = evaluate(folder, questions, PROFILES)
     paths = write_results(results, folder / "eval" / "results")
-    balanced = results["summary"]["balanced"]
+    row = headline(results)
     return MaterializeResult(
         metadata={
             "questions": len(questions),
@@ -54,11 +55,9 @@ def eval_results(context: AssetExecutionContext, pack_store: PackStore) -> Mater
             "summary": MetadataValue.md(markdown_summary(results)),
             "chart": MetadataValue.md(png_markdown(paths["png"].read_bytes())),
             "results": MetadataValue.path(str(paths["json"])),
-            "hit@5": balanced["hit@5"],
-            "accuracy": balanced["accuracy"]
-            if balanced["accuracy"] is not None
-            else balanced["containment"],
-            "gate_rate_in_domain": balanced["gate_rate_in_domain"],
+            "hit@5": row["hit@5"],
+            "accuracy": answer_score(row),
+            "gate_rate_in_domain": row["gate_rate_in_domain"],
             "best_threshold": results["calibration"]["best_threshold"],
         }
     )
@@ -70,15 +69,16 @@ def _latest_two(pack_store: PackStore, pack: str) -> list[dict]:
     return [json.loads(p.read_text()) for p in runs[-2:]]
 
 
-@asset_check(asset=eval_results, partitions_def=packs_partitions,
-             description="The gate refuses at most 40% of in-domain questions (balanced).")  # fmt: skip
+@asset_check(
+    asset=eval_results,
+    partitions_def=packs_partitions,
+    description="The gate refuses at most 40% of in-domain questions (balanced).",
+)
 def gate_rarely_refuses_in_domain(
     context: AssetCheckExecutionContext, pack_store: PackStore
 ) -> AssetCheckResult:
     runs = _latest_two(pack_store, context.partition_key)
-    summary = runs[-1]["summary"] if runs else {}
-    row = summary.get("balanced") or next(iter(summary.values()), {})
-    share = row.get("gate_rate_in_domain")
+    share = headline(runs[-1])["gate_rate_in_domain"] if runs else None
     return AssetCheckResult(
         passed=share is not None and share <= GATE_WARNING_SHARE,
         severity=AssetCheckSeverity.WARN,
@@ -88,22 +88,20 @@ def gate_rarely_refuses_in_domain(
     )
 
 
-@asset_check(asset=eval_results, partitions_def=packs_partitions,
-             description="Answer quality did not drop against the previous evaluation.")  # fmt: skip
+@asset_check(
+    asset=eval_results,
+    partitions_def=packs_partitions,
+    description="Answer quality did not drop against the previous evaluation.",
+)
 def accuracy_not_dropped(
     context: AssetCheckExecutionContext, pack_store: PackStore
 ) -> AssetCheckResult:
     runs = _latest_two(pack_store, context.partition_key)
-
-    def score(run: dict) -> float:
-        row = run["summary"].get("balanced") or run["summary"][run["conditions"][0]]
-        return row["accuracy"] if row["accuracy"] is not None else (row["containment"] or 0.0)
-
     if len(runs) < 2:
         return AssetCheckResult(
             passed=True, metadata={"note": "first evaluation: nothing to compare"}
         )
-    before, now = score(runs[0]), score(runs[1])
+    before, now = (answer_score(headline(run)) or 0.0 for run in runs)
     return AssetCheckResult(
         passed=now >= before,
         severity=AssetCheckSeverity.WARN,

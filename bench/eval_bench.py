@@ -103,8 +103,11 @@ def retrieval_table(pack_folder: Path, questions: list[Question]) -> dict:
     vectors = pack.embed([passage_text(p["heading"], p["text"]) for p in passages])
 
     def bm25s_search(question: str) -> list[dict]:
-        hits, _ = peer_bm25.retrieve(bm25s.tokenize([question], stopwords="en", show_progress=False),
-                                     k=min(DEPTH, len(passages)), show_progress=False)  # fmt: skip
+        hits, _ = peer_bm25.retrieve(
+            bm25s.tokenize([question], stopwords="en", show_progress=False),
+            k=min(DEPTH, len(passages)),
+            show_progress=False,
+        )
         return [passages[i] for i in hits[0]]
 
     def dense_search(question: str) -> list[dict]:
@@ -123,10 +126,19 @@ def retrieval_table(pack_folder: Path, questions: list[Question]) -> dict:
     for name, search in conditions.items():
         print(f"  {name} ...", flush=True)
         ranks, ms = ranks_for(search, questions)
-        table[name] = {"hit@1": hit_at(ranks, 1), "hit@5": hit_at(ranks, 5), "hit@10": hit_at(ranks, 10),
-                       "mrr": mean_reciprocal_rank(ranks), "ms_per_question": round(ms, 2)}  # fmt: skip
-    return {"passages": len(passages), "max_passage_words": max(len(p["text"].split()) for p in passages),
-            "questions": len(questions), "conditions": table}  # fmt: skip
+        table[name] = {
+            "hit@1": hit_at(ranks, 1),
+            "hit@5": hit_at(ranks, 5),
+            "hit@10": hit_at(ranks, 10),
+            "mrr": mean_reciprocal_rank(ranks),
+            "ms_per_question": round(ms, 2),
+        }
+    return {
+        "passages": len(passages),
+        "max_passage_words": max(len(p["text"].split()) for p in passages),
+        "questions": len(questions),
+        "conditions": table,
+    }
 
 
 def unanswerable_table(
@@ -148,8 +160,12 @@ def unanswerable_table(
                     normalize_text(s) for s in CITATION.split(result["answer"]) if s.strip()
                 ]
                 outside += any(sentence not in context for sentence in sentences)
-        rows[label] = {"questions": len(questions), "gate_refused": gated, "answered_with_quotes": quoted,
-                       "answers_with_a_sentence_not_in_the_passages": outside}  # fmt: skip
+        rows[label] = {
+            "questions": len(questions),
+            "gate_refused": gated,
+            "answered_with_quotes": quoted,
+            "answers_with_a_sentence_not_in_the_passages": outside,
+        }
     return {"threshold": agent.settings["context_confidence_threshold"], "rows": rows}
 
 
@@ -231,18 +247,23 @@ def render(report: dict) -> str:
     lines = []
     if "squad_retrieval" in report:
         squad = report["squad_retrieval"]
-        lines += [f"\n## squad_wiki6 retrieval ({squad['questions']} answerable questions, {squad['passages']} passages, "
-                  f"longest {squad['max_passage_words']} words)\n",
-                  "| condition | hit@1 | hit@5 | hit@10 | MRR | ms/question |", "|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            f"\n## squad_wiki6 retrieval ({squad['questions']} answerable questions, {squad['passages']} passages, "
+            f"longest {squad['max_passage_words']} words)\n",
+            "| condition | hit@1 | hit@5 | hit@10 | MRR | ms/question |",
+            "|---|---|---|---|---|---|",
+        ]
         for name, row in squad["conditions"].items():
             lines.append(
                 f"| {name} | {row['hit@1']:.3f} | {row['hit@5']:.3f} | {row['hit@10']:.3f} | {row['mrr']:.3f} | {row['ms_per_question']} |"
             )
     if "squad_unanswerable" in report:
         block = report["squad_unanswerable"]
-        lines += [f"\n## Unanswerable questions (balanced, offline answer, gate threshold {block['threshold']})\n",
-                  "| set | questions | gate refused | answered with quotes | answers with a sentence not in the passages |",
-                  "|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            f"\n## Unanswerable questions (balanced, offline answer, gate threshold {block['threshold']})\n",
+            "| set | questions | gate refused | answered with quotes | answers with a sentence not in the passages |",
+            "|---|---|---|---|---|",
+        ]
         for label, row in block["rows"].items():
             lines.append(
                 f"| {label} | {row['questions']} | {row['gate_refused']} | {row['answered_with_quotes']} | {row['answers_with_a_sentence_not_in_the_passages']} |"

@@ -16,8 +16,16 @@ from pathlib import Path
 from typing import Any
 
 RESULT_MARK = "BENCH_RESULT "
-STAGES = ("fetched_pages", "articles", "chunks", "entities", "embeddings", "pagerank",
-          "pack_graph", "pack_manifest")  # fmt: skip
+STAGES = (
+    "fetched_pages",
+    "articles",
+    "chunks",
+    "entities",
+    "embeddings",
+    "pagerank",
+    "pack_graph",
+    "pack_manifest",
+)
 
 
 def peak_rss_mib() -> float:

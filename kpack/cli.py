@@ -321,8 +321,10 @@ def _eval_generate(args: argparse.Namespace) -> int:
         (s.article_url, s.heading, s.content) for s in pack.sections.values() if s.word_count >= 40
     ]
     written = generate_questions(pack.folder, sections, args.n, LLMClient())
-    console.print(f"wrote {len(written)} candidate questions to {pack.folder / 'eval' / 'candidates.jsonl'}; "
-                  "review them, then add the good ones to eval/questions.jsonl")  # fmt: skip
+    console.print(
+        f"wrote {len(written)} candidate questions to {pack.folder / 'eval' / 'candidates.jsonl'}; "
+        "review them, then add the good ones to eval/questions.jsonl"
+    )
     return 0
 
 

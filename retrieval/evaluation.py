@@ -27,8 +27,15 @@ from retrieval.agent import KnowledgeGraphAgent
 from retrieval.fewshot import normalize_question
 from retrieval.llm import EXPANSION_MODEL, LLMClient, LLMError
 
-QUESTION_FIELDS = {"question": str, "ground_truth": str, "answers": list, "gold_urls": list,
-                   "out_of_domain": bool, "id": (str, int), "difficulty": (str, int)}  # fmt: skip
+QUESTION_FIELDS = {
+    "question": str,
+    "ground_truth": str,
+    "answers": list,
+    "gold_urls": list,
+    "out_of_domain": bool,
+    "id": (str, int),
+    "difficulty": (str, int),
+}
 HIT_DEPTHS = (1, 5, 10)
 THRESHOLDS = tuple(round(0.2 + 0.05 * i, 2) for i in range(13))  # 0.2 .. 0.8
 JUDGE_PASS = 7
@@ -75,12 +82,20 @@ def load_questions(path: Path, pack_folder: Path | None = None) -> tuple[list[Qu
         if problem:
             problems.append(f"{path.name} line {line_no}: {problem}")
             continue
-        questions.append(Question(
-            line_no=line_no, question=item["question"].strip(), id=str(item.get("id", f"line-{line_no}")),
-            ground_truth=item.get("ground_truth"), answers=[str(a) for a in item.get("answers", [])],
-            gold_urls=[resolve_url(u, pack_folder or path.parent)[0] for u in item.get("gold_urls", [])], out_of_domain=bool(item.get("out_of_domain", False)),
-            difficulty=None if item.get("difficulty") is None else str(item["difficulty"]),
-        ))  # fmt: skip
+        questions.append(
+            Question(
+                line_no=line_no,
+                question=item["question"].strip(),
+                id=str(item.get("id", f"line-{line_no}")),
+                ground_truth=item.get("ground_truth"),
+                answers=[str(a) for a in item.get("answers", [])],
+                gold_urls=[
+                    resolve_url(u, pack_folder or path.parent)[0] for u in item.get("gold_urls", [])
+                ],
+                out_of_domain=bool(item.get("out_of_domain", False)),
+                difficulty=None if item.get("difficulty") is None else str(item["difficulty"]),
+            )
+        )
     return questions, problems
 
 
@@ -189,8 +204,14 @@ def calibrate(similarities: list[tuple[float | None, bool]], thresholds=THRESHOL
             else None
         )
         scored = [v for v in (answered, refused) if v is not None]
-        rows.append({"threshold": threshold, "in_domain_answered": answered, "out_of_domain_refused": refused,
-                     "balanced": sum(scored) / len(scored) if scored else None})  # fmt: skip
+        rows.append(
+            {
+                "threshold": threshold,
+                "in_domain_answered": answered,
+                "out_of_domain_refused": refused,
+                "balanced": sum(scored) / len(scored) if scored else None,
+            }
+        )
     return rows
 
 
@@ -230,8 +251,12 @@ def evaluate(
     progress: Callable[[str, int, int], None] | None = None,
 ) -> dict:
     """Every question under every condition; returns the full results document."""
-    agents = {p: KnowledgeGraphAgent(pack, profile=p, use_llm=use_llm, anthropic_base_url=anthropic_base_url)
-              for p in profiles}  # fmt: skip
+    agents = {
+        p: KnowledgeGraphAgent(
+            pack, profile=p, use_llm=use_llm, anthropic_base_url=anthropic_base_url
+        )
+        for p in profiles
+    }
     first = next(iter(agents.values()))
     llm_available = first.llm.available
     conditions = list(profiles) + (["no_pack"] if llm_available else [])
@@ -260,10 +285,13 @@ def evaluate(
         "few_shot_policy": "per-question hold-out: an example with the graded question's id, text or answer is never offered",
         "conditions": conditions,
         "summary": summary,
-        "calibration": {"current_threshold": threshold, "best_threshold": best_threshold(calibration, threshold),
-                        "sweep": calibration},
+        "calibration": {
+            "current_threshold": threshold,
+            "best_threshold": best_threshold(calibration, threshold),
+            "sweep": calibration,
+        },
         "questions": records,
-    }  # fmt: skip
+    }
 
 
 def _run_one(
@@ -276,8 +304,14 @@ def _run_one(
     }
     if condition == "no_pack":
         answer = agent._synthesize_answer_minimal(question.question)
-        response = {"answer": answer, "query_type": "no_pack", "citations": [], "timings_ms": {},
-                    "token_usage": {}, "trace": {}}  # fmt: skip
+        response = {
+            "answer": answer,
+            "query_type": "no_pack",
+            "citations": [],
+            "timings_ms": {},
+            "token_usage": {},
+            "trace": {},
+        }
         passages: list[dict] = []
     else:
         passages = agent.search(question.question, k=max(HIT_DEPTHS))
@@ -326,19 +360,33 @@ def summarize(records: list[dict]) -> dict:
         "out_of_domain": len(outside),
         **{f"hit@{k}": round(hit_at(ranked, k), 4) for k in HIT_DEPTHS},
         "mrr": round(mean_reciprocal_rank(ranked), 4),
-        "accuracy": round(sum(1 for s in judged if s >= JUDGE_PASS) / len(judged), 4) if judged else None,
+        "accuracy": round(sum(1 for s in judged if s >= JUDGE_PASS) / len(judged), 4)
+        if judged
+        else None,
         "judge_failures": sum(1 for r in inside if r.get("judge_failed")),
         "containment": _share(inside, "contains_answer"),
         "token_f1": round(statistics.mean([r["token_f1"] for r in inside if "token_f1" in r]), 4)
-        if any("token_f1" in r for r in inside) else None,
+        if any("token_f1" in r for r in inside)
+        else None,
         "gate_rate": round(sum(r["gated"] for r in records) / len(records), 4) if records else None,
-        "gate_rate_out_of_domain": round(sum(r["gated"] for r in outside) / len(outside), 4) if outside else None,
-        "gate_rate_in_domain": round(sum(r["gated"] for r in inside) / len(inside), 4) if inside else None,
-        "citation_rate": round(sum(r["cited"] for r in answered) / len(answered), 4) if answered else None,
-        "latency_ms": {s: {"p50": round(percentile(v, 0.5), 2), "p95": round(percentile(v, 0.95), 2)}
-                       for s, v in stages.items()},
-        "tokens": {k: sum(r["tokens"].get(k, 0) for r in records) for k in ("input_tokens", "output_tokens", "api_calls")},
-    }  # fmt: skip
+        "gate_rate_out_of_domain": round(sum(r["gated"] for r in outside) / len(outside), 4)
+        if outside
+        else None,
+        "gate_rate_in_domain": round(sum(r["gated"] for r in inside) / len(inside), 4)
+        if inside
+        else None,
+        "citation_rate": round(sum(r["cited"] for r in answered) / len(answered), 4)
+        if answered
+        else None,
+        "latency_ms": {
+            s: {"p50": round(percentile(v, 0.5), 2), "p95": round(percentile(v, 0.95), 2)}
+            for s, v in stages.items()
+        },
+        "tokens": {
+            k: sum(r["tokens"].get(k, 0) for r in records)
+            for k in ("input_tokens", "output_tokens", "api_calls")
+        },
+    }
 
 
 def _share(records: list[dict], key: str) -> float | None:
@@ -348,15 +396,40 @@ def _share(records: list[dict], key: str) -> float | None:
 
 # -- reporting -----------------------------------------------------------------------------
 
-SUMMARY_COLUMNS = ("hit@1", "hit@5", "hit@10", "mrr", "accuracy", "containment", "token_f1",
-                   "gate_rate_in_domain", "gate_rate_out_of_domain", "citation_rate")  # fmt: skip
+SUMMARY_COLUMNS = (
+    "hit@1",
+    "hit@5",
+    "hit@10",
+    "mrr",
+    "accuracy",
+    "containment",
+    "token_f1",
+    "gate_rate_in_domain",
+    "gate_rate_out_of_domain",
+    "citation_rate",
+)
+
+
+def headline(results: dict) -> dict:
+    """The summary row a run is judged by: balanced, else the first condition evaluated."""
+    summary = results["summary"]
+    return summary.get("balanced") or summary[results["conditions"][0]]
+
+
+def answer_score(row: dict) -> float | None:
+    """Judge accuracy when a judge ran, else answer containment."""
+    return row["accuracy"] if row["accuracy"] is not None else row["containment"]
 
 
 def markdown_summary(results: dict) -> str:
     head = "| condition | " + " | ".join(SUMMARY_COLUMNS) + " | p50 ms | p95 ms |"
-    lines = [f"Evaluation of pack `{results['pack']}` v{results['pack_version']} "
-             f"({results['answer_scoring']}), {results['evaluated_at']}", "", head,
-             "|" + "---|" * (len(SUMMARY_COLUMNS) + 3)]  # fmt: skip
+    lines = [
+        f"Evaluation of pack `{results['pack']}` v{results['pack_version']} "
+        f"({results['answer_scoring']}), {results['evaluated_at']}",
+        "",
+        head,
+        "|" + "---|" * (len(SUMMARY_COLUMNS) + 3),
+    ]
     for condition in results["conditions"]:
         row = results["summary"][condition]
         total = row["latency_ms"].get("total", {"p50": 0.0, "p95": 0.0})
@@ -367,8 +440,11 @@ def markdown_summary(results: dict) -> str:
             + f" | {total['p50']:.1f} | {total['p95']:.1f} |"
         )
     calibration = results["calibration"]
-    lines += ["", f"Gate threshold: current {calibration['current_threshold']}, best on these questions "
-              f"{calibration['best_threshold']} (balanced in-domain answered / out-of-domain refused)."]  # fmt: skip
+    lines += [
+        "",
+        f"Gate threshold: current {calibration['current_threshold']}, best on these questions "
+        f"{calibration['best_threshold']} (balanced in-domain answered / out-of-domain refused).",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -380,8 +456,7 @@ def chart_png(results: dict) -> bytes:
 
     conditions = results["conditions"]
     summary = results["summary"]
-    quality = [summary[c]["accuracy"] if summary[c]["accuracy"] is not None else (summary[c]["containment"] or 0.0)
-               for c in conditions]  # fmt: skip
+    quality = [answer_score(summary[c]) or 0.0 for c in conditions]
     latency = [summary[c]["latency_ms"].get("total", {}).get("p50", 0.0) for c in conditions]
     figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
     left.bar(conditions, quality, color="#4C72B0")
@@ -413,11 +488,6 @@ def write_results(results: dict, folder: Path) -> dict[str, Path]:
     return paths
 
 
-def previous_results(folder: Path, before: Path | None = None) -> dict | None:
-    runs = sorted(p for p in folder.glob("*.json") if p != before) if folder.is_dir() else []
-    return json.loads(runs[-1].read_text()) if runs else None
-
-
 def png_markdown(png: bytes) -> str:
     """The chart inline, so the Dagster UI shows it in the asset's metadata."""
     return f"![evaluation chart](data:image/png;base64,{base64.b64encode(png).decode()})"
@@ -438,8 +508,13 @@ GENERATE_SYSTEM = (
 )
 
 
-def generate_questions(pack_folder: Path, sections: list[tuple[str, str, str]], n: int,
-                       llm: LLMClient, model: str = EXPANSION_MODEL) -> list[dict]:  # fmt: skip
+def generate_questions(
+    pack_folder: Path,
+    sections: list[tuple[str, str, str]],
+    n: int,
+    llm: LLMClient,
+    model: str = EXPANSION_MODEL,
+) -> list[dict]:
     """Candidate questions with ground truth, one per section (url, heading, text), via Claude."""
     if not llm.available:
         raise PackError(
@@ -459,8 +534,14 @@ def generate_questions(pack_folder: Path, sections: list[tuple[str, str, str]], 
         except (LLMError, ValueError):
             continue
         if isinstance(item, dict) and item.get("question") and item.get("ground_truth"):
-            written.append({"id": f"gen-{stable_id(url, str(item['question']))[:10]}", "question": str(item["question"]),
-                            "ground_truth": str(item["ground_truth"]), "gold_urls": [url]})  # fmt: skip
+            written.append(
+                {
+                    "id": f"gen-{stable_id(url, str(item['question']))[:10]}",
+                    "question": str(item["question"]),
+                    "ground_truth": str(item["ground_truth"]),
+                    "gold_urls": [url],
+                }
+            )
     # Candidates, not questions yet: a person reviews them before they join questions.jsonl.
     path = pack_folder / "eval" / "candidates.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)

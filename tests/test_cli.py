@@ -235,9 +235,13 @@ def test_status_shows_freshness_changes_failures_and_schedule(workspace, capsys)
     publish_fake_version(workspace, "widgets", sources=sources)
     PackStore(packs_dir=str(workspace / "packs")).record_build(
         "widgets",
-        {"outcome": "unchanged", "version": 2, "checked_at": datetime.now(UTC).isoformat(),
-         "run_id": "run-123"},
-    )  # fmt: skip
+        {
+            "outcome": "unchanged",
+            "version": 2,
+            "checked_at": datetime.now(UTC).isoformat(),
+            "run_id": "run-123",
+        },
+    )
     code, out, err = run(capsys, "status", "widgets")
     text = " ".join(out.split())
     assert code == 0

@@ -30,14 +30,29 @@ from tests.conftest import TEST_FETCH, write_pack
 from tests.loopback import fake_anthropic_server
 
 QUESTIONS = [
-    {"id": "env", "question": "Which environment variable sets where the sprocket cache lives?",
-     "ground_truth": "WIDGET_HOME", "answers": ["WIDGET_HOME"], "gold_urls": ["/docs/guide.html"]},
-    {"id": "install", "question": "What is the pip package name of the toolkit?",
-     "ground_truth": "widget-toolkit", "answers": ["widget-toolkit"], "gold_urls": ["/docs/index.html"]},
-    {"id": "release", "question": "How often are releases cut?",
-     "ground_truth": "Every second Tuesday", "answers": ["second Tuesday"], "gold_urls": ["/docs/readme.md"]},
+    {
+        "id": "env",
+        "question": "Which environment variable sets where the sprocket cache lives?",
+        "ground_truth": "WIDGET_HOME",
+        "answers": ["WIDGET_HOME"],
+        "gold_urls": ["/docs/guide.html"],
+    },
+    {
+        "id": "install",
+        "question": "What is the pip package name of the toolkit?",
+        "ground_truth": "widget-toolkit",
+        "answers": ["widget-toolkit"],
+        "gold_urls": ["/docs/index.html"],
+    },
+    {
+        "id": "release",
+        "question": "How often are releases cut?",
+        "ground_truth": "Every second Tuesday",
+        "answers": ["second Tuesday"],
+        "gold_urls": ["/docs/readme.md"],
+    },
     {"id": "ood", "question": "Who won the football world cup in 1998?", "out_of_domain": True},
-]  # fmt: skip
+]
 
 
 def test_retrieval_metrics_match_hand_computed_values():
@@ -97,9 +112,12 @@ def eval_pack(site, tmp_path_factory):
     lines = [{**q, "gold_urls": [site.url(u) for u in q.get("gold_urls", [])]} for q in QUESTIONS]
     (folder / "eval" / "questions.jsonl").write_text("\n".join(json.dumps(q) for q in lines) + "\n")
     result = build_pack(
-        "evalpack", packs_dir=root / "packs", storage=str(root / "storage"),
-        instance=DagsterInstance.ephemeral(), resource_overrides={"fetcher": FetcherResource(backoff_s=0.05)},
-    )  # fmt: skip
+        "evalpack",
+        packs_dir=root / "packs",
+        storage=str(root / "storage"),
+        instance=DagsterInstance.ephemeral(),
+        resource_overrides={"fetcher": FetcherResource(backoff_s=0.05)},
+    )
     assert result.success
     return folder
 
@@ -163,10 +181,11 @@ def test_eval_results_asset_materializes_with_summary_chart_and_checks(eval_pack
     instance.add_dynamic_partitions("packs", ["evalpack"])
     result = materialize(
         [eval_results, gate_rarely_refuses_in_domain, accuracy_not_dropped],
-        partition_key="evalpack", instance=instance,
+        partition_key="evalpack",
+        instance=instance,
         resources={"pack_store": PackStore(packs_dir=str(eval_pack.parent))},
         selection=["eval_results"],
-    )  # fmt: skip
+    )
     assert result.success
     metadata = result.asset_materializations_for_node("eval_results")[0].metadata
     assert metadata["questions"].value == 4
