@@ -8,8 +8,6 @@ import pytest
 from dagster import DagsterInstance, materialize
 
 from assets.evaluate import accuracy_not_dropped, eval_results, gate_rarely_refuses_in_domain
-from kpack.build import build_pack
-from resources.fetcher import FetcherResource
 from resources.pack_store import PackStore
 from retrieval.evaluation import (
     Question,
@@ -26,7 +24,7 @@ from retrieval.evaluation import (
     token_f1,
     write_threshold,
 )
-from tests.conftest import TEST_FETCH, write_pack
+from tests.conftest import TEST_FETCH, build, write_pack
 from tests.loopback import fake_anthropic_server
 
 QUESTIONS = [
@@ -111,14 +109,7 @@ def eval_pack(site, tmp_path_factory):
     (folder / "eval").mkdir()
     lines = [{**q, "gold_urls": [site.url(u) for u in q.get("gold_urls", [])]} for q in QUESTIONS]
     (folder / "eval" / "questions.jsonl").write_text("\n".join(json.dumps(q) for q in lines) + "\n")
-    result = build_pack(
-        "evalpack",
-        packs_dir=root / "packs",
-        storage=str(root / "storage"),
-        instance=DagsterInstance.ephemeral(),
-        resource_overrides={"fetcher": FetcherResource(backoff_s=0.05)},
-    )
-    assert result.success
+    assert build(root, "evalpack").success
     return folder
 
 

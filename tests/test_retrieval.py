@@ -10,12 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from dagster import DagsterInstance
 
 import retrieval
-from kpack.build import build_pack
 from kpack.packs import PackError
-from resources.fetcher import FetcherResource
 from retrieval.agent import KnowledgeGraphAgent
 from retrieval.candidates import Candidate
 from retrieval.multidoc import MultiDocSynthesizer
@@ -23,7 +20,7 @@ from retrieval.pack import PackNotReady, open_pack
 from retrieval.quality import quality_score
 from retrieval.rerank import GraphReranker
 from retrieval.synthesis import API_ERROR_ANSWER
-from tests.conftest import TEST_FETCH, write_pack
+from tests.conftest import TEST_FETCH, build, write_pack
 from tests.loopback import fake_anthropic_server
 
 IN_DOMAIN = "Which environment variable sets where the sprocket cache lives?"
@@ -58,14 +55,7 @@ def pack(site, tmp_path_factory) -> Path:
     (folder / "eval" / "questions.jsonl").write_text(
         "\n".join(json.dumps(q) for q in EVAL_QUESTIONS)
     )
-    result = build_pack(
-        "widgets",
-        packs_dir=root / "packs",
-        storage=str(root / "storage"),
-        instance=DagsterInstance.ephemeral(),
-        resource_overrides={"fetcher": FetcherResource(backoff_s=0.05)},
-    )
-    assert result.success
+    assert build(root, "widgets").success
     return folder
 
 
@@ -321,14 +311,8 @@ def test_queries_in_other_processes_keep_answering_during_a_rebuild(pack, site, 
         )
         for _ in range(2)
     ]
-    result = build_pack(
-        "widgets",
-        packs_dir=pack.parent,
-        storage=str(pack.parent.parent / "storage"),
-        instance=DagsterInstance.ephemeral(),
-        resource_overrides={"fetcher": FetcherResource(backoff_s=0.05)},
-        force=True,  # the sources did not change: publish anyway, so readers see a flip
-    )
+    # The sources did not change: publish anyway (force), so the readers see a flip.
+    result = build(pack.parent.parent, "widgets", force=True)
     outputs = [reader.communicate(timeout=300) for reader in readers]
     assert result.success and result.manifest["version"] == 2
     for reader, (out, err) in zip(readers, outputs, strict=True):
