@@ -12,7 +12,8 @@ from dagster import AssetExecutionContext, Output, asset
 
 from assets.partitions import follow_upstream, packs_partitions
 from kpack.contracts import passage_text
-from resources.embedder import EmbedderResource, model_label
+from kpack.embedding import model_label
+from resources.embedder import EmbedderResource
 from resources.pack_store import PackStore
 from resources.storage import ContentCacheResource
 

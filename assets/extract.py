@@ -16,7 +16,8 @@ from dagster import AssetExecutionContext, AssetOut, Failure, MetadataValue, Out
 from assets.offline_extraction import TYPE_PRIORITY, extract_offline, normalize_entity
 from assets.partitions import follow_upstream, packs_partitions
 from kpack.contracts import stable_id
-from resources.llm import EXTRACTION_PROMPT_VERSION, ClaudeResource, ExtractionFailed, Usage
+from kpack.llm import EXTRACTION_PROMPT_VERSION, ExtractionFailed, Usage
+from resources.llm import ClaudeResource
 from resources.pack_store import PackStore
 from resources.storage import ContentCacheResource
 

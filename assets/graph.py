@@ -41,8 +41,10 @@ from dagster import (
 from assets.partitions import follow_upstream, packs_partitions
 from kpack.changes import inputs_fingerprint, page_changes
 from kpack.contracts import FTS_COLUMNS, FTS_INDEXES, KUZU_NODES, KUZU_RELS, VECTOR_INDEXES
-from resources.embedder import model_label
-from resources.pack_store import PackStore, opened, version_number
+from kpack.embedding import model_label
+from kpack.graphdb import opened
+from kpack.store import version_number
+from resources.pack_store import PackStore
 
 
 def _with_embeddings(rows: pa.Table, embeddings: pa.Table, dim: int) -> pa.Table:

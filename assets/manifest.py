@@ -29,10 +29,11 @@ from dagster import (
 
 from assets.graph import graph_counts, pack_graph
 from assets.partitions import follow_upstream, packs_partitions
-from kpack.packs import PackConfig
-from resources.embedder import model_label
-from resources.llm import estimate_cost_usd, model_prices
-from resources.pack_store import PackStore, opened
+from kpack.config import PackConfig
+from kpack.embedding import model_label
+from kpack.graphdb import opened
+from kpack.llm import estimate_cost_usd, model_prices
+from resources.pack_store import PackStore
 
 STAGES = ("fetched_pages", "articles", "chunks", "entities", "embeddings", "pagerank", "pack_graph")
 MANIFEST_FORMAT = 1

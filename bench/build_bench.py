@@ -74,7 +74,7 @@ def child_build(pack: str, workspace: Path) -> dict[str, Any]:
     started = time.perf_counter()
     from dagster import DagsterInstance
 
-    from kpack.build import build_pack
+    from pipelines.build import build_pack
 
     imported = time.perf_counter()
     with DagsterInstance.ephemeral() as instance:
@@ -103,7 +103,7 @@ def child_embed(texts_file: Path) -> dict[str, Any]:
     """Load the model and encode the given texts: the cost no build can go below."""
     texts = json.loads(texts_file.read_text(encoding="utf-8"))
     started = time.perf_counter()
-    from resources.embedder import encode, load_model
+    from kpack.embedding import encode, load_model
 
     imported = time.perf_counter()
     model = load_model("default")

@@ -68,7 +68,7 @@ def child_build(workspace: Path) -> dict[str, Any]:
     started = time.perf_counter()
     from dagster import DagsterInstance
 
-    from kpack.build import build_pack
+    from pipelines.build import build_pack
 
     imported = time.perf_counter()
     with DagsterInstance.ephemeral() as instance:

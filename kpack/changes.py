@@ -20,8 +20,8 @@ import json
 
 import pyarrow as pa
 
+from kpack.config import PackConfig
 from kpack.contracts import KUZU_NODES, KUZU_RELS
-from kpack.packs import PackConfig
 
 # The intermediates the graph is loaded from (pagerank is derived from articles and links).
 GRAPH_INPUTS = (

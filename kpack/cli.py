@@ -58,7 +58,7 @@ def _watch_progress(build_id: str, done: threading.Event) -> None:
     with Live(waiting, console=console, refresh_per_second=4, transient=True) as live:
         from dagster import DagsterEventType, DagsterInstance, RunsFilter
 
-        from kpack.build import BUILD_TAG
+        from pipelines.build import BUILD_TAG
 
         instance = DagsterInstance.get()
         wanted = {
@@ -85,7 +85,7 @@ def _watch_progress(build_id: str, done: threading.Event) -> None:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from kpack.build import build_pack
+    from pipelines.build import build_pack
 
     settings.dagster_home()
     build_id = uuid.uuid4().hex
@@ -310,8 +310,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _eval_generate(args: argparse.Namespace) -> int:
+    from kpack.llm import ClaudeClient
     from retrieval.evaluation import generate_questions
-    from retrieval.llm import LLMClient
     from retrieval.pack import open_pack
 
     if not args.pack:
@@ -320,7 +320,7 @@ def _eval_generate(args: argparse.Namespace) -> int:
     sections = [
         (s.article_url, s.heading, s.content) for s in pack.sections.values() if s.word_count >= 40
     ]
-    written = generate_questions(pack.folder, sections, args.n, LLMClient())
+    written = generate_questions(pack.folder, sections, args.n, ClaudeClient())
     console.print(
         f"wrote {len(written)} candidate questions to {pack.folder / 'eval' / 'candidates.jsonl'}; "
         "review them, then add the good ones to eval/questions.jsonl"
@@ -357,10 +357,11 @@ def pack_status(name: str) -> dict:
     """Everything `kpack status` shows, as one dict (also its --json output)."""
     from datetime import UTC, datetime
 
-    from kpack.build import build_running
-    from kpack.packs import load_config, pack_dir
+    from kpack.config import load_config
+    from kpack.packs import pack_dir
+    from kpack.store import PackStore, version_number
+    from pipelines.build import build_running
     from pipelines.schedules import next_tick
-    from resources.pack_store import PackStore, version_number
 
     folder = pack_dir(validate_pack_name(name))
     store = PackStore(packs_dir=str(folder.parent))
@@ -464,9 +465,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    from kpack.build import build_lock
     from kpack.packs import pack_dir
-    from resources.pack_store import PackStore, version_number
+    from kpack.store import PackStore, version_number
+    from pipelines.build import build_lock
 
     name = validate_pack_name(args.name)
     folder = pack_dir(name)

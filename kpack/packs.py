@@ -9,20 +9,16 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from kpack import settings
+from kpack.errors import PackError
 
 PACK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 SUPPORTED_SCHEMES = ("http", "https", "file")
-DEFAULT_SCHEDULE = "0 3 * * 1"
 PUBLISHED_FILES = ("pack.db", "manifest.json", "skill.md")
-
-
-class PackError(ValueError):
-    """A problem the user can fix (bad name, unknown pack, malformed config): shown without traceback."""
 
 
 def validate_pack_name(name: str) -> str:
@@ -131,114 +127,6 @@ def resolve_url(line: str, base_dir: Path) -> tuple[str, str | None]:
     if not parts.hostname:
         return line, "URL has no host"
     return line, None
-
-
-@dataclass(frozen=True)
-class FetchConfig:
-    timeout_s: float = 20.0
-    max_bytes: int = 5_000_000
-    retries: int = 3
-    max_redirects: int = 10
-    max_workers: int = 8
-    # Private and loopback hosts are refused unless allowed: a pack must not be able to
-    # read the build machine's network. Local docs and tests turn this on.
-    allow_private_hosts: bool = False
-    # file: URLs may only read under these folders (relative to the pack folder). The
-    # default is the folder that holds the packs folder, i.e. the project.
-    file_roots: tuple[str, ...] = ("../..",)
-    # Seconds between two requests to the same host (across all workers): a polite crawler
-    # never hammers one server. Tests and benchmarks on loopback set 0.
-    per_host_delay_s: float = 0.2
-
-
-@dataclass(frozen=True)
-class PackConfig:
-    """kg_config.json: per-pack overrides of the build and query defaults."""
-
-    embedding_model: str = "default"
-    extraction: str = "auto"  # auto: Claude when ANTHROPIC_API_KEY is set, else offline
-    extraction_model: str = "claude-haiku-4-5"
-    chunk_tokens: int = 256
-    chunk_overlap_tokens: int = 48
-    max_failed_fraction: float = 0.2
-    # When the Dagster schedule pack_refresh_schedule (off until turned on in the UI) rebuilds
-    # this pack: a cron string in UTC, weekly (Monday 03:00) by default; "" never.
-    schedule: str = DEFAULT_SCHEDULE
-    fetch: FetchConfig = field(default_factory=FetchConfig)
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-
-def load_config(folder: Path) -> PackConfig:
-    path = folder / "kg_config.json"
-    if not path.is_file():
-        return PackConfig()
-    try:
-        raw = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise PackError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
-    if not isinstance(raw, dict):
-        raise PackError(f"{path}: expected a JSON object")
-    fetch = _build(FetchConfig, raw.pop("fetch", {}), f"{path} fetch")
-    # Keys the query side (retrieval) reads live in the same file; the build ignores them.
-    build_keys = {f.name for f in fields(PackConfig)}
-    config = _build(PackConfig, {k: v for k, v in raw.items() if k in build_keys}, str(path))
-    if config.extraction not in ("auto", "claude", "offline"):
-        raise PackError(f"{path}: extraction must be 'auto', 'claude' or 'offline'")
-    if not 0 < config.chunk_overlap_tokens < config.chunk_tokens:
-        raise PackError(f"{path}: need 0 < chunk_overlap_tokens < chunk_tokens")
-    if not 0.0 <= config.max_failed_fraction <= 1.0:
-        raise PackError(f"{path}: max_failed_fraction must be between 0 and 1")
-    if config.schedule not in ("", DEFAULT_SCHEDULE) and not valid_cron(config.schedule):
-        raise PackError(
-            f"{path}: schedule must be a cron string such as {DEFAULT_SCHEDULE!r} "
-            f'(minute hour day month weekday), or "" for never; got {config.schedule!r}'
-        )
-    for key, least in (
-        ("timeout_s", 0.001),
-        ("max_bytes", 1),
-        ("retries", 0),
-        ("max_redirects", 0),
-        ("max_workers", 1),
-        ("per_host_delay_s", 0.0),
-    ):
-        if getattr(fetch, key) < least:
-            raise PackError(f"{path}: fetch.{key} must be at least {least}")
-    return PackConfig(**{**asdict(config), "fetch": fetch})
-
-
-def valid_cron(cron: str) -> bool:
-    """A cron string Dagster's scheduler accepts (five fields, or @daily/@weekly/...)."""
-    from dagster._utils.schedules import is_valid_cron_string  # dagster's own cron parser
-
-    return is_valid_cron_string(cron)
-
-
-def _build(cls, raw: dict, where: str):
-    if not isinstance(raw, dict):
-        raise PackError(f"{where}: expected a JSON object")
-    defaults = cls()
-    unknown = sorted(set(raw) - {f.name for f in fields(cls)})
-    if unknown:
-        raise PackError(f"{where}: unknown keys {unknown}")
-    values = {}
-    for key, value in raw.items():
-        default = getattr(defaults, key)
-        if not _same_kind(default, value):
-            raise PackError(f"{where}: {key} must be like {default!r}, got {value!r}")
-        values[key] = tuple(value) if isinstance(default, tuple) else value
-    return cls(**values)
-
-
-def _same_kind(default: object, value: object) -> bool:
-    if isinstance(default, bool) or isinstance(value, bool):
-        return isinstance(default, bool) and isinstance(value, bool)
-    if isinstance(default, float):
-        return isinstance(value, (int, float))
-    if isinstance(default, tuple):
-        return isinstance(value, list) and all(isinstance(v, str) for v in value)
-    return isinstance(value, type(default))
 
 
 def versions_dir(folder: Path) -> Path:

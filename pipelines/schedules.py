@@ -30,7 +30,8 @@ from dagster._utils.schedules import get_latest_completed_cron_tick, get_next_cr
 
 from assets.partitions import packs_partitions
 from kpack import settings
-from kpack.packs import PackError, list_packs, load_config
+from kpack.config import load_config
+from kpack.packs import PackError, list_packs
 
 EVALUATION_CRON = "0 * * * *"
 EVALUATION_INTERVAL = timedelta(hours=1)

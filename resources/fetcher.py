@@ -28,7 +28,7 @@ import requests
 from dagster import ConfigurableResource
 from requests.adapters import HTTPAdapter
 
-from kpack.packs import FetchConfig
+from kpack.config import FetchConfig
 
 RETRY_STATUSES = {429, 500, 502, 503, 504}
 MAX_RETRY_AFTER_S = 30.0

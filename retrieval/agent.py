@@ -9,19 +9,19 @@ Every stage is timed and every candidate keeps the scores each stage gave it (``
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from kpack.config import load_config
 from kpack.contracts import VECTOR_INDEXES
+from kpack.embedding import model_label
+from kpack.llm import EXPANSION_MODEL, SYNTHESIS_MODEL, ClaudeClient
 from kpack.packs import PackError
-from resources.embedder import model_label
 from retrieval.candidates import Candidate, bm25_search, deduplicate, fuse, vector_search
 from retrieval.fewshot import FewShotManager
-from retrieval.llm import EXPANSION_MODEL, SYNTHESIS_MODEL, LLMClient
 from retrieval.multidoc import ContextSection, MultiDocSynthesizer
 from retrieval.pack import OpenPack, open_pack
 from retrieval.quality import QUALITY_THRESHOLD, quality_score
@@ -82,35 +82,14 @@ def clean_question(question: object) -> str:
 
 
 def query_config(pack: OpenPack) -> dict:
-    path = pack.folder / "kg_config.json"
-    if not path.is_file():
-        return {}
-    try:
-        config = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise PackError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
-    query = config.get("query", {})
-    unknown = sorted(set(query) - set(SETTINGS) - set(TOGGLES))
-    if unknown:
-        raise PackError(f"{path}: unknown query settings {unknown}")
-    for key, value in query.items():
-        default = SETTINGS.get(key, False)
-        wanted = (
-            (int, float)
-            if key == "context_confidence_threshold" or isinstance(default, float)
-            else type(default)
-        )
-        if isinstance(value, bool) != isinstance(default, bool) or not isinstance(value, wanted):
-            raise PackError(
-                f"{path}: query.{key} must be {'a number' if wanted == (int, float) else wanted.__name__}, got {value!r}"
-            )
-    configured = model_label(config.get("embedding_model", "default"))
+    config = load_config(pack.folder)
+    configured = model_label(config.embedding_model)
     if configured != pack.model_name:
         raise PackError(
             f"pack {pack.name!r} was built with {pack.model_name} but kg_config.json names "
             f"{configured}: rebuild the pack (kpack build {pack.name}) or restore the setting"
         )
-    return query
+    return config.query.model_dump(exclude_none=True, exclude_unset=True)
 
 
 class Stopwatch:
@@ -157,7 +136,7 @@ class KnowledgeGraphAgent:
         self.settings = {**SETTINGS, **PROFILES[name], **config, **options}
         if self.settings["context_confidence_threshold"] is None:
             self.settings["context_confidence_threshold"] = type(self).CONTEXT_CONFIDENCE_THRESHOLD
-        self.llm = LLMClient(anthropic_api_key, anthropic_base_url, enabled=use_llm)
+        self.llm = ClaudeClient(anthropic_api_key, anthropic_base_url, enabled=use_llm)
         self.reranker = GraphReranker(
             self.settings["reranker_alpha"], self.settings["reranker_beta"]
         )
@@ -271,7 +250,7 @@ class KnowledgeGraphAgent:
         exclude_examples: Callable[[dict], bool] | None = None,
     ) -> dict:
         question = clean_question(question)
-        usage_before = dict(self.llm.usage)
+        usage_before = self.llm.usage.as_dict()
         clock, trace = (
             Stopwatch(),
             {"profile": self.profile, "threshold": self.settings["context_confidence_threshold"]},
@@ -383,7 +362,7 @@ class KnowledgeGraphAgent:
         )[:10]
         facts = [fact for sid in section_ids for fact in self.pack.section_facts.get(sid, [])][:10]
         clock.lap("response")
-        usage = {k: self.llm.usage[k] - usage_before[k] for k in usage_before}
+        usage = {k: v - usage_before[k] for k, v in self.llm.usage.as_dict().items()}
         return {
             "answer": answer,
             "sources": sources,

@@ -22,10 +22,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kpack.contracts import stable_id
+from kpack.llm import EXPANSION_MODEL, ClaudeClient, LLMError
 from kpack.packs import PackError, normalize_url, resolve_url
 from retrieval.agent import KnowledgeGraphAgent
 from retrieval.fewshot import normalize_question
-from retrieval.llm import EXPANSION_MODEL, LLMClient, LLMError
 
 QUESTION_FIELDS = {
     "question": str,
@@ -228,7 +228,7 @@ def best_threshold(rows: list[dict], default: float) -> float:
 class Judge:
     """Scores an answer 0-10 against the reference with a model that did not write it."""
 
-    def __init__(self, llm: LLMClient, model: str = EXPANSION_MODEL):
+    def __init__(self, llm: ClaudeClient, model: str = EXPANSION_MODEL):
         self.llm, self.model = llm, model
 
     def score(self, question: str, reference: str, answer: str) -> int | None:
@@ -262,7 +262,7 @@ def evaluate(
     conditions = list(profiles) + (["no_pack"] if llm_available else [])
     judge = None
     if llm_available:
-        judge = Judge(LLMClient(base_url=anthropic_base_url), judge_model)
+        judge = Judge(ClaudeClient(base_url=anthropic_base_url), judge_model)
         if judge_model in {a.settings["synthesis_model"] for a in agents.values()}:
             raise PackError(f"the judge model {judge_model} also answers; choose another judge")
     records: dict[str, list[dict]] = {c: [] for c in conditions}
@@ -512,7 +512,7 @@ def generate_questions(
     pack_folder: Path,
     sections: list[tuple[str, str, str]],
     n: int,
-    llm: LLMClient,
+    llm: ClaudeClient,
     model: str = EXPANSION_MODEL,
 ) -> list[dict]:
     """Candidate questions with ground truth, one per section (url, heading, text), via Claude."""

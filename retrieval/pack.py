@@ -19,9 +19,9 @@ import kuzu
 import numpy as np
 
 from kpack import settings
+from kpack.embedding import encode, load_model
+from kpack.graphdb import connect
 from kpack.packs import PackError, current_version, pack_dir
-from resources.embedder import encode, load_model
-from resources.pack_store import connect
 
 
 class PackNotReady(PackError):

@@ -14,7 +14,7 @@ from collections import Counter
 from functools import lru_cache
 from html import escape
 
-from retrieval.llm import LLMClient, LLMError
+from kpack.llm import ClaudeClient, LLMError
 from retrieval.multidoc import ContextSection
 from retrieval.quality import terms
 
@@ -71,7 +71,11 @@ def build_prompt(question: str, sections: list[ContextSection], examples: list[d
 
 
 def synthesize(
-    llm: LLMClient, model: str, question: str, sections: list[ContextSection], examples: list[dict]
+    llm: ClaudeClient,
+    model: str,
+    question: str,
+    sections: list[ContextSection],
+    examples: list[dict],
 ) -> str:
     try:
         return llm.complete(model, SYNTHESIS_SYSTEM, build_prompt(question, sections, examples))
@@ -79,7 +83,7 @@ def synthesize(
         return API_ERROR_ANSWER
 
 
-def synthesize_minimal(llm: LLMClient, model: str, question: str) -> str:
+def synthesize_minimal(llm: ClaudeClient, model: str, question: str) -> str:
     try:
         return llm.complete(
             model, "You are a knowledgeable assistant.", MINIMAL_PROMPT.format(question=question)
@@ -88,7 +92,7 @@ def synthesize_minimal(llm: LLMClient, model: str, question: str) -> str:
         return API_ERROR_ANSWER
 
 
-def alternative_phrasings(llm: LLMClient, model: str, question: str, n: int = 2) -> list[str]:
+def alternative_phrasings(llm: ClaudeClient, model: str, question: str, n: int = 2) -> list[str]:
     try:
         text = llm.complete(
             model,

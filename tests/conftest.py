@@ -12,7 +12,7 @@ from dagster import DagsterInstance
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.pop("ANTHROPIC_API_KEY", None)
 
-from kpack.build import BuildResult, build_pack
+from pipelines.build import BuildResult, build_pack
 from resources.fetcher import FetcherResource
 from tests.loopback import LoopbackServer, SiteHandler
 

@@ -17,7 +17,8 @@ from dagster import (
 )
 
 from assets.partitions import packs_partitions
-from kpack.packs import PackError, load_config
+from kpack.config import load_config
+from kpack.packs import PackError
 from pipelines.schedules import due_tick, next_tick, pack_refresh_schedule
 from pipelines.sensors import pack_sources_sensor
 from tests.conftest import write_pack

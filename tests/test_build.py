@@ -7,9 +7,10 @@ import json
 import pytest
 
 import retrieval
-from resources.embedder import encode, load_model
+from kpack.embedding import encode, load_model
+from kpack.graphdb import opened
 from resources.llm import ClaudeResource
-from resources.pack_store import PackStore, opened
+from resources.pack_store import PackStore
 from tests.conftest import TEST_FETCH, build, write_pack
 from tests.loopback import fake_anthropic_server
 

@@ -180,7 +180,7 @@ def test_list_with_no_packs(workspace, capsys):
 
 def publish_fake_version(workspace: Path, name: str, **manifest) -> int:
     """Publish a version with the real publish path but a placeholder database."""
-    from resources.pack_store import PackStore
+    from kpack.store import PackStore
 
     store = PackStore(packs_dir=str(workspace / "packs"))
     version = store.next_version(name)
@@ -223,8 +223,8 @@ FAILURE = {"line": 2, "url": "https://docs.example.org/b", "error": "HTTP 404 No
 
 
 def test_status_shows_freshness_changes_failures_and_schedule(workspace, capsys):
-    from kpack.build import build_lock
-    from resources.pack_store import PackStore
+    from kpack.store import PackStore
+    from pipelines.build import build_lock
 
     folder = write_pack(workspace, "widgets", ["https://docs.example.org/a"])
     code, out, _ = run(capsys, "status", "widgets")
@@ -264,7 +264,7 @@ def test_status_shows_freshness_changes_failures_and_schedule(workspace, capsys)
 
 
 def test_rollback_restores_the_previous_version_atomically(workspace, capsys):
-    from kpack.build import build_lock
+    from pipelines.build import build_lock
 
     folder = write_pack(workspace, "widgets", ["https://docs.example.org/a"])
     code, _, err = run(capsys, "rollback", "widgets")

@@ -199,18 +199,18 @@ def test_eval_results_asset_materializes_with_summary_chart_and_checks(eval_pack
 
 
 def test_generate_writes_candidate_questions_through_claude_and_needs_a_key(eval_pack, monkeypatch):
+    from kpack.llm import ClaudeClient
     from retrieval.evaluation import generate_questions
-    from retrieval.llm import LLMClient
     from retrieval.pack import open_pack
 
     pack = open_pack(eval_pack)
     sections = [(s.article_url, s.heading, s.content) for s in pack.sections.values()]
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     with pytest.raises(ValueError, match="needs ANTHROPIC_API_KEY"):
-        generate_questions(eval_pack, sections, 2, LLMClient())
+        generate_questions(eval_pack, sections, 2, ClaudeClient())
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-not-real")
     with fake_anthropic_server() as fake:
-        written = generate_questions(eval_pack, sections, 2, LLMClient(base_url=fake.base))
+        written = generate_questions(eval_pack, sections, 2, ClaudeClient(base_url=fake.base))
     assert len(written) == 2 and written[0]["ground_truth"] == "WIDGET_HOME"
     candidates, problems = load_questions(eval_pack / "eval" / "candidates.jsonl", eval_pack)
     assert not problems and len(candidates) == 2 and candidates[0].gold_urls

@@ -10,7 +10,7 @@ import pytest
 
 from assets.fetch import main_content
 from assets.parse import html_blocks, split_sections
-from kpack.packs import FetchConfig
+from kpack.config import FetchConfig
 from resources.fetcher import (
     FetcherResource,
     FetchError,

@@ -8,9 +8,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from kpack.contracts import stable_id
+from kpack.graphdb import opened
 from resources.embedder import EmbedderResource
 from resources.llm import ClaudeResource
-from resources.pack_store import opened
 from tests.conftest import TEST_FETCH, build, write_pack
 from tests.loopback import SiteHandler, fake_anthropic_server
 

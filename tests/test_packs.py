@@ -7,12 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from kpack.config import FetchConfig, PackConfig, load_config, settings_reference
 from kpack.packs import (
-    FetchConfig,
-    PackConfig,
     PackError,
     list_packs,
-    load_config,
     normalize_url,
     pack_dir,
     parse_urls,
@@ -206,17 +204,66 @@ def test_valid_overrides_are_applied(tmp_path: Path):
     assert config.fetch.max_bytes == FetchConfig().max_bytes
 
 
-def test_unknown_top_level_keys_are_left_to_the_query_side(tmp_path: Path):
-    write_config(tmp_path, {"search_k": 10, "chunk_tokens": 300})
-    assert load_config(tmp_path).chunk_tokens == 300
-
-
-def test_unknown_fetch_key_is_an_error_naming_it(tmp_path: Path):
-    write_config(tmp_path, {"fetch": {"timeout": 5}})
+@pytest.mark.parametrize(
+    ("content", "named", "suggested"),
+    [
+        ({"extration": "claude"}, "'extration'", "'extraction'"),
+        ({"chunk_token": 64}, "'chunk_token'", "'chunk_tokens'"),
+        ({"fetch": {"timeout": 5}}, "'fetch.timeout'", "'fetch.timeout_s'"),
+        ({"query": {"reranker_alfa": 0.5}}, "'query.reranker_alfa'", "'query.reranker_alpha'"),
+    ],
+)
+def test_unknown_keys_anywhere_are_errors_naming_the_closest_valid_key(
+    tmp_path: Path, content, named, suggested
+):
+    write_config(tmp_path, content)
     with pytest.raises(PackError) as caught:
         load_config(tmp_path)
     message = str(caught.value)
-    assert "kg_config.json" in message and "fetch" in message and "'timeout'" in message
+    assert named in message and f"did you mean {suggested}" in message
+
+
+def test_every_problem_is_reported_at_once(tmp_path: Path):
+    write_config(tmp_path, {"extration": "claude", "chunk_token": 64})
+    with pytest.raises(PackError) as caught:
+        load_config(tmp_path)
+    assert "'extration'" in str(caught.value) and "'chunk_token'" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"max_failed_fraction": NaN}',
+        '{"fetch": {"timeout_s": Infinity}}',
+        '{"query": {"context_confidence_threshold": -Infinity}}',
+    ],
+)
+def test_nan_and_infinities_are_errors(tmp_path: Path, text):
+    write_config(tmp_path, text)
+    with pytest.raises(PackError, match=r"kg_config\.json"):
+        load_config(tmp_path)
+
+
+def test_config_that_is_not_utf8_is_an_error(tmp_path: Path):
+    (tmp_path / "kg_config.json").write_bytes(b'{"embedding_model": "caf\xe9"}')
+    with pytest.raises(PackError, match="not UTF-8"):
+        load_config(tmp_path)
+
+
+def test_query_settings_are_validated_by_the_same_schema(tmp_path: Path):
+    write_config(tmp_path, {"query": {"profile": "fastest"}})
+    with pytest.raises(PackError, match="query.profile must be one of"):
+        load_config(tmp_path)
+    write_config(tmp_path, {"query": {"context_confidence_threshold": 0.35, "num_docs": 3}})
+    query = load_config(tmp_path).query
+    assert query.context_confidence_threshold == 0.35 and query.num_docs == 3
+
+
+def test_configuration_docs_are_generated_from_the_schema():
+    docs = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
+    assert docs.read_text() == settings_reference(), (
+        "docs/configuration.md is stale: run python -m kpack.config > docs/configuration.md"
+    )
 
 
 @pytest.mark.parametrize(
@@ -259,9 +306,10 @@ def test_json_that_is_not_an_object_is_an_error(tmp_path: Path, content):
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ({"extraction": "gpt"}, "extraction must be"),
+        ({"extraction": "gpt"}, "extraction: Input should be .auto., .claude. or .offline."),
         ({"chunk_tokens": 64, "chunk_overlap_tokens": 64}, "chunk_overlap_tokens < chunk_tokens"),
-        ({"chunk_overlap_tokens": 0}, "0 < chunk_overlap_tokens"),
+        ({"chunk_overlap_tokens": 0}, "chunk_overlap_tokens"),
+        ({"schedule": "every monday"}, "schedule must be a cron string"),
     ],
 )
 def test_invalid_values_are_errors(tmp_path: Path, content, message):

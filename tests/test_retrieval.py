@@ -217,7 +217,7 @@ def test_api_errors_answer_unable_and_never_raise(pack, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-not-real")
     with fake_anthropic_server(fail_with=500) as fake:
         agent = KnowledgeGraphAgent(pack, anthropic_base_url=fake.base)
-        agent.llm.client = agent.llm.client.with_options(max_retries=0)
+        agent.llm._client = agent.llm._client.with_options(max_retries=0)
         inside = agent.query(IN_DOMAIN)
         outside = agent.query(OUT_OF_DOMAIN)
     assert inside["answer"] == outside["answer"] == API_ERROR_ANSWER

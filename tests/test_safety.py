@@ -19,8 +19,8 @@ from dagster import DagsterInstance
 
 import retrieval
 import retrieval.pack
-from kpack.build import build_pack
 from kpack.packs import PackError
+from pipelines.build import build_pack
 from resources.llm import ClaudeResource
 from tests.conftest import TEST_FETCH, build, write_pack
 from tests.loopback import fake_anthropic_server
@@ -37,7 +37,7 @@ KILLABLE_BUILD = """
 import sys, time
 from pathlib import Path
 from dagster import DagsterInstance
-from kpack.build import build_pack
+from pipelines.build import build_pack
 from resources.embedder import EmbedderResource
 from resources.fetcher import FetcherResource
 from resources.pack_store import PackStore

@@ -19,8 +19,12 @@ from pathlib import Path
 
 from dagster import DagsterInstance, materialize
 
+from assets.partitions import packs_partitions
 from kpack import settings
-from kpack.packs import PackError, load_config, pack_dir, parse_urls, read_manifest
+from kpack.config import load_config
+from kpack.packs import PackError, pack_dir, parse_urls, read_manifest
+from kpack.store import PackStore
+from pipelines.definitions import build_assets, build_checks, make_resources
 
 BUILD_TAG = "kpack/build_id"
 
@@ -81,10 +85,6 @@ def build_pack(
 
     ``force`` publishes a new version even when nothing changed since the current one.
     """
-    # Imported here: loading the asset graph costs a second the other CLI commands don't need.
-    from assets.partitions import packs_partitions
-    from pipelines.definitions import build_assets, build_checks, make_resources
-
     quiet_env()
     packs_dir = packs_dir or settings.packs_dir()
     folder = pack_dir(pack, packs_dir)
@@ -149,7 +149,6 @@ def _record_failure(
     folder: Path, pack: str, run_id: str, failed_steps: list[str], failed_checks: list[str]
 ) -> None:
     """Record a failed build for ``kpack status`` (the published version is untouched)."""
-    from resources.pack_store import PackStore
 
     current = read_manifest(folder)
     PackStore(packs_dir=str(folder.parent)).record_build(

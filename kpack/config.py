@@ -1,0 +1,248 @@
+"""kg_config.json: the one schema of a pack's settings, for the build and for queries.
+
+Everything a pack can set is declared here once, as pydantic models: the build settings at the
+top level, ``fetch`` for the fetcher and ``query`` for the retrieval side. The same models
+validate the file (unknown keys, wrong types, NaN and infinities are errors that name the key
+and the closest valid one), give the defaults, document themselves (``settings_reference``
+renders docs/configuration.md) and are recorded in the manifest of every published version,
+so a reader answers with the settings its version was built with.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from kpack.errors import PackError
+
+CONFIG_FILE = "kg_config.json"
+DEFAULT_SCHEDULE = "0 3 * * 1"
+PROFILE_NAMES = ("baseline", "balanced", "max", "latency_optimized", "coverage_optimized")
+
+_CRON_FIELD = re.compile(r"^(\*|\d+(-\d+)?)(/\d+)?(,(\*|\d+(-\d+)?)(/\d+)?)*$")
+_CRON_ALIASES = ("@hourly", "@daily", "@weekly", "@monthly", "@yearly", "@annually", "@midnight")
+# Each cron field's allowed range (minute hour day month weekday).
+_CRON_RANGES = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 7))
+
+
+def valid_cron(cron: str) -> bool:
+    """Five cron fields (numbers, ranges, lists, steps, '*') in range, or an @alias."""
+    if cron in _CRON_ALIASES:
+        return True
+    fields = cron.split()
+    if len(fields) != 5:
+        return False
+    for text, (low, high) in zip(fields, _CRON_RANGES, strict=True):
+        if not _CRON_FIELD.fullmatch(text):
+            return False
+        numbers = [int(n) for n in re.findall(r"\d+", re.sub(r"/\d+", "", text))]
+        if any(not low <= n <= high for n in numbers):
+            return False
+    return True
+
+
+class _Settings(BaseModel):
+    # strict: "3" is not 3 and 1 is not true; allow_inf_nan: a NaN threshold would silently
+    # gate nothing or everything.
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
+
+
+class FetchConfig(_Settings):
+    """How pages are fetched."""
+
+    timeout_s: float = Field(20.0, ge=0.001, description="seconds to wait for a server")
+    max_bytes: int = Field(5_000_000, ge=1, description="largest page accepted, in bytes")
+    retries: int = Field(3, ge=0, description="retries of a failed request (5xx, timeouts)")
+    max_redirects: int = Field(10, ge=0, description="redirects followed per URL")
+    max_workers: int = Field(8, ge=1, description="pages fetched at once")
+    allow_private_hosts: bool = Field(
+        False,
+        description="allow private and loopback hosts (refused by default: a pack must not "
+        "read the build machine's network)",
+    )
+    file_roots: tuple[str, ...] = Field(
+        ("../..",),
+        strict=False,
+        description="folders (relative to the pack folder) that file: URLs may read",
+    )
+    per_host_delay_s: float = Field(
+        0.2, ge=0.0, description="seconds between two requests to the same host"
+    )
+
+
+class QueryConfig(_Settings):
+    """How questions are answered (retrieval). ``None`` means: the profile's value."""
+
+    profile: str = Field("balanced", description=f"one of {', '.join(PROFILE_NAMES)}")
+    context_confidence_threshold: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="the confidence gate: below this best cosine similarity the pack "
+        "declines to answer from its passages (None: the embedding model's default)",
+    )
+    reranker_alpha: float = Field(0.7, ge=0.0, description="GraphReranker: relevance weight")
+    reranker_beta: float = Field(0.3, ge=0.0, description="GraphReranker: PageRank weight")
+    num_docs: int = Field(5, ge=1, description="MultiDocSynthesizer: articles in the context")
+    sections_per_doc: int = Field(3, ge=1, description="MultiDocSynthesizer: sections each")
+    few_shot_examples: int = Field(3, ge=0, description="FewShotManager: examples in a prompt")
+    cross_encoder_model: str = Field(
+        "cross-encoder/ms-marco-MiniLM-L-12-v2", description="CrossEncoderReranker's model"
+    )
+    synthesis_model: str = Field("claude-opus-4-6", description="Claude model for answers")
+    expansion_model: str = Field(
+        "claude-haiku-4-5", description="Claude model for multi-query phrasings"
+    )
+    use_enhancements: bool | None = None
+    enable_reranker: bool | None = None
+    enable_multidoc: bool | None = None
+    enable_fewshot: bool | None = None
+    enable_cross_encoder: bool | None = None
+    enable_multi_query: bool | None = None
+    enable_hybrid: bool | None = None
+    enable_quality_filter: bool | None = None
+
+    @model_validator(mode="after")
+    def _known_profile(self) -> QueryConfig:
+        if self.profile not in PROFILE_NAMES:
+            raise ValueError(
+                f"query.profile must be one of {', '.join(PROFILE_NAMES)}; got {self.profile!r}"
+            )
+        return self
+
+
+class PackConfig(_Settings):
+    """A pack's settings: kg_config.json, with every key optional."""
+
+    embedding_model: str = Field(
+        "default",
+        description="sentence-transformers model; 'default' is the packaged all-MiniLM-L6-v2",
+    )
+    extraction: Literal["auto", "claude", "offline"] = Field(
+        "auto",
+        description="auto: Claude when ANTHROPIC_API_KEY is set, else the offline extractor",
+    )
+    extraction_model: str = Field("claude-haiku-4-5", description="Claude model for extraction")
+    chunk_tokens: int = Field(256, ge=8, description="words per chunk")
+    chunk_overlap_tokens: int = Field(48, ge=1, description="words shared by adjacent chunks")
+    max_failed_fraction: float = Field(
+        0.2, ge=0.0, le=1.0, description="share of URLs that may fail before the build fails"
+    )
+    schedule: str = Field(
+        DEFAULT_SCHEDULE,
+        description="cron (UTC) on which pack_refresh_schedule rebuilds the pack; '' never",
+    )
+    fetch: FetchConfig = Field(default_factory=FetchConfig)
+    query: QueryConfig = Field(default_factory=QueryConfig)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PackConfig:
+        if not self.chunk_overlap_tokens < self.chunk_tokens:
+            raise ValueError("need chunk_overlap_tokens < chunk_tokens")
+        if self.schedule and not valid_cron(self.schedule):
+            raise ValueError(
+                f"schedule must be a cron string such as {DEFAULT_SCHEDULE!r} "
+                f'(minute hour day month weekday), or "" for never; got {self.schedule!r}'
+            )
+        return self
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def build_settings(self) -> dict[str, Any]:
+        """The settings that change what a pack holds (not when it is rebuilt or queried)."""
+        return self.model_dump(mode="json", exclude={"schedule", "query"})
+
+
+def parse_config(raw: object, where: str = CONFIG_FILE) -> PackConfig:
+    """Validate a decoded kg_config.json; every problem is named with its key path."""
+    if not isinstance(raw, dict):
+        raise PackError(f"{where}: expected a JSON object, got {type(raw).__name__}")
+    try:
+        return PackConfig.model_validate(raw)
+    except ValidationError as exc:
+        problems = [_describe(error) for error in exc.errors()]
+        raise PackError(f"{where}: " + "; ".join(problems)) from None
+
+
+def load_config(folder: Path) -> PackConfig:
+    """The pack's kg_config.json (defaults when there is none)."""
+    path = folder / CONFIG_FILE
+    if not path.is_file():
+        return PackConfig()
+    return parse_config(_read_json(path), str(path))
+
+
+def _read_json(path: Path) -> object:
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise PackError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise PackError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def _reject_constant(name: str) -> float:
+    raise json.JSONDecodeError(f"{name} is not a number JSON allows", name, 0)
+
+
+def _describe(error: dict) -> str:
+    path = [str(part) for part in error["loc"]]
+    key = ".".join(path) or "(top level)"
+    if error["type"] == "extra_forbidden":
+        model = _model_at(path[:-1])
+        close = difflib.get_close_matches(path[-1], list(model.model_fields), n=1, cutoff=0.5)
+        hint = f" (did you mean {'.'.join([*path[:-1], close[0]])!r}?)" if close else ""
+        valid = ", ".join(model.model_fields)
+        return f"unknown key {key!r}{hint}; valid keys here: {valid}"
+    if error["type"] in ("finite_number",):
+        return f"{key} must be a finite number, got {error['input']!r}"
+    message = error["msg"].removeprefix("Value error, ")
+    if not path:
+        return message
+    return f"{key}: {message} (got {error['input']!r})"
+
+
+def _model_at(path: list[str]) -> type[BaseModel]:
+    model: type[BaseModel] = PackConfig
+    for part in path:
+        annotation = model.model_fields[part].annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model = annotation
+    return model
+
+
+def settings_reference() -> str:
+    """Markdown tables of every setting with its default and meaning (docs/configuration.md)."""
+    lines = [
+        "# Configuration reference",
+        "",
+        f"Every key of `{CONFIG_FILE}` is optional. This page is generated from `kpack/config.py`",
+        "(`python -m kpack.config > docs/configuration.md`); a test keeps it in step.",
+        "",
+    ]
+    for title, model, prefix in (
+        ("Build", PackConfig, ""),
+        ("fetch", FetchConfig, "fetch."),
+        ("query", QueryConfig, "query."),
+    ):
+        lines += [f"## {title}", "", "| key | default | meaning |", "| --- | --- | --- |"]
+        for name, field in model.model_fields.items():
+            if name in ("fetch", "query"):
+                continue
+            default = field.get_default(call_default_factory=True)
+            meaning = field.description or "on/off override of the profile's stage"
+            lines.append(f"| `{prefix}{name}` | `{json.dumps(default)}` | {meaning} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(settings_reference(), end="")
