@@ -1,9 +1,12 @@
 """Stage 7, pack_graph: every intermediate loaded into a fresh, staged Kuzu database.
 
-This is the only step that writes Kuzu (Kuzu has a single writer). It builds in the pack's
+This is the only step that writes Kuzu (Kuzu has a single writer). It builds in this run's
 staging folder with COPY FROM Arrow tables (never pandas: kuzu 0.11.3 crashes on pandas 3
 string columns), creates the HNSW cosine vector indexes and the full-text indexes, checkpoints
-and closes. Nothing a reader sees changes until pack_manifest publishes the staged folder.
+and closes, in a child process (kpack.graphdb.write_graph: a full disk aborts Kuzu). Beside the
+database it writes articles.json (url -> content hash), which the next build compares its
+pages with: a build never opens the published database. Nothing a reader sees changes until
+pack_manifest publishes the staged folder.
 
 A build that changed nothing publishes nothing: pack_graph first compares the fingerprint of
 its inputs (kpack.changes) with the one in the current version's manifest. When they are
@@ -12,14 +15,14 @@ database and emits no materialization, so pack_manifest and the graph checks are
 current version stays current, and the check is recorded as an observation of pack_graph and
 in ``.versions/last_build.json`` (outcome "unchanged"). The version number therefore increases
 on every build that changed content, and only then. ``force_publish`` (``kpack build --force``)
-publishes a new version regardless.
+publishes a new version regardless, and so does a build whose current version fails its
+checksum (kpack.store.verify_version): a damaged version is never kept as "unchanged".
 """
 
 import json
 import logging
 import re
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -40,10 +43,11 @@ from dagster import (
 
 from assets.partitions import follow_upstream, packs_partitions
 from kpack.changes import inputs_fingerprint, page_changes
-from kpack.contracts import FTS_COLUMNS, FTS_INDEXES, KUZU_NODES, KUZU_RELS, VECTOR_INDEXES
+from kpack.contracts import FTS_INDEXES, KUZU_NODES, KUZU_RELS, VECTOR_INDEXES
 from kpack.embedding import model_label
-from kpack.graphdb import opened
-from kpack.store import version_number
+from kpack.errors import PackNotReady
+from kpack.graphdb import opened, write_graph
+from kpack.store import verify_version, version_number, write_articles
 from resources.pack_store import PackStore
 
 
@@ -105,30 +109,6 @@ def rel_tables(
     }
 
 
-def load_graph(
-    db_path: Path, nodes: dict[str, pa.Table], rels: dict[str, pa.Table], dim: int
-) -> None:
-    with opened(db_path, read_only=False) as conn:
-        for table in (*KUZU_NODES, *KUZU_RELS):
-            conn.execute(table.ddl(dim))
-        for table in KUZU_NODES:
-            data = nodes[table.name].select([c for c, _ in table.columns])
-            if data.num_rows:
-                conn.execute(f"COPY {table.name} FROM $data", {"data": data})
-        for table in KUZU_RELS:
-            data = rels[table.name]
-            if data.num_rows:
-                conn.execute(f"COPY {table.name} FROM $data", {"data": data})
-        for label, index in VECTOR_INDEXES.items():
-            conn.execute(
-                f"CALL CREATE_VECTOR_INDEX('{label}', '{index}', 'embedding', metric := 'cosine')"
-            )
-        for label, index in FTS_INDEXES.items():
-            columns = ", ".join(f"'{c}'" for c in FTS_COLUMNS[label])
-            conn.execute(f"CALL CREATE_FTS_INDEX('{label}', '{index}', [{columns}])")
-        conn.execute("CHECKPOINT")
-
-
 def _manifest_of(version: Path | None) -> dict | None:
     if version is None or not (version / "manifest.json").is_file():
         return None
@@ -136,6 +116,17 @@ def _manifest_of(version: Path | None) -> dict | None:
         return json.loads((version / "manifest.json").read_text())
     except ValueError:
         return None
+
+
+def _damage_of(version: Path | None) -> str | None:
+    """Why the published version cannot be kept as it is, or None when it verifies."""
+    if version is None:
+        return None
+    try:
+        verify_version(version)
+    except PackNotReady as exc:
+        return str(exc)
+    return None
 
 
 def graph_counts(conn) -> dict[str, int]:
@@ -217,22 +208,18 @@ def pack_graph(
     previous_version = version_number(current) if current else None
     previous_manifest = _manifest_of(current)
     changes = page_changes(fetched_pages, pack_store.published_articles(pack))
+    damage = _damage_of(current)
+    if damage:
+        context.log.warning(f"{damage}: building a new version to replace it")
     if (
         not config.force_publish
+        and damage is None
         and previous_manifest is not None
         and previous_manifest.get("inputs_fingerprint") == fingerprint
     ):
-        summary = {
-            "outcome": "unchanged",
-            "version": previous_version,
-            "checked_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "run_id": context.run_id,
-            "changes": changes,
-            "failures": [
-                {"url": row["url"], "error": row["error"]} for row in errors if row["error"]
-            ][:200],
-        }
-        pack_store.record_build(pack, summary)
+        failures = [{"url": row["url"], "error": row["error"]} for row in errors if row["error"]][
+            :200
+        ]
         context.log_event(
             AssetObservation(
                 asset_key=context.asset_key,
@@ -242,6 +229,8 @@ def pack_graph(
                     "current_version": previous_version,
                     "inputs_fingerprint": fingerprint,
                     "changes": MetadataValue.json(changes),
+                    "failures": MetadataValue.json(failures),
+                    "outcome": f"unchanged since v{previous_version:04d}",
                 },
             )
         )
@@ -250,13 +239,17 @@ def pack_graph(
         )
         return
     dim = len(embeddings["embedding"][0]) if embeddings.num_rows else 0
-    staging = pack_store.new_staging(pack)
+    staging = pack_store.new_staging(pack, context.run_id)
     db_path = staging / "pack.db"
-    load_graph(
+    write_graph(
         db_path,
         node_tables(articles, sections, chunks, entities, facts, embeddings, pagerank, dim),
         rel_tables(articles, sections, chunks, links, entity_mentions, relations, facts),
         dim,
+    )
+    write_articles(
+        staging,
+        dict(zip(articles["url"].to_pylist(), articles["content_hash"].to_pylist(), strict=True)),
     )
     with opened(db_path, read_only=True) as conn:
         counts = graph_counts(conn)
@@ -285,7 +278,8 @@ def pack_graph(
 def graph_is_queryable(
     context: AssetCheckExecutionContext, pack_store: PackStore
 ) -> AssetCheckResult:
-    with opened(pack_store.staging(context.partition_key) / "pack.db", read_only=True) as conn:
+    staging = pack_store.staging(context.partition_key, context.run.run_id)
+    with opened(staging / "pack.db", read_only=True) as conn:
         missing = {
             label: conn.execute(
                 f"MATCH (n:{label}) WHERE n.embedding IS NULL RETURN count(n)"

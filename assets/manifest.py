@@ -2,7 +2,8 @@
 
 The manifest gathers what every stage recorded (counts, failures, durations, LLM tokens) from
 the Dagster event log, so it describes the run that produced the graph. Publishing renames the
-staged folder to the next version and flips the ``current`` link (see resources.pack_store).
+staged folder to the next version and flips the ``current`` link; publish also stamps the
+database's size and SHA-256 into the manifest (``database``, see kpack.store).
 
 Per build it also records what changed against the version it replaces (``changes``: pages
 fetched, new, changed, unchanged (a 304 or the same content hash), failed, removed from
@@ -33,6 +34,8 @@ from kpack.config import PackConfig
 from kpack.embedding import model_label
 from kpack.graphdb import opened
 from kpack.llm import estimate_cost_usd, model_prices
+from kpack.skill import skill_inputs, skill_markdown
+from kpack.store import verify_version
 from resources.pack_store import PackStore
 
 STAGES = ("fetched_pages", "articles", "chunks", "entities", "embeddings", "pagerank", "pack_graph")
@@ -113,51 +116,6 @@ def build_manifest(
     }
 
 
-def skill_markdown(
-    manifest: dict, top_articles: list[tuple[str, str]], top_entities: list[str]
-) -> str:
-    name, counts = manifest["name"], manifest["counts"]
-    articles = "\n".join(f"- [{title}]({url})" for title, url in top_articles)
-    return f"""---
-name: {name}-pack
-description: Answers questions about the {name} knowledge pack's documentation ({counts["Article"]} articles, {counts["Section"]} sections), citing its sources. Use for questions on {", ".join(top_entities[:8]) or name}.
----
-
-# {name} knowledge pack
-
-A Knowledge Pack built from {manifest["sources"]["ok"]} documentation pages (version {manifest["version"]}, built {manifest["built_at"]}).
-It holds {counts["Article"]} articles, {counts["Section"]} sections, {counts["Chunk"]} chunks, {counts["Entity"]} entities and {counts["Fact"]} facts,
-embedded with {manifest["embedding"]["model"]} ({manifest["embedding"]["dimension"]} dimensions).
-
-## How to query it
-
-Search for passages (vector search fused with BM25 full-text search):
-
-```bash
-kpack search {name} "your question" --k 5
-```
-
-From Python:
-
-```python
-import retrieval
-for hit in retrieval.search("{name}", "your question", k=5):
-    print(hit["score"], hit["title"], hit["heading"], hit["url"])
-```
-
-Answer from the passages and cite each one you use as [Source: title]. If the best
-passages do not address the question, say the pack does not cover it.
-
-## Most central articles (PageRank over the links between articles)
-
-{articles}
-
-## Frequent entities
-
-{", ".join(top_entities)}
-"""
-
-
 @asset(
     partitions_def=packs_partitions,
     group_name="publish",
@@ -168,42 +126,22 @@ passages do not address the question, say the pack does not cover it.
 def pack_manifest(context: AssetExecutionContext, pack_store: PackStore) -> Output[None]:
     started = time.perf_counter()
     pack = context.partition_key
-    staging = pack_store.staging(pack)
+    staging = pack_store.staging(pack, context.run_id)
     with opened(staging / "pack.db", read_only=True) as conn:
         counts = graph_counts(conn)
-        top_articles = conn.execute(
-            "MATCH (a:Article) RETURN a.title, a.url ORDER BY a.pagerank DESC, a.title LIMIT 10"
-        ).get_all()
-        top_entities = [
-            r[0]
-            for r in conn.execute(
-                "MATCH (e:Entity) WHERE e.type <> 'topic' "
-                "RETURN e.name ORDER BY e.mention_count DESC, e.name LIMIT 20"
-            ).get_all()
-        ]
+        top_articles, top_entities = skill_inputs(conn)
     version = pack_store.next_version(pack)
     stage_meta = {stage: latest_metadata(context, stage) for stage in STAGES}
     manifest = build_manifest(pack, version, pack_store.config(pack), counts, stage_meta)
     manifest["stage_seconds"]["pack_manifest"] = round(time.perf_counter() - started, 3)
     (staging / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     (staging / "skill.md").write_text(skill_markdown(manifest, top_articles, top_entities))
-    published = pack_store.publish(pack, version)
+    published = pack_store.publish(pack, version, staging)
     context.log.info(f"published {pack} version {version} at {published}")
-    pack_store.record_build(
-        pack,
-        {
-            "outcome": "published",
-            "version": version,
-            "previous_version": manifest["previous_version"],
-            "checked_at": manifest["built_at"],
-            "run_id": context.run_id,
-            "changes": manifest["changes"],
-            "failures": manifest["sources"]["failures"],
-        },
-    )
     return Output(
         None,
         metadata={
+            "outcome": f"published v{version:04d}",
             "version": version,
             "published": MetadataValue.path(str(published)),
             "manifest": MetadataValue.json(manifest),
@@ -221,6 +159,7 @@ def manifest_matches_graph(
     context: AssetCheckExecutionContext, pack_store: PackStore
 ) -> AssetCheckResult:
     version = pack_store.current(context.partition_key)
+    verify_version(version)  # a published database is never opened unverified (kpack.store)
     manifest = json.loads((version / "manifest.json").read_text())
     with opened(version / "pack.db", read_only=True) as conn:
         rows = conn.execute("MATCH (s:Section) RETURN s.embedding LIMIT 1").get_all()

@@ -9,6 +9,9 @@ no network and no variance from a remote site. This module prepares two corpora:
   answers of the questions.
 * The Python 3.11 documentation from Debian's ``python3.11-doc`` package: a Sphinx site with
   cross-links between pages, i.e. the kind of site the project is built for.
+* HotpotQA (``hotpotqa_100_corpus.json``): 994 Wikipedia passages, one HTML page per title,
+  linked to each other where a passage names another page's title (see
+  :func:`hotpotqa_link_targets`), for the multi-hop benchmark.
 
 Both are served by :func:`serve` from a ``ThreadingHTTPServer`` bound to 127.0.0.1 on an
 ephemeral port; :func:`make_pack` writes the pack folder (``urls.txt`` and a ``kg_config.json``
@@ -20,6 +23,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -34,6 +38,7 @@ from urllib.parse import quote
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_SQUAD = REPO.parent / "shared/benchmarks/squad/squad_wiki6.json"
+DEFAULT_HOTPOTQA = REPO.parent / "shared/benchmarks/hotpotqa"
 PYTHON_DOC_ROOT = Path("/usr/share/doc/python3.11/html")
 PYTHON_DOC_PACKAGE = "python3.11-doc"
 # The prose of the docs; the C API, distributing/installing and what's-new pages are left out
@@ -81,6 +86,146 @@ def render_squad(json_path: Path, out_dir: Path) -> list[Path]:
         page.write_text(render_squad_article(article), encoding="utf-8")
         pages.append(page)
     return pages
+
+
+# --- HotpotQA ------------------------------------------------------------------------------
+
+# Link rule (see hotpotqa_link_targets): a title names another page only if it is at least this
+# long, and a title that occurs in more than this share of the passages would link everywhere
+# (a common word rather than a name), so it links nowhere.
+HOTPOTQA_MIN_LINK_TITLE_CHARS = 4
+HOTPOTQA_MAX_LINK_SHARE = 0.02
+
+
+def load_hotpotqa_corpus(json_path: Path) -> dict[str, str]:
+    """{title: passage} of ``hotpotqa_100_corpus.json``, in the file's order.
+
+    The titles are kept exactly as in the file (a few carry HTML entities such as ``&amp;``,
+    and the questions' supporting_facts use the same spelling); the passage is its sentences
+    joined with single spaces.
+    """
+    corpus = json.loads(Path(json_path).read_text(encoding="utf-8"))
+    return {
+        title: " ".join(s.strip() for s in sentences if s.strip())
+        for title, sentences in corpus.items()
+    }
+
+
+def hotpotqa_display_title(title: str) -> str:
+    """The title as a reader sees it: HTML entities of the data set decoded."""
+    return html.unescape(title)
+
+
+def hotpotqa_page_names(titles: Iterable[str]) -> dict[str, str]:
+    """{title: page file name}, unique: squad_page_name of the display title, numbered on a clash."""
+    names: dict[str, str] = {}
+    taken: set[str] = set()
+    for title in titles:
+        name = squad_page_name(hotpotqa_display_title(title))
+        stem, n = name.removesuffix(".html"), 2
+        while name.lower() in taken:
+            name, n = f"{stem}_{n}.html", n + 1
+        taken.add(name.lower())
+        names[title] = name
+    return names
+
+
+def _title_pattern(names: Iterable[str]) -> re.Pattern[str]:
+    """Case-sensitive, on word boundaries, longest alternative first (leftmost-longest match)."""
+    alternatives = "|".join(re.escape(n) for n in sorted(set(names), key=len, reverse=True))
+    return re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)")
+
+
+def hotpotqa_link_targets(passages: dict[str, str]) -> dict[str, list[tuple[int, int, str]]]:
+    """Where each passage names another page: {title: [(start, end, target title), ...]}.
+
+    The rule, the way a Wikipedia editor links (and nothing a question could influence):
+
+    * a passage links to another page where it contains that page's display title verbatim:
+      case-sensitive, on word boundaries (no letter, digit or underscore on either side);
+    * at one position the longest title wins ("University of Lisbon" over "Lisbon"), and
+      matches do not overlap;
+    * only the first mention of each target links, and a page never links to itself;
+    * a title links nowhere if it is shorter than HOTPOTQA_MIN_LINK_TITLE_CHARS characters, or
+      if it occurs in more than HOTPOTQA_MAX_LINK_SHARE of the passages (it would link
+      everywhere: a common word, not a name);
+    * disambiguated titles ("Lilu (mythology)") link only where the passage writes them in
+      full: stripping the parenthesis would turn e.g. "United (Marian Gold album)" into a link
+      from every "United States".
+    """
+    display = {hotpotqa_display_title(t): t for t in passages}
+    texts = list(passages.values())
+    limit = HOTPOTQA_MAX_LINK_SHARE * len(texts)
+    eligible = []
+    for name in display:
+        if len(name) < HOTPOTQA_MIN_LINK_TITLE_CHARS:
+            continue
+        pattern = _title_pattern([name])
+        if sum(1 for text in texts if pattern.search(text)) <= limit:
+            eligible.append(name)
+    if not eligible:
+        return {title: [] for title in passages}
+    pattern = _title_pattern(eligible)
+    links: dict[str, list[tuple[int, int, str]]] = {}
+    for title, text in passages.items():
+        seen: set[str] = {title}
+        spans = []
+        for match in pattern.finditer(text):
+            target = display[match.group()]
+            if target not in seen:
+                seen.add(target)
+                spans.append((match.start(), match.end(), target))
+        links[title] = spans
+    return links
+
+
+def render_hotpotqa_page(
+    title: str, passage: str, links: list[tuple[int, int, str]], page_names: dict[str, str]
+) -> str:
+    """One passage as a page: the display title as <title> and <h1>, the passage as one <p>
+    with an <a href> (relative, to the target's page) on each linked mention."""
+    name = html.escape(hotpotqa_display_title(title))
+    parts, at = [], 0
+    for start, end, target in links:
+        parts.append(html.escape(passage[at:start]))
+        href = html.escape(quote(page_names[target]), quote=True)
+        parts.append(f'<a href="{href}">{html.escape(passage[start:end])}</a>')
+        at = end
+    parts.append(html.escape(passage[at:]))
+    return (
+        f'<html><head><meta charset="utf-8"><title>{name}</title></head>'
+        f"<body><h1>{name}</h1>\n<p>{''.join(parts)}</p>\n</body></html>\n"
+    )
+
+
+def render_hotpotqa(json_path: Path, out_dir: Path) -> dict[str, Any]:
+    """Write one linked page per passage of ``hotpotqa_100_corpus.json`` into ``out_dir``.
+
+    Returns ``pages`` (the written files in the corpus's order), ``page_titles`` ({file name:
+    title as in the data set}, to map a retrieved URL back to a title) and ``links`` (the
+    spans of hotpotqa_link_targets). Files of an earlier rendering that are not pages of this
+    one are removed, so the folder holds exactly the corpus.
+    """
+    passages = load_hotpotqa_corpus(json_path)
+    names = hotpotqa_page_names(passages)
+    links = hotpotqa_link_targets(passages)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    wanted = set(names.values())
+    for stale in out_dir.glob("*.html"):
+        if stale.name not in wanted:
+            stale.unlink()
+    pages = []
+    for title, passage in passages.items():
+        page = out_dir / names[title]
+        text = render_hotpotqa_page(title, passage, links[title], names)
+        if not page.is_file() or page.read_text(encoding="utf-8") != text:
+            page.write_text(text, encoding="utf-8")
+        pages.append(page)
+    return {
+        "pages": pages,
+        "page_titles": {name: title for title, name in names.items()},
+        "links": links,
+    }
 
 
 # --- Python documentation ------------------------------------------------------------------

@@ -6,13 +6,11 @@ import argparse
 import os
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
 
 from rich.console import Console
-from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -52,71 +50,38 @@ def cmd_new(args: argparse.Namespace) -> int:
     return 0
 
 
-def _watch_progress(build_id: str, done: threading.Event) -> None:
-    """Render step states of the run tagged with build_id until done is set."""
-    waiting = Text("loading the asset graph and starting the run ...", style="dim")
-    with Live(waiting, console=console, refresh_per_second=4, transient=True) as live:
-        from dagster import DagsterEventType, DagsterInstance, RunsFilter
-
-        from pipelines.build import BUILD_TAG
-
-        instance = DagsterInstance.get()
-        wanted = {
-            DagsterEventType.STEP_START,
-            DagsterEventType.STEP_SUCCESS,
-            DagsterEventType.STEP_FAILURE,
-            DagsterEventType.STEP_SKIPPED,
-        }
-        states: dict[str, str] = {}
-        while not done.wait(0.3):
-            runs = instance.get_runs(RunsFilter(tags={BUILD_TAG: build_id}), limit=1)
-            if not runs:
-                continue
-            for record in instance.all_logs(runs[0].run_id, of_type=wanted):
-                event = record.dagster_event
-                if event and event.step_key:
-                    states[event.step_key] = event.event_type_value
-            table = Table(title=f"building ({runs[0].run_id[:8]})", show_edge=False)
-            table.add_column("step")
-            table.add_column("state")
-            for step, state in states.items():
-                table.add_row(step, state.removeprefix("STEP_").lower())
-            live.update(table)
-
-
 def cmd_build(args: argparse.Namespace) -> int:
-    from pipelines.build import build_pack
+    from pipelines.build import BUILD_TAG, build_pack
+    from pipelines.progress import BuildProgress
 
     settings.dagster_home()
     build_id = uuid.uuid4().hex
-    done = threading.Event()
-    watcher = None
-    if console.is_terminal and not args.no_progress:
-        watcher = threading.Thread(target=_watch_progress, args=(build_id, done), daemon=True)
-        watcher.start()
     started = time.perf_counter()
-    try:
-        result = build_pack(
-            args.name, build_id=build_id, log_level=args.log_level, force=args.force
-        )
-    finally:
-        done.set()
-        if watcher:
-            watcher.join()
+    show_progress = not args.no_progress
+    # Dagster's own console log only with --verbose: by default the progress rows and one
+    # line of cause say what happened, with no stack traces.
+    log_level = args.log_level or ("INFO" if args.verbose else "CRITICAL")
+    if show_progress:
+        with BuildProgress((BUILD_TAG, build_id), console, live=console.is_terminal):
+            result = build_pack(args.name, build_id=build_id, log_level=log_level, force=args.force)
+    else:
+        result = build_pack(args.name, build_id=build_id, log_level=log_level, force=args.force)
     elapsed = time.perf_counter() - started
     manifest = result.manifest
     if not result.success:
+        kept = f"v{manifest['version']:04d} stays current" if manifest else "nothing is published"
         err.print(
-            f"[red]build of {args.name} did not publish[/]: failed steps "
-            f"{result.failed_steps or '-'}, failed checks {result.failed_checks or '-'} "
-            f"(run {result.run_id}; see `kpack ui`). The previous version, if any, is "
-            "unchanged."
+            f"[red]build of {escape(args.name)} failed:[/] {escape(result.cause or 'unknown cause')}"
+            f"\n{kept}; details: `kpack build {escape(args.name)} --verbose` or run "
+            f"{result.run_id} in `kpack ui`",
+            highlight=False,
         )
         return 1
     if result.outcome == "unchanged":
         console.print(
-            f"{args.name}: nothing changed since version {manifest['version']}, so nothing was "
-            f"published ({elapsed:.1f}s; `kpack build {args.name} --force` publishes anyway)"
+            f"{args.name}: nothing changed since v{manifest['version']:04d}, so nothing was "
+            f"published ({elapsed:.1f}s; `kpack build {args.name} --force` publishes anyway)",
+            highlight=False,
         )
         return 0
     _print_summary(manifest, elapsed)
@@ -154,7 +119,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     root = settings.packs_dir()
     table = Table(show_edge=False)
     for column in ("pack", "version", "built", "articles", "sections", "chunks", "failed URLs"):
-        table.add_column(column)
+        # no_wrap: a build time cut to "2026-11-22T07..." tells nothing
+        table.add_column(column, no_wrap=column in ("pack", "version", "built"))
     for name in list_packs(root):
         manifest = read_manifest(root / name)
         if manifest is None:
@@ -163,8 +129,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         counts = manifest["counts"]
         table.add_row(
             name,
-            str(manifest["version"]),
-            manifest["built_at"],
+            f"v{manifest['version']:04d}",
+            f"{manifest['built_at'].replace('T', ' ')} ({_age(manifest['built_at'])})",
             str(counts["Article"]),
             str(counts["Section"]),
             str(counts["Chunk"]),
@@ -187,11 +153,14 @@ def cmd_search(args: argparse.Namespace) -> int:
         console.print("no passages found")
     for rank, hit in enumerate(hits, start=1):
         console.print(
-            f"[bold]{rank}. {hit['heading']}[/]  (score {hit['score'] or 0:.4f}, "
-            f"similarity {hit['similarity'] or 0:.3f})\n   {hit['url']}"
+            f"[bold]{rank}. {escape(hit['heading'])}[/]  (score {hit['score'] or 0:.4f}, "
+            f"similarity {hit['similarity'] or 0:.3f})\n   {escape(hit['url'])}"
         )
         text = " ".join(hit["text"].split())
-        console.print(f"   {text[:400]}{'...' if len(text) > 400 else ''}\n", highlight=False)
+        # Page text is data, never markup: "[/]" in a passage must print as it is.
+        console.print(
+            f"   {text[:400]}{'...' if len(text) > 400 else ''}\n", markup=False, highlight=False
+        )
     return 0
 
 
@@ -213,7 +182,7 @@ def cmd_query(args: argparse.Namespace) -> int:
             )
         )
         return 0
-    console.print(result["answer"], highlight=False)
+    console.print(result["answer"], markup=False, highlight=False)
     console.print(
         f"\n[dim]{result['query_type']}, {result['timings_ms']['total']:.0f} ms, "
         f"{result['token_usage']['api_calls']} LLM calls[/]"
@@ -221,7 +190,9 @@ def cmd_query(args: argparse.Namespace) -> int:
     if result["citations"]:
         console.print("[bold]Sources[/]")
         for citation in result["citations"]:
-            console.print(f"  - {citation['section']}  {citation['url']}", highlight=False)
+            console.print(
+                f"  - {citation['section']}  {citation['url']}", markup=False, highlight=False
+            )
     if args.explain:
         _explain(result, related or [])
     return 0
@@ -241,14 +212,14 @@ def _explain(result: dict, related: list[dict]) -> None:
     fmt = lambda v: "" if v is None else f"{v:.3f}"  # noqa: E731
     for c in trace.get("candidates", []):
         table.add_row(
-            c["heading"][:60],
+            Text(c["heading"][:60]),
             fmt(c["similarity"]),
             fmt(c["bm25"]),
             fmt(c["pagerank"]),
             fmt(c["cross_encoder"]),
             fmt(c["quality"]),
             fmt(c["combined"]),
-            c["dropped"] or "",
+            Text(c["dropped"] or ""),
         )
     console.print(table)
     timings = ", ".join(f"{k} {v:.1f}" for k, v in result["timings_ms"].items())
@@ -258,7 +229,7 @@ def _explain(result: dict, related: list[dict]) -> None:
     for column in ("article", "score", "why"):
         pack_table.add_column(column)
     for row in related:
-        pack_table.add_row(row["title"], str(row["score"]), row["why"])
+        pack_table.add_row(Text(row["title"]), str(row["score"]), Text(row["why"]))
     console.print(pack_table)
 
 
@@ -358,10 +329,10 @@ def pack_status(name: str) -> dict:
     from datetime import UTC, datetime
 
     from kpack.config import load_config
+    from kpack.errors import PackNotReady
     from kpack.packs import pack_dir
-    from kpack.store import PackStore, version_number
-    from pipelines.build import build_running
-    from pipelines.schedules import next_tick
+    from kpack.store import PackStore, build_running, verify_version, version_number
+    from pipelines.schedules import next_tick, schedule_running
 
     folder = pack_dir(validate_pack_name(name))
     store = PackStore(packs_dir=str(folder.parent))
@@ -371,18 +342,25 @@ def pack_status(name: str) -> dict:
         cron, schedule_error = load_config(folder).schedule, None
     except PackError as exc:
         cron, schedule_error = None, str(exc)
-    upcoming = next_tick(cron, datetime.now(UTC)) if cron else None
-    newer = [
-        v.name
-        for v in store.published_versions(name)
-        if current and version_number(v) > version_number(current)
-    ]
+    settings.dagster_home()
+    from dagster import DagsterInstance
+
+    running = schedule_running(DagsterInstance.get())
+    upcoming = next_tick(cron, datetime.now(UTC)) if cron and running else None
+    rolled_back_from = store.rolled_back_from(name)
+    try:
+        damage = verify_version(current) if current else None
+    except PackNotReady as exc:
+        damage = str(exc)
     return {
         "pack": name,
         "published": manifest is not None,
         "version": version_number(current) if current else None,
         "previous_version": version_number(previous) if previous else None,
-        "rolled_back_from": newer[-1] if newer else None,
+        "rolled_back_from": rolled_back_from.name if rolled_back_from else None,
+        # newer versions no rollback left: a publish killed before flipping `current`
+        "unpublished_versions": [v.name for v in store.unpublished_versions(name)],
+        "damaged": damage,
         "built_at": manifest["built_at"] if manifest else None,
         "age": _age(manifest["built_at"]) if manifest else None,
         "changes": manifest.get("changes") if manifest else None,
@@ -394,8 +372,8 @@ def pack_status(name: str) -> dict:
             "cron": cron,
             "timezone": "UTC",
             "next": upcoming.isoformat() if upcoming else None,
+            "running": running,
             "error": schedule_error,
-            "note": "runs only while pack_refresh_schedule is on in the Dagster UI",
         },
     }
 
@@ -416,6 +394,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         lines.append(("previous kept version", f"v{previous:04d}" if previous else "none"))
         if status["rolled_back_from"]:
             lines.append(("rolled back from", status["rolled_back_from"]))
+        if status["damaged"]:
+            lines.append(("damaged", status["damaged"]))
         lines.append(("built", f"{status['built_at']} ({status['age']})"))
         changes = _changes_text({"changes": status["changes"]})
         lines.append(("pages new / changed / unchanged / removed", changes))
@@ -430,24 +410,30 @@ def cmd_status(args: argparse.Namespace) -> int:
                 + (f"${cost:.4f}" if cost is not None else "unknown model price"),
             )
         )
+    if status["unpublished_versions"]:
+        unpublished = ", ".join(status["unpublished_versions"])
+        lines.append(
+            (
+                "unpublished versions",
+                f"{unpublished} (a build was stopped while publishing; "
+                "the next publish removes it)",
+            )
+        )
     last = status["last_build"]
     if last:
-        detail = {
-            "published": f"published v{last['version']:04d}",
-            "unchanged": f"nothing changed since v{last['version']:04d}, nothing published",
-            "failed": "failed, the published version is unchanged: steps "
-            f"{last.get('failed_steps') or '-'}, checks {last.get('failed_checks') or '-'}",
-        }.get(last["outcome"], last["outcome"])
-        lines.append(("last build", f"{_age(last['checked_at'])}: {detail} (run {last['run_id']})"))
+        lines.append(("last build", f"{_age(last['checked_at'])}: {_last_build_text(last)}"))
     lines.append(("build running", "yes" if status["build_running"] else "no"))
     schedule = status["schedule"]
     if schedule["error"]:
         lines.append(("schedule", f"invalid: {schedule['error']}"))
+    elif schedule["cron"] and schedule["running"]:
+        lines.append(("schedule", f"{schedule['cron']} UTC, next run {schedule['next']}"))
     elif schedule["cron"]:
         lines.append(
             (
                 "schedule",
-                f"{schedule['cron']} UTC, next {schedule['next']} ({schedule['note']})",
+                f"{schedule['cron']} UTC, but pack_refresh_schedule is off: no scheduled "
+                "builds until it is turned on in the Dagster UI (Automation)",
             )
         )
     else:
@@ -464,10 +450,28 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _last_build_text(last: dict) -> str:
+    """One line for last_build.json; a failed first build has no version to name."""
+    version = last.get("version")
+    label = f"v{version:04d}" if isinstance(version, int) else None
+    if last["outcome"] == "published":
+        detail = f"published {label}"
+    elif last["outcome"] == "unchanged":
+        detail = f"nothing changed since {label}, nothing published"
+    elif last["outcome"] == "failed":
+        kept = f"{label} is still published" if label else "nothing is published yet"
+        cause = last.get("cause") or (
+            f"steps {last.get('failed_steps') or '-'}, checks {last.get('failed_checks') or '-'}"
+        )
+        detail = f"failed ({kept}): {cause}"
+    else:
+        detail = last["outcome"]
+    return f"{detail} (run {last.get('run_id')})"
+
+
 def cmd_rollback(args: argparse.Namespace) -> int:
     from kpack.packs import pack_dir
-    from kpack.store import PackStore, version_number
-    from pipelines.build import build_lock
+    from kpack.store import PackStore, build_lock, version_number
 
     name = validate_pack_name(args.name)
     folder = pack_dir(name)
@@ -490,10 +494,140 @@ def cmd_ui(args: argparse.Namespace) -> int:
         "dev",
         "-w",
         str(settings.PROJECT_ROOT / "workspace.yaml"),
+        "-h",
+        args.host,
         "-p",
         str(args.port),
     ]
     return subprocess.call(command, cwd=settings.PROJECT_ROOT, env=os.environ.copy())
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from serving.http import is_loopback, serve
+
+    token = args.token or os.environ.get("KPACK_API_TOKEN") or None
+    if not 0 < args.port < 65536:
+        raise PackError(f"--port must be between 1 and 65535, got {args.port}")
+    if token is None and not is_loopback(args.host):
+        err.print(
+            f"[yellow]warning:[/] serving on {escape(args.host)} without a token: anyone who "
+            "can reach this port can query every pack (set KPACK_API_TOKEN or --token)"
+        )
+    err.print(
+        f"serving the packs in {escape(str(settings.packs_dir()))} on "
+        f"http://{escape(args.host)}:{args.port} (API docs at /docs"
+        f"{', bearer token required' if token else ''}); Ctrl-C stops"
+    )
+    serve(
+        args.host,
+        args.port,
+        token=token,
+        warmup=not args.no_warmup,
+        access_log=args.access_log,
+    )
+    return 0
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    # stdout is the protocol stream: nothing may be printed here.
+    from serving.mcp import run_stdio
+
+    run_stdio()
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from kpack.archive import ARCHIVE_MANIFEST, export_pack
+
+    result = export_pack(args.name, Path(args.output) if args.output else None)
+    console.print(
+        f"exported {result.pack} version {result.version} to {escape(str(result.path))} "
+        f"({result.bytes / 2**20:.1f} MiB, {len(result.files)} files with their SHA-256 in "
+        f"{ARCHIVE_MANIFEST}); install it elsewhere with [bold]kpack install "
+        f"{escape(result.path.name)}[/]",
+        highlight=False,
+    )
+    return 0
+
+
+def cmd_install(args: argparse.Namespace) -> int:
+    from kpack.archive import install
+
+    with console.status("verifying checksums, the database and the embedding model"):
+        result = install(args.source, name=args.as_name, replace=args.replace)
+    console.print(
+        f"installed {result.source_pack} v{result.source_version} as {result.pack} version "
+        f"{result.version} in {escape(str(result.folder))} ({len(result.files)} files verified, "
+        f'{result.seconds:.1f}s); ask it with [bold]kpack query {result.pack} "question"[/]',
+        highlight=False,
+    )
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    import json
+
+    from kpack.archive import validate
+
+    with console.status("checking"):
+        report = validate(args.target)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "subject": report.subject,
+                    "ok": report.ok,
+                    "pack": report.pack,
+                    "version": report.version,
+                    "checks": [vars(c) for c in report.checks],
+                },
+                indent=2,
+            )
+        )
+        return 0 if report.ok else 1
+    table = Table(title=escape(report.subject), show_edge=False)
+    for column in ("check", "result", "detail"):
+        table.add_column(column)
+    for check in report.checks:
+        table.add_row(
+            check.name, "[green]ok[/]" if check.ok else "[red]FAILED[/]", escape(check.detail)
+        )
+    console.print(table)
+    console.print("[green]valid[/]" if report.ok else "[red]not valid[/]")
+    return 0 if report.ok else 1
+
+
+def _add_serving_commands(sub: argparse._SubParsersAction) -> None:
+    """serve, mcp, export, install, validate: packs where people work, and packs that travel."""
+    serve = sub.add_parser("serve", help="the HTTP API over published packs (FastAPI)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (loopback default)")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument(
+        "--token", help="require this bearer token (default: the KPACK_API_TOKEN variable)"
+    )
+    serve.add_argument(
+        "--no-warmup", action="store_true", help="start without loading packs and models first"
+    )
+    serve.add_argument("--access-log", action="store_true", help="log every request")
+    serve.set_defaults(run=cmd_serve)
+    sub.add_parser("mcp", help="the MCP server for Claude Code (stdio)").set_defaults(run=cmd_mcp)
+    export = sub.add_parser("export", help="write the published version to one .kpack archive")
+    export.add_argument("name")
+    export.add_argument("-o", "--output", help="the archive to write (default: NAME-vN.kpack)")
+    export.set_defaults(run=cmd_export)
+    inst = sub.add_parser("install", help="verify and install a .kpack archive (file or URL)")
+    inst.add_argument("source", help="a .kpack file or an http(s) URL of one")
+    inst.add_argument("--as", dest="as_name", metavar="NAME", help="install under this name")
+    inst.add_argument(
+        "--replace",
+        action="store_true",
+        help="publish it as the next version of an existing pack of that name",
+    )
+    inst.set_defaults(run=cmd_install)
+    check = sub.add_parser("validate", help="check a pack or a .kpack archive without installing")
+    check.add_argument("target", help="a pack name, a .kpack file or an http(s) URL")
+    check.add_argument("--json", action="store_true")
+    check.set_defaults(run=cmd_validate)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -507,7 +641,10 @@ def parser() -> argparse.ArgumentParser:
     build = sub.add_parser("build", help="build (or rebuild) a pack in-process")
     build.add_argument("name")
     build.add_argument("--no-progress", action="store_true")
-    build.add_argument("--log-level", default="WARNING", help="Dagster log level on the console")
+    build.add_argument("--verbose", action="store_true", help="show Dagster's log and stack traces")
+    build.add_argument(
+        "--log-level", help="Dagster log level on the console (with --verbose: INFO)"
+    )
     build.add_argument(
         "--force", action="store_true", help="publish a new version even if nothing changed"
     )
@@ -554,8 +691,10 @@ def parser() -> argparse.ArgumentParser:
     rollback.add_argument("name")
     rollback.set_defaults(run=cmd_rollback)
     ui = sub.add_parser("ui", help="start the Dagster UI (dagster dev)")
+    ui.add_argument("--host", default="127.0.0.1", help="interface to bind (0.0.0.0: all)")
     ui.add_argument("--port", type=int, default=3000)
     ui.set_defaults(run=cmd_ui)
+    _add_serving_commands(sub)
     return root
 
 

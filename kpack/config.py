@@ -62,8 +62,9 @@ class FetchConfig(_Settings):
     max_workers: int = Field(8, ge=1, description="pages fetched at once")
     allow_private_hosts: bool = Field(
         False,
-        description="allow private and loopback hosts (refused by default: a pack must not "
-        "read the build machine's network)",
+        description="allow hosts that are not globally routable: private, loopback, "
+        "link-local, 100.64.0.0/10, and NAT64/6to4/IPv4-mapped forms of them (refused by "
+        "default: a pack must not read the build machine's network)",
     )
     file_roots: tuple[str, ...] = Field(
         ("../..",),
@@ -72,6 +73,12 @@ class FetchConfig(_Settings):
     )
     per_host_delay_s: float = Field(
         0.2, ge=0.0, description="seconds between two requests to the same host"
+    )
+    deadline_s: float | None = Field(
+        None,
+        ge=0.001,
+        description="most seconds one URL may take in all: redirects, retries and the body, "
+        "however slowly a server sends it (None: timeout_s × (retries + 1))",
     )
 
 
@@ -86,11 +93,23 @@ class QueryConfig(_Settings):
         description="the confidence gate: below this best cosine similarity the pack "
         "declines to answer from its passages (None: the embedding model's default)",
     )
-    reranker_alpha: float = Field(0.7, ge=0.0, description="GraphReranker: relevance weight")
-    reranker_beta: float = Field(0.3, ge=0.0, description="GraphReranker: PageRank weight")
-    num_docs: int = Field(5, ge=1, description="MultiDocSynthesizer: articles in the context")
-    sections_per_doc: int = Field(3, ge=1, description="MultiDocSynthesizer: sections each")
-    few_shot_examples: int = Field(3, ge=0, description="FewShotManager: examples in a prompt")
+    # The profile-dependent settings default to None, so a pack that does not set them gets
+    # the chosen profile's values (retrieval.profiles), and one that does always wins.
+    reranker_alpha: float | None = Field(
+        None, ge=0.0, description="GraphReranker: relevance weight (None: the profile's)"
+    )
+    reranker_beta: float | None = Field(
+        None, ge=0.0, description="GraphReranker: PageRank weight (None: the profile's)"
+    )
+    num_docs: int | None = Field(
+        None, ge=1, description="MultiDocSynthesizer: articles in the context (None: the profile's)"
+    )
+    sections_per_doc: int | None = Field(
+        None, ge=1, description="MultiDocSynthesizer: sections each (None: the profile's)"
+    )
+    few_shot_examples: int | None = Field(
+        None, ge=0, description="FewShotManager: examples in a prompt (None: the profile's)"
+    )
     cross_encoder_model: str = Field(
         "cross-encoder/ms-marco-MiniLM-L-12-v2", description="CrossEncoderReranker's model"
     )

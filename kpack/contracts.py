@@ -44,8 +44,8 @@ PARQUET_SCHEMAS: dict[str, pa.Schema] = {
     "articles": pa.schema(
         [
             ("url", STR),
-            ("final_url", STR),
             ("title", STR),
+            ("final_url", STR),
             ("category", STR),
             ("word_count", I32),
             ("section_count", I32),
@@ -112,7 +112,7 @@ PARQUET_SCHEMAS: dict[str, pa.Schema] = {
         ]
     ),
     "embeddings": pa.schema([("content_hash", STR), ("embedding", EMBEDDING)]),
-    "pagerank": pa.schema([("url", STR), ("pagerank_raw", F64), ("pagerank", F64)]),
+    "pagerank": pa.schema([("url", STR), ("pagerank", F64), ("pagerank_raw", F64)]),
 }
 
 
@@ -150,81 +150,45 @@ class RelTable:
 
 
 VECTOR = "FLOAT[{dim}]"
+KUZU_TYPES = {STR: "STRING", I32: "INT32", F64: "DOUBLE"}
+Columns = tuple[tuple[str, str], ...]
 
-# The seed's data model (Article keyed by url, which is unique where titles are not).
+
+def kuzu_columns(table: str, *names: str, drop: tuple[str, ...] = ()) -> Columns:
+    """(column, Kuzu type) of a Parquet table's columns, typed from its Arrow schema: all of
+    them in schema order (less ``drop``), or the ``names`` given."""
+    schema = PARQUET_SCHEMAS[table]
+    chosen = names or [n for n in schema.names if n not in drop]
+    return tuple((name, KUZU_TYPES[schema.field(name).type]) for name in chosen)
+
+
+# The seed's data model (Article keyed by url, which is unique where titles are not). Node and
+# edge properties are the Parquet columns of the same name; only the embedding vector (its
+# dimension is the model's) and Category (counted at load time) are declared here.
 KUZU_NODES = (
     NodeTable(
         "Article",
-        (
-            ("url", "STRING"),
-            ("title", "STRING"),
-            ("final_url", "STRING"),
-            ("category", "STRING"),
-            ("word_count", "INT32"),
-            ("section_count", "INT32"),
-            ("content_hash", "STRING"),
-            ("pagerank", "DOUBLE"),  # normalised to [0, 1]
-            ("pagerank_raw", "DOUBLE"),
-        ),
+        # pagerank is normalised to [0, 1]; pagerank_raw is Kuzu's score.
+        kuzu_columns("articles") + kuzu_columns("pagerank", drop=("url",)),
     ),
-    NodeTable(
-        "Section",
-        (
-            ("section_id", "STRING"),
-            ("article_url", "STRING"),
-            ("article_title", "STRING"),
-            ("section_index", "INT32"),
-            ("title", "STRING"),
-            ("heading_path", "STRING"),
-            ("level", "INT32"),
-            ("content", "STRING"),
-            ("word_count", "INT32"),
-            ("content_hash", "STRING"),
-            ("embedding", VECTOR),
-        ),
-    ),
-    NodeTable(
-        "Chunk",
-        (
-            ("chunk_id", "STRING"),
-            ("article_url", "STRING"),
-            ("article_title", "STRING"),
-            ("section_id", "STRING"),
-            ("section_index", "INT32"),
-            ("chunk_index", "INT32"),
-            ("content", "STRING"),
-            ("content_hash", "STRING"),
-            ("embedding", VECTOR),
-        ),
-    ),
-    NodeTable(
-        "Entity",
-        (
-            ("entity_id", "STRING"),
-            ("name", "STRING"),
-            ("type", "STRING"),
-            ("description", "STRING"),
-            ("mention_count", "INT32"),
-        ),
-    ),
-    NodeTable(
-        "Fact",
-        (("fact_id", "STRING"), ("content", "STRING"), ("section_id", "STRING")),
-    ),
+    NodeTable("Section", (*kuzu_columns("sections"), ("embedding", VECTOR))),
+    NodeTable("Chunk", (*kuzu_columns("chunks", drop=("token_estimate",)), ("embedding", VECTOR))),
+    NodeTable("Entity", kuzu_columns("entities")),
+    NodeTable("Fact", kuzu_columns("facts", "fact_id", "content", "section_id")),
     NodeTable("Category", (("name", "STRING"), ("article_count", "INT32"))),
 )
 
 KUZU_RELS = (
-    RelTable("HAS_SECTION", "Article", "Section", (("section_index", "INT32"),)),
+    RelTable("HAS_SECTION", "Article", "Section", kuzu_columns("sections", "section_index")),
     RelTable(
-        "HAS_CHUNK", "Article", "Chunk", (("section_index", "INT32"), ("chunk_index", "INT32"))
+        "HAS_CHUNK", "Article", "Chunk", kuzu_columns("chunks", "section_index", "chunk_index")
     ),
-    RelTable("LINKS_TO", "Article", "Article", (("link_type", "STRING"),)),
+    RelTable("LINKS_TO", "Article", "Article", kuzu_columns("links", "link_type")),
     RelTable("IN_CATEGORY", "Article", "Category"),
     RelTable("HAS_ENTITY", "Article", "Entity"),
     RelTable("HAS_FACT", "Article", "Fact"),
     RelTable(
-        "ENTITY_RELATION", "Entity", "Entity", (("relation", "STRING"), ("context", "STRING"))
+        "ENTITY_RELATION", "Entity", "Entity", kuzu_columns("relations", "relation", "context")
     ),
 )
 
@@ -245,3 +209,20 @@ def content_hash(text: str) -> str:
 
 def stable_id(*parts: str) -> str:
     return hashlib.sha1("\x1f".join(parts).encode("utf-8")).hexdigest()[:16]
+
+
+# Passage ids. A section id is ``<stable_id(article url)>-<section index:04d>``; a chunk id is
+# ``<section id>-<chunk index:03d>``, so a chunk names its section and ids sort in reading order.
+
+
+def section_id(article_url: str, section_index: int) -> str:
+    return f"{stable_id(article_url)}-{section_index:04d}"
+
+
+def chunk_id(section: str, chunk_index: int) -> str:
+    return f"{section}-{chunk_index:03d}"
+
+
+def section_of_chunk(chunk: str) -> str:
+    """The section id a chunk id was built from."""
+    return chunk.rsplit("-", 1)[0]

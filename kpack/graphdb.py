@@ -1,19 +1,38 @@
-"""The one way to open a pack's Kuzu database.
+"""The one way to open a pack's Kuzu database, and the one way to write one.
 
 Kuzu holds a file lock until both the connection and the database are closed, so every opener
 here closes both; the extensions every pack uses (vector, full-text, algorithms) are loaded on
 each connection.
+
+A pack database is written in a child process (:func:`write_graph`): Kuzu 0.11 answers some
+write errors, a full disk among them, with a C++ ``terminate`` that aborts the whole process
+(rc 134), which would take a build down without a record or a cleanup. In a child the abort is
+an error of this build, reported in one line.
 """
 
 from __future__ import annotations
 
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import kuzu
+import pyarrow as pa
+
+from kpack.contracts import FTS_COLUMNS, FTS_INDEXES, KUZU_NODES, KUZU_RELS, VECTOR_INDEXES
+from kpack.errors import PackError
 
 EXTENSIONS = ("vector", "fts", "algo")
+# Below this much free space a failed write is reported as a full disk: Kuzu's abort on ENOSPC
+# hides the errno, and a write that failed with more room left than this had another cause.
+LOW_SPACE_BYTES = 64 << 20
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 def connect(db_path: Path, read_only: bool) -> tuple[kuzu.Database, kuzu.Connection]:
@@ -33,3 +52,71 @@ def opened(db_path: Path, read_only: bool = True) -> Iterator[kuzu.Connection]:
     finally:
         conn.close()
         db.close()
+
+
+def load_graph(
+    db_path: Path, nodes: dict[str, pa.Table], rels: dict[str, pa.Table], dim: int
+) -> None:
+    """Create the schema, COPY every table, build the vector and full-text indexes, checkpoint."""
+    with opened(db_path, read_only=False) as conn:
+        for table in (*KUZU_NODES, *KUZU_RELS):
+            conn.execute(table.ddl(dim))
+        for table in KUZU_NODES:
+            data = nodes[table.name].select([c for c, _ in table.columns])
+            if data.num_rows:
+                conn.execute(f"COPY {table.name} FROM $data", {"data": data})
+        for table in KUZU_RELS:
+            data = rels[table.name]
+            if data.num_rows:
+                conn.execute(f"COPY {table.name} FROM $data", {"data": data})
+        for label, index in VECTOR_INDEXES.items():
+            conn.execute(
+                f"CALL CREATE_VECTOR_INDEX('{label}', '{index}', 'embedding', metric := 'cosine')"
+            )
+        for label, index in FTS_INDEXES.items():
+            columns = ", ".join(f"'{c}'" for c in FTS_COLUMNS[label])
+            conn.execute(f"CALL CREATE_FTS_INDEX('{label}', '{index}', [{columns}])")
+        conn.execute("CHECKPOINT")
+
+
+def write_graph(
+    db_path: Path, nodes: dict[str, pa.Table], rels: dict[str, pa.Table], dim: int
+) -> None:
+    """:func:`load_graph` in a child process; raises PackError when it fails or aborts.
+
+    The tables travel pickled through the child's stdin (Arrow buffers, no temporary files:
+    the disk may be the thing that is full).
+    """
+    payload = pickle.dumps((str(db_path), nodes, rels, dim), protocol=pickle.HIGHEST_PROTOCOL)
+    inherited = os.environ.get("PYTHONPATH")
+    path = os.pathsep.join([str(PROJECT_ROOT), *([inherited] if inherited else [])])
+    env = {**os.environ, "PYTHONPATH": path}
+    child = subprocess.run(
+        [sys.executable, "-m", "kpack.graphdb"], input=payload, capture_output=True, env=env
+    )
+    if child.returncode == 0:
+        return
+    lines = child.stderr.decode(errors="replace").strip().splitlines()
+    detail = lines[-1] if lines else _exit_reason(child.returncode)
+    free = shutil.disk_usage(db_path.parent).free
+    if "No space left" in detail or free < LOW_SPACE_BYTES:
+        raise PackError(
+            f"no space left on device while writing the pack database in {db_path.parent} "
+            f"({free / 2**20:.1f} MiB free); free some space and build again"
+        )
+    raise PackError(f"writing the pack database failed: {detail}")
+
+
+def _exit_reason(returncode: int) -> str:
+    if returncode < 0:
+        return f"the writer process was killed by {signal.Signals(-returncode).name}"
+    return f"the writer process exited with status {returncode}"
+
+
+if __name__ == "__main__":  # the child of write_graph
+    try:
+        path, node_tables, rel_tables, dimension = pickle.load(sys.stdin.buffer)
+        load_graph(Path(path), node_tables, rel_tables, dimension)
+    except Exception as exc:  # one line for the parent; its traceback would say no more
+        print(f"{type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)
+        sys.exit(1)

@@ -14,8 +14,6 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import anthropic
-
 EXTRACTION_PROMPT_VERSION = "extract-v1"
 SYNTHESIS_MODEL = "claude-opus-4-6"
 EXPANSION_MODEL = "claude-haiku-4-5"
@@ -150,16 +148,18 @@ class ClaudeClient:
         self._key = (api_key or os.environ.get(api_key_env)) if enabled else None
         self.api_key_env = api_key_env
         self.usage = Usage()
-        self._client = (
-            anthropic.Anthropic(
+        self._client: Any = None
+        if self._key:
+            # Imported only when a key is set: the SDK costs seconds of import time that a
+            # build or a query without a key never needs.
+            import anthropic
+
+            self._client = anthropic.Anthropic(
                 api_key=self._key,
                 base_url=base_url or os.environ.get("ANTHROPIC_BASE_URL"),
                 max_retries=max_retries,
                 timeout=timeout_s,
             )
-            if self._key
-            else None
-        )
 
     @property
     def available(self) -> bool:
@@ -173,6 +173,8 @@ class ClaudeClient:
     def _create(self, **request: Any) -> Any:
         if self._client is None:
             raise LLMError(f"no API key in ${self.api_key_env}")
+        import anthropic
+
         try:
             response = self._client.messages.create(**request)
         except anthropic.APIError as exc:

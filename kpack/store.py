@@ -4,8 +4,10 @@ One writer builds a staged database; readers only ever see published ones.
 
 Layout of a pack folder::
 
-    .versions/staging/        the build in progress (wiped at the start of every build)
-    .versions/v0007/          a published version: pack.db, manifest.json, skill.md
+    .build.lock                    held (flock) by the one build, rollback or install running
+    .versions/staging-<run id>/    a build in progress (removed when its run ends unpublished)
+    .versions/v0007/               a published version: pack.db, manifest.json, skill.md,
+                                   articles.json (url -> content hash) and .verified.json
     .versions/current -> v0007
     pack.db -> .versions/current/pack.db      (and manifest.json, skill.md)
 
@@ -15,21 +17,36 @@ a build that fails or is killed anywhere before that leaves the published pack u
 The version that was current before a publish is kept (and older ones removed), so
 ``rollback`` can flip ``current`` back to it the same atomic way.
 
+A published version carries the size and SHA-256 of its pack.db in its manifest
+(``database``), stamped by publish. Kuzu crashes the process (SIGSEGV) on a database whose
+bytes were damaged, so nothing opens a published database before :func:`verify_version`
+passed: it compares the size on every call, and the full hash once per file state (inode,
+mtime, size), remembered in ``.verified.json``. A build reads what it needs of the published
+version (the article hashes) from ``articles.json``, never from the database.
+
 ``.versions/last_build.json`` records the outcome of the latest build (published, unchanged or
 failed) for ``kpack status``; it is written atomically and never read by queries.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import json
 import os
 import shutil
+import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import IO
 
 from kpack.config import PackConfig, load_config
-from kpack.errors import PackError
-from kpack.graphdb import opened
+from kpack.errors import PackError, PackNotReady
 from kpack.packs import (
     PUBLISHED_FILES,
     LineProblem,
@@ -42,6 +59,13 @@ from kpack.packs import (
 
 KEEP_PREVIOUS_VERSIONS = 1
 LAST_BUILD = "last_build.json"
+ROLLBACK = "rollback.json"
+LOCK_FILE = ".build.lock"
+STAGING_PREFIX = "staging"
+DATABASE = "pack.db"
+ARTICLES = "articles.json"
+VERIFIED = ".verified.json"
+HASH_CHUNK_BYTES = 1 << 20
 
 
 def version_number(path: Path) -> int:
@@ -71,12 +95,31 @@ class PackStoreOps:
         folder = self.folder(pack)
         return [(folder / root).resolve() for root in self.config(pack).fetch.file_roots]
 
-    def staging(self, pack: str) -> Path:
-        return versions_dir(self.folder(pack)) / "staging"
+    def begin_build(self, pack: str) -> None:
+        """Take the pack's build lock (or join it: `kpack build` takes it before its run
+        starts), then drop the staging folders of runs that died.
 
-    def new_staging(self, pack: str) -> Path:
-        """An empty staging folder; leftovers of a failed or killed build are discarded."""
-        staging = self.staging(pack)
+        Holding the lock means no other build of the pack runs, so every staging folder left
+        is a killed run's (or a pre-``staging-<run id>`` build's) and only fills the disk.
+        """
+        folder = self.folder(pack)
+        acquire_build_lock(folder, join_own=True)
+        root = versions_dir(folder)
+        if root.is_dir():
+            for stale in root.glob(f"{STAGING_PREFIX}*"):
+                shutil.rmtree(stale, ignore_errors=True)
+
+    def end_build(self, pack: str, run_id: str) -> None:
+        """Remove the run's staging folder if it was not published, and release the lock."""
+        shutil.rmtree(self.staging(pack, run_id), ignore_errors=True)
+        release_build_lock(self.folder(pack))
+
+    def staging(self, pack: str, run_id: str) -> Path:
+        return versions_dir(self.folder(pack)) / f"{STAGING_PREFIX}-{run_id}"
+
+    def new_staging(self, pack: str, run_id: str) -> Path:
+        """An empty staging folder of this run (leftovers of an earlier attempt discarded)."""
+        staging = self.staging(pack, run_id)
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         return staging
@@ -95,18 +138,24 @@ class PackStoreOps:
     def current(self, pack: str) -> Path | None:
         return current_version(self.folder(pack))
 
-    def publish(self, pack: str, version: int) -> Path:
+    def publish(self, pack: str, version: int, staging: Path) -> Path:
+        """Make the finished ``staging`` folder version ``version`` and flip ``current`` to it.
+
+        Stamps the database checksum into its manifest first (see :func:`seal_version`).
+        """
         folder = self.folder(pack)
         root = versions_dir(folder)
         target = root / f"v{version:04d}"
         previous = self.current(pack)
-        os.rename(self.staging(pack), target)
+        seal_version(staging)
+        os.rename(staging, target)
         _atomic_symlink(target.name, root / "current")
         for name in PUBLISHED_FILES:
             link = folder / name
             wanted = f"{root.name}/current/{name}"
             if not (link.is_symlink() and os.readlink(link) == wanted):
                 _atomic_symlink(wanted, link)
+        (root / ROLLBACK).unlink(missing_ok=True)  # a publish supersedes any rollback
         _fsync_dir(root)
         _fsync_dir(folder)
         self._prune(pack, keep=target, previous=previous)
@@ -139,7 +188,9 @@ class PackStoreOps:
 
         Atomic like publish (a symlink renamed over ``current``). The version rolled back from
         stays on disk until the next publish prunes it, so a mistaken rollback can be undone
-        by hand. The caller holds the build lock, so no publish runs meanwhile.
+        by hand; ``.versions/rollback.json`` says which one it is. The caller holds the build
+        lock, so no publish runs meanwhile. It opens no database, so it works when the
+        current version is damaged.
         """
         current = self.current(pack)
         if current is None:
@@ -151,33 +202,234 @@ class PackStoreOps:
                 f"(only {current.name} is kept)"
             )
         root = versions_dir(self.folder(pack))
+        record = {"from": current.name, "to": target.name, "at": _now()}
+        _write_json_atomically(root / ROLLBACK, record)
         _atomic_symlink(target.name, root / "current")
         _fsync_dir(root)
         return current, target
 
-    def published_articles(self, pack: str) -> dict[str, str] | None:
-        """url -> content hash of the current version's articles; None without one."""
+    def rolled_back_from(self, pack: str) -> Path | None:
+        """The version the last rollback left, while it is still on disk and not current."""
+        root = versions_dir(self.folder(pack))
+        record = _read_json(root / ROLLBACK)
         current = self.current(pack)
-        if current is None or not (current / "pack.db").exists():
+        if record is None or current is None or record.get("to") != current.name:
             return None
-        try:
-            with opened(current / "pack.db", read_only=True) as conn:
-                rows = conn.execute("MATCH (a:Article) RETURN a.url, a.content_hash").get_all()
-        except Exception:  # an unreadable previous version compares as no version at all
-            return None
-        return dict(rows)
+        left = root / str(record.get("from"))
+        return left if left in self.published_versions(pack) else None
+
+    def unpublished_versions(self, pack: str) -> list[Path]:
+        """Versions newer than the current one that no rollback left: a publish was killed
+        between renaming its staging folder and flipping ``current``. The next publish prunes
+        them."""
+        current = self.current(pack)
+        left = self.rolled_back_from(pack)
+        return [
+            v
+            for v in self.published_versions(pack)
+            if v != left and (current is None or version_number(v) > version_number(current))
+        ]
+
+    def published_articles(self, pack: str) -> dict[str, str] | None:
+        """url -> content hash of the current version's articles; None without one.
+
+        Read from the version's articles.json, never from its database (see the module
+        docstring); a version without a readable one compares as no version at all.
+        """
+        current = self.current(pack)
+        articles = _read_json(current / ARTICLES) if current else None
+        return articles if isinstance(articles, dict) else None
 
     def record_build(self, pack: str, record: dict) -> None:
         """Write .versions/last_build.json atomically (the outcome of the latest build)."""
         root = versions_dir(self.folder(pack))
         root.mkdir(parents=True, exist_ok=True)
-        temp = root / f".last_build.{uuid.uuid4().hex}"
-        temp.write_text(json.dumps(record, indent=2, default=str) + "\n")
-        os.replace(temp, root / LAST_BUILD)
+        _write_json_atomically(root / LAST_BUILD, record)
 
     def last_build(self, pack: str) -> dict | None:
-        path = versions_dir(self.folder(pack)) / LAST_BUILD
-        return json.loads(path.read_text()) if path.is_file() else None
+        return _read_json(versions_dir(self.folder(pack)) / LAST_BUILD)
+
+
+class PackStore(PackStoreOps):
+    """The pack store outside Dagster."""
+
+    def __init__(self, packs_dir: str | Path) -> None:
+        self.packs_dir = str(packs_dir)
+
+
+def write_articles(staging: Path, articles: dict[str, str]) -> None:
+    """Store url -> content hash beside the staged database, for the next build's diff."""
+    (staging / ARTICLES).write_text(json.dumps(articles, sort_keys=True))
+
+
+def seal_version(staging: Path) -> dict:
+    """Stamp the size and SHA-256 of the staged pack.db into its manifest; returns them.
+
+    Also writes ``.verified.json`` for the file as it is now, so a reader of the published
+    version (the rename keeps inode and mtime) skips the full hash.
+    """
+    db = staging / DATABASE
+    digest = _file_sha256(db)
+    stat = db.stat()
+    seal = {"file": DATABASE, "bytes": stat.st_size, "sha256": digest}
+    manifest_path = staging / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["database"] = seal
+    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
+    _write_json_atomically(staging / VERIFIED, {**_file_state(stat), "sha256": digest})
+    return seal
+
+
+def verify_version(version_dir: Path) -> None:
+    """Raise PackNotReady unless the version's pack.db is the one its manifest describes.
+
+    Cheap on every open: the size is compared each time (a truncated file fails here) and the
+    full SHA-256 only when the file changed since the last verification (new inode, mtime or
+    size than ``.verified.json`` records). Call it before opening the database: Kuzu crashes
+    the process on some damaged files instead of raising.
+    """
+    version_dir = version_dir.resolve()
+    pack, version = version_dir.parent.parent.name, version_dir.name
+    rebuild = f"rebuild it with `kpack build {pack}` or `kpack rollback {pack}`"
+    manifest = _read_json(version_dir / "manifest.json")
+    if manifest is None:
+        raise PackNotReady(
+            f"pack {pack!r} version {version} has no readable manifest.json; {rebuild}"
+        )
+    seal = manifest.get("database")
+    if not isinstance(seal, dict) or not {"bytes", "sha256"} <= seal.keys():
+        raise PackNotReady(
+            f"pack {pack!r} version {version} has no database checksum (it was published by "
+            f"an older kpack); rebuild it with `kpack build {pack}`"
+        )
+    db = version_dir / DATABASE
+    try:
+        stat = db.stat()
+    except OSError as exc:
+        raise PackNotReady(f"pack {pack!r} version {version} has no {DATABASE}; {rebuild}") from exc
+    if stat.st_size != seal["bytes"]:
+        raise PackNotReady(
+            f"pack {pack!r} version {version} is damaged ({DATABASE} is {stat.st_size} bytes, "
+            f"{seal['bytes']} were published); {rebuild}"
+        )
+    state = {**_file_state(stat), "sha256": seal["sha256"]}
+    if _read_json(version_dir / VERIFIED) == state:
+        return
+    if _file_sha256(db) != seal["sha256"]:
+        raise PackNotReady(
+            f"pack {pack!r} version {version} is damaged (checksum mismatch); {rebuild}"
+        )
+    # Remembered for the next open; a read-only version folder just hashes again.
+    with contextlib.suppress(OSError):
+        _write_json_atomically(version_dir / VERIFIED, state)
+
+
+# One build of a pack at a time, across processes and threads (flock on a file opened per
+# holder). `kpack build` takes the lock before it starts its run, so the run's PackStore
+# resource, which takes it for runs launched by Dagster (UI, sensor, schedule), joins the lock
+# its own thread holds instead of failing on it.
+@dataclass
+class _HeldLock:
+    handle: IO[str]
+    thread: int
+    depth: int
+
+
+_held_locks: dict[Path, _HeldLock] = {}  # by lock file
+_held_locks_guard = threading.Lock()
+
+
+def acquire_build_lock(folder: Path, join_own: bool = False) -> None:
+    """Take the pack's build lock, or fail fast when anyone else holds it.
+
+    ``join_own``: when this thread already holds it, share it (released by the matching
+    release_build_lock) rather than fail.
+    """
+    path = (folder / LOCK_FILE).resolve()
+    with _held_locks_guard:
+        held = _held_locks.get(path)
+        if held is not None and join_own and held.thread == threading.get_ident():
+            held.depth += 1
+            return
+        handle: IO[str] = open(path, "a")  # noqa: SIM115 (held until release_build_lock)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            handle.close()
+            raise PackError(
+                f"pack {folder.name!r} is already being built (or rolled back or installed); "
+                f"wait for it to finish (`kpack status {folder.name}` shows it)"
+            ) from exc
+        _held_locks[path] = _HeldLock(handle, threading.get_ident(), 1)
+
+
+def release_build_lock(folder: Path) -> None:
+    path = (folder / LOCK_FILE).resolve()
+    with _held_locks_guard:
+        held = _held_locks[path]
+        held.depth -= 1
+        if held.depth == 0:
+            del _held_locks[path]
+            fcntl.flock(held.handle, fcntl.LOCK_UN)
+            held.handle.close()
+
+
+@contextmanager
+def build_lock(folder: Path) -> Iterator[None]:
+    """One build of a pack at a time: a second one fails fast instead of racing the first."""
+    acquire_build_lock(folder)
+    try:
+        yield
+    finally:
+        release_build_lock(folder)
+
+
+def build_running(folder: Path) -> bool:
+    """Whether a build of the pack holds its lock right now (probed without waiting)."""
+    lock = folder / LOCK_FILE
+    if not lock.exists():
+        return False
+    with open(lock) as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(HASH_CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _file_state(stat: os.stat_result) -> dict:
+    return {"inode": stat.st_ino, "mtime_ns": stat.st_mtime_ns, "bytes": stat.st_size}
+
+
+def _read_json(path: Path) -> dict | None:
+    """A JSON object from ``path``; None when it is missing, unreadable or not an object."""
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _write_json_atomically(path: Path, value: dict) -> None:
+    temp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+    try:
+        temp.write_text(json.dumps(value, indent=2, default=str) + "\n")
+        os.replace(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _atomic_symlink(target: str, link: Path) -> None:
@@ -192,10 +444,3 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-class PackStore(PackStoreOps):
-    """The pack store outside Dagster."""
-
-    def __init__(self, packs_dir: str | Path) -> None:
-        self.packs_dir = str(packs_dir)

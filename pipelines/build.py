@@ -1,30 +1,29 @@
 """Building a pack in-process: the same asset graph the Dagster UI runs, no daemon needed.
 
-A build ends in one of three outcomes: ``published`` (a new version), ``unchanged`` (nothing
-changed since the published version, so nothing was published; see assets.graph) or
-``failed`` (the published version, if any, is untouched). The outcome of the latest build is
-kept in ``.versions/last_build.json`` for ``kpack status``.
+Every build is a run of the ``build_pack`` job (pipelines.jobs), so CLI builds and UI builds
+share one run list. A build ends in one of three outcomes: ``published`` (a new version),
+``unchanged`` (nothing changed since the published version, so nothing was published; see
+assets.graph) or ``failed`` (the published version, if any, is untouched); pipelines.outcomes
+tags the run with it and records it for ``kpack status``.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
-from dagster import DagsterInstance, materialize
+from dagster import DagsterInstance
 
 from assets.partitions import packs_partitions
 from kpack import settings
 from kpack.config import load_config
 from kpack.packs import PackError, pack_dir, parse_urls, read_manifest
-from kpack.store import PackStore
-from pipelines.definitions import build_assets, build_checks, make_resources
+from kpack.store import build_lock
+from pipelines.definitions import make_definitions
+from pipelines.jobs import JOB_NAME
+from pipelines.outcomes import fail_abandoned_runs, record_outcome
 
 BUILD_TAG = "kpack/build_id"
 
@@ -38,37 +37,13 @@ class BuildResult:
     failed_steps: list[str] = field(default_factory=list)
     failed_checks: list[str] = field(default_factory=list)
     outcome: str = "failed"  # published | unchanged | failed
+    cause: str | None = None  # why a failed build failed, in one line
     # This run's materialization metadata by asset (e.g. stage_metadata["embeddings"]["embedded"])
     stage_metadata: dict[str, dict] = field(default_factory=dict)
 
     @property
     def published(self) -> bool:
         return self.outcome == "published"
-
-
-@contextmanager
-def build_lock(folder: Path) -> Iterator[None]:
-    """One build of a pack at a time: a second one fails fast instead of racing the first."""
-    with open(folder / ".build.lock", "w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            raise PackError(f"pack {folder.name!r} is already being built") from exc
-        yield
-
-
-def build_running(folder: Path) -> bool:
-    """Whether a build of the pack holds its lock right now (probed without waiting)."""
-    lock = folder / ".build.lock"
-    if not lock.exists():
-        return False
-    with open(lock) as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        return False
 
 
 def build_pack(
@@ -99,15 +74,14 @@ def build_pack(
     if not instance.has_dynamic_partition(packs_partitions.name, pack):
         instance.add_dynamic_partitions(packs_partitions.name, [pack])
     build_id = build_id or uuid.uuid4().hex
+    job = make_definitions(
+        packs_dir, storage or settings.storage_base(), resource_overrides
+    ).resolve_job_def(JOB_NAME)
     with build_lock(folder):
-        result = materialize(
-            [*build_assets, *build_checks],
+        fail_abandoned_runs(instance, pack)
+        result = job.execute_in_process(
             partition_key=pack,
             instance=instance,
-            resources={
-                **make_resources(packs_dir, storage or settings.storage_base()),
-                **(resource_overrides or {}),
-            },
             tags={BUILD_TAG: build_id},
             run_config={
                 "loggers": {"console": {"config": {"log_level": log_level}}},
@@ -115,52 +89,23 @@ def build_pack(
             },
             raise_on_error=False,
         )
-        failed_steps = [e.step_key for e in result.all_events if e.is_step_failure and e.step_key]
-        failed_checks = [c.check_name for c in result.get_asset_check_evaluations() if not c.passed]
-        stage_metadata = {
-            event.asset_key.path[-1]: {
-                k: getattr(v, "value", v) for k, v in event.materialization.metadata.items()
-            }
-            for event in result.get_asset_materialization_events()
+        summary = record_outcome(instance, instance.get_run_by_id(result.run_id), packs_dir)
+    stage_metadata = {
+        event.asset_key.path[-1]: {
+            k: getattr(v, "value", v) for k, v in event.materialization.metadata.items()
         }
-        success = result.success and not failed_checks
-        outcome = (
-            "failed"
-            if not success
-            else "published"
-            if "pack_manifest" in stage_metadata
-            else "unchanged"
-        )
-        if outcome == "failed":
-            _record_failure(folder, pack, result.run_id, failed_steps, failed_checks)
+        for event in result.get_asset_materialization_events()
+    }
     return BuildResult(
         pack=pack,
         run_id=result.run_id,
-        success=success,
+        success=summary["outcome"] != "failed",
         manifest=read_manifest(folder),
-        failed_steps=failed_steps,
-        failed_checks=failed_checks,
-        outcome=outcome,
+        failed_steps=summary.get("failed_steps", []),
+        failed_checks=summary.get("failed_checks", []),
+        outcome=summary["outcome"],
+        cause=summary.get("cause"),
         stage_metadata=stage_metadata,
-    )
-
-
-def _record_failure(
-    folder: Path, pack: str, run_id: str, failed_steps: list[str], failed_checks: list[str]
-) -> None:
-    """Record a failed build for ``kpack status`` (the published version is untouched)."""
-
-    current = read_manifest(folder)
-    PackStore(packs_dir=str(folder.parent)).record_build(
-        pack,
-        {
-            "outcome": "failed",
-            "version": current["version"] if current else None,
-            "checked_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "run_id": run_id,
-            "failed_steps": failed_steps,
-            "failed_checks": failed_checks,
-        },
     )
 
 

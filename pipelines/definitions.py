@@ -2,17 +2,13 @@
 
 from pathlib import Path
 
-from dagster import (
-    AssetSelection,
-    Definitions,
-    define_asset_job,
-    load_asset_checks_from_modules,
-    load_assets_from_modules,
-)
+from dagster import Definitions, load_asset_checks_from_modules, load_assets_from_modules
 
 from assets import chunk, embed, evaluate, extract, fetch, graph, manifest, pagerank, parse
-from assets.partitions import packs_partitions
 from kpack import settings
+from pipelines.instance import tune_sqlite_storage
+from pipelines.jobs import build_pack_job
+from pipelines.outcomes import build_failure_sensor, build_outcome_sensor
 from pipelines.schedules import pack_refresh_schedule
 from pipelines.sensors import pack_sources_sensor
 from resources.embedder import EmbedderResource
@@ -28,13 +24,6 @@ from resources.storage import (
 STAGE_MODULES = (fetch, parse, chunk, extract, embed, pagerank, graph, manifest)
 EVALUATION_MODULES = (evaluate,)
 
-build_pack_job = define_asset_job(
-    "build_pack",
-    selection=AssetSelection.groups("ingest", "parse", "extract", "embed", "graph", "publish"),
-    partitions_def=packs_partitions,
-    description="Fetch, parse, extract, embed, load and publish one pack.",
-)
-
 
 def make_resources(packs_dir: Path, storage: str) -> dict:
     """The resources of one deployment; tests pass their own folders."""
@@ -49,15 +38,23 @@ def make_resources(packs_dir: Path, storage: str) -> dict:
     }
 
 
-# kpack build materializes exactly these; evaluation runs on its own (it may call the LLM).
-build_assets = load_assets_from_modules(STAGE_MODULES)
-build_checks = load_asset_checks_from_modules(STAGE_MODULES)
+def make_definitions(packs_dir: Path, storage: str, resource_overrides: dict | None = None):
+    """Everything Dagster knows of this project, over the given folders."""
+    return Definitions(
+        assets=[
+            *load_assets_from_modules(STAGE_MODULES),
+            *load_assets_from_modules(EVALUATION_MODULES),
+        ],
+        asset_checks=[
+            *load_asset_checks_from_modules(STAGE_MODULES),
+            *load_asset_checks_from_modules(EVALUATION_MODULES),
+        ],
+        jobs=[build_pack_job],
+        sensors=[pack_sources_sensor, build_outcome_sensor, build_failure_sensor],
+        schedules=[pack_refresh_schedule],
+        resources={**make_resources(packs_dir, storage), **(resource_overrides or {})},
+    )
 
-defs = Definitions(
-    assets=[*build_assets, *load_assets_from_modules(EVALUATION_MODULES)],
-    asset_checks=[*build_checks, *load_asset_checks_from_modules(EVALUATION_MODULES)],
-    jobs=[build_pack_job],
-    sensors=[pack_sources_sensor],
-    schedules=[pack_refresh_schedule],
-    resources=make_resources(settings.packs_dir(), settings.storage_base()),
-)
+
+tune_sqlite_storage()
+defs = make_definitions(settings.packs_dir(), settings.storage_base())

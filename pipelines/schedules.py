@@ -20,22 +20,26 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from dagster import (
+    DagsterInstance,
     DefaultScheduleStatus,
     RunRequest,
     ScheduleEvaluationContext,
     SkipReason,
     schedule,
 )
+from dagster._core.scheduler.instigation import InstigatorStatus, InstigatorType
 from dagster._utils.schedules import get_latest_completed_cron_tick, get_next_cron_tick
 
 from assets.partitions import packs_partitions
 from kpack import settings
 from kpack.config import load_config
 from kpack.packs import PackError, list_packs
+from pipelines.jobs import build_pack_job
 
 EVALUATION_CRON = "0 * * * *"
 EVALUATION_INTERVAL = timedelta(hours=1)
 TIMEZONE = "UTC"
+SCHEDULE_NAME = "pack_refresh_schedule"
 
 
 def due_tick(cron: str, now: datetime, window: timedelta = EVALUATION_INTERVAL) -> datetime | None:
@@ -49,6 +53,14 @@ def due_tick(cron: str, now: datetime, window: timedelta = EVALUATION_INTERVAL) 
 def next_tick(cron: str, now: datetime) -> datetime | None:
     """When ``cron`` fires next after ``now`` (None for a pack that is never scheduled)."""
     return get_next_cron_tick(cron, now + timedelta(seconds=1), TIMEZONE) if cron else None
+
+
+def schedule_running(instance: DagsterInstance) -> bool:
+    """Whether pack_refresh_schedule has been turned on (it is STOPPED until a user does)."""
+    return any(
+        state.name == SCHEDULE_NAME and state.status == InstigatorStatus.RUNNING
+        for state in instance.all_instigator_state(instigator_type=InstigatorType.SCHEDULE)
+    )
 
 
 def due_packs(now: datetime, known: set[str]) -> tuple[list[tuple[str, datetime]], list[str]]:
@@ -71,7 +83,8 @@ def due_packs(now: datetime, known: set[str]) -> tuple[list[tuple[str, datetime]
 
 @schedule(
     cron_schedule=EVALUATION_CRON,
-    job_name="build_pack",
+    job=build_pack_job,
+    name=SCHEDULE_NAME,
     execution_timezone=TIMEZONE,
     default_status=DefaultScheduleStatus.STOPPED,
     description="Hourly: rebuilds every pack whose kg_config.json 'schedule' cron is due "

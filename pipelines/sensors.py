@@ -1,8 +1,10 @@
 """Keeps the pack partitions in step with the packs folder.
 
-A new folder with a urls.txt becomes a partition; once known, a change of its urls.txt or
-kg_config.json starts a build of that pack. The first tick only records what is there, so
-turning the sensor on never rebuilds every pack at once.
+A new folder with a urls.txt becomes a partition, and the partition of a deleted folder is
+removed. Once known, a change of its urls.txt or of a build setting in kg_config.json starts a
+build of that pack; a change of ``schedule`` or of the ``query`` settings does not (they change
+when a pack is rebuilt or how it is queried, not what it holds). The first tick only records
+what is there, so turning the sensor on never rebuilds every pack at once.
 """
 
 import hashlib
@@ -12,28 +14,36 @@ from dagster import DefaultSensorStatus, RunRequest, SensorEvaluationContext, Se
 
 from assets.partitions import packs_partitions
 from kpack import settings
+from kpack.config import CONFIG_FILE, load_config
+from kpack.errors import PackError
 from kpack.packs import list_packs
-
-WATCHED_FILES = ("urls.txt", "kg_config.json")
+from pipelines.jobs import build_pack_job
 
 
 def source_fingerprints() -> dict[str, str]:
+    """Per pack, a hash of what a build reads: urls.txt and the build settings."""
     root = settings.packs_dir()
     fingerprints = {}
     for pack in list_packs(root):
-        digest = hashlib.sha256()
-        for name in WATCHED_FILES:
-            path = root / pack / name
-            digest.update(path.read_bytes() if path.is_file() else b"")
+        folder = root / pack
+        digest = hashlib.sha256((folder / "urls.txt").read_bytes())
+        try:
+            build_settings = load_config(folder).build_settings()
+            digest.update(json.dumps(build_settings, sort_keys=True).encode())
+        except PackError:
+            # An invalid kg_config.json: hash its bytes, so fixing it starts a build (which
+            # then reports the problem, or succeeds).
+            digest.update((folder / CONFIG_FILE).read_bytes())
         fingerprints[pack] = digest.hexdigest()
     return fingerprints
 
 
 @sensor(
-    job_name="build_pack",
+    job=build_pack_job,
     minimum_interval_seconds=30,
     default_status=DefaultSensorStatus.RUNNING,
-    description="Adds a partition per pack folder and builds a pack when its sources change.",
+    description="Adds a partition per pack folder, removes deleted ones, and builds a pack "
+    "when its urls.txt or build settings change.",
 )
 def pack_sources_sensor(context: SensorEvaluationContext) -> SensorResult:
     current = source_fingerprints()
@@ -41,13 +51,19 @@ def pack_sources_sensor(context: SensorEvaluationContext) -> SensorResult:
     previous = json.loads(context.cursor) if context.cursor else {}
     known = set(context.instance.get_dynamic_partitions(packs_partitions.name))
     new = sorted(set(current) - known)
+    deleted = sorted(known - set(current))
     changed = (
         []
         if first_tick
         else sorted(p for p in current if p in previous and previous[p] != current[p])
     )
+    requests = []
+    if new:
+        requests.append(packs_partitions.build_add_request(new))
+    if deleted:
+        requests.append(packs_partitions.build_delete_request(deleted))
     return SensorResult(
         run_requests=[RunRequest(partition_key=p, run_key=f"{p}:{current[p]}") for p in changed],
-        dynamic_partitions_requests=[packs_partitions.build_add_request(new)] if new else [],
+        dynamic_partitions_requests=requests,
         cursor=json.dumps(current),
     )

@@ -1,18 +1,18 @@
-"""Retrieval candidates: passages found by vector (and BM25) search, with every score they got.
+"""Candidate retrieval stages: embed the question, find passages by meaning (the HNSW vector
+indexes) and by words (the BM25 full-text index), and fuse the lists into one ranking.
 
-A Candidate carries the scores each stage gives it, so the response's trace can show why a
-passage was used or dropped.
+Every candidate is a passage (a Chunk) and keeps the scores and reasons each stage gives it.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from kpack.contracts import FTS_INDEXES, VECTOR_INDEXES
-from retrieval.pack import OpenPack
+from kpack.contracts import FTS_INDEXES, VECTOR_INDEXES, chunk_id
+from retrieval.query import Candidate, Query, stage
+from retrieval.reader import PackReader
 
 RRF_K = 60
 FTS_TERM = re.compile(r"[A-Za-z0-9_]+")
@@ -27,67 +27,27 @@ FTS_CYPHER = (
 KEYS = {"Chunk": "chunk_id", "Section": "section_id"}
 
 
-@dataclass
-class Candidate:
-    passage_id: str  # a chunk_id: every hit is a passage of at most ~200 words
-    section_id: str
-    article_url: str
-    title: str
-    heading: str
-    text: str
-    similarity: float | None = None
-    bm25: float | None = None
-    rrf: float | None = None
-    pagerank: float = 0.0
-    fused: float | None = None  # RRF normalised to the best candidate's (hybrid search)
-    cross_encoder: float | None = None
-    quality: float | None = None
-    combined: float | None = None
-    found_by: str = ""  # the query phrasing that found it
-    dropped: str | None = None  # why a later stage removed it
-
-    @property
-    def relevance(self) -> float:
-        """What rerankers blend with authority: the cross-encoder when it ran, else the fused
-        rank of hybrid search, else cosine similarity."""
-        if self.cross_encoder is not None:
-            return 1.0 / (1.0 + float(np.exp(-self.cross_encoder)))
-        if self.fused is not None:
-            return self.fused
-        return self.similarity if self.similarity is not None else 0.0
-
-    def trace(self) -> dict:
-        row = asdict(self)
-        row["text"] = self.text[:200]
-        return row
-
-
-def _candidate(pack: OpenPack, passage_id: str, section_id: str, query: str) -> Candidate | None:
+def passage(reader: PackReader, passage_id: str, section_id: str, phrasing: str) -> Candidate | None:
     """A passage (chunk) with its article's title, heading and PageRank, read from memory."""
-    section = pack.sections.get(section_id)
+    section = reader.sections.get(section_id)
     if section is None:
         return None
-    article = pack.articles[section.article_url]
+    article = reader.articles[section.article_url]
     return Candidate(
         passage_id=passage_id,
         section_id=section_id,
         article_url=article.url,
         title=article.title,
         heading=section.heading,
-        text=pack.chunk_text.get(passage_id, ""),
+        text=reader.chunk_text.get(passage_id, ""),
         pagerank=article.pagerank,
-        found_by=query,
+        found_by=phrasing,
     )
 
 
-def first_chunk_id(section_id: str) -> str:
-    """Chunk ids are ``<section_id>-<index:03d>`` (assets.chunk)."""
-    return f"{section_id}-000"
-
-
-def vector_search(
-    pack: OpenPack,
-    query: str,
+def nearest_passages(
+    reader: PackReader,
+    phrasing: str,
     vector: np.ndarray,
     k: int,
     labels: tuple[str, ...] = ("Chunk", "Section"),
@@ -102,45 +62,48 @@ def vector_search(
     found = []
     for label in labels:
         cypher = VECTOR_CYPHER.format(label=label, index=VECTOR_INDEXES[label], key=KEYS[label])
-        for passage_id, section_id, distance in pack.query(cypher, {"v": vector.tolist(), "k": k}):
+        rows = reader.query(cypher, {"v": vector.tolist(), "k": k})
+        for rank, (passage_id, section_id, distance) in enumerate(rows, start=1):
             if label == "Section":
-                passage_id = first_chunk_id(section_id)
-            candidate = _candidate(pack, passage_id, section_id, query)
+                passage_id = chunk_id(section_id, 0)
+            candidate = passage(reader, passage_id, section_id, phrasing)
             if candidate:
                 candidate.similarity = 1.0 - float(distance)
+                candidate.reasons.append(
+                    f"vector #{rank} of {label}s (similarity {candidate.similarity:.3f})"
+                )
                 found.append(candidate)
     return deduplicate(found)
 
 
-def bm25_search(pack: OpenPack, query: str, k: int, label: str = "Chunk") -> list[Candidate]:
-    terms = " ".join(FTS_TERM.findall(query))
+def keyword_passages(reader: PackReader, phrasing: str, k: int) -> list[Candidate]:
+    """BM25 top-k chunks for the words of a phrasing (none for a phrasing without words)."""
+    terms = " ".join(FTS_TERM.findall(phrasing))
     if not terms:
         return []
-    cypher = FTS_CYPHER.format(label=label, index=FTS_INDEXES[label], key=KEYS[label])
+    cypher = FTS_CYPHER.format(label="Chunk", index=FTS_INDEXES["Chunk"], key=KEYS["Chunk"])
     found = []
-    for passage_id, section_id, score in pack.query(cypher, {"q": terms, "k": k}):
-        candidate = _candidate(pack, passage_id, section_id, query)
+    for rank, (passage_id, section_id, score) in enumerate(
+        reader.query(cypher, {"q": terms, "k": k}), start=1
+    ):
+        candidate = passage(reader, passage_id, section_id, phrasing)
         if candidate:
             candidate.bm25 = float(score)
+            candidate.reasons.append(f"bm25 #{rank} (score {candidate.bm25:.2f})")
             found.append(candidate)
     return found
 
 
-def fuse(*rankings: list[Candidate]) -> list[Candidate]:
-    """Reciprocal rank fusion (k=60); a passage found by several lists keeps the best scores."""
+def reciprocal_rank_fusion(*rankings: list[Candidate]) -> list[Candidate]:
+    """RRF (k=60); a passage found by several lists keeps the best scores and every reason."""
     merged: dict[str, Candidate] = {}
     for ranking in rankings:
         for rank, candidate in enumerate(ranking, start=1):
             kept = merged.setdefault(candidate.passage_id, candidate)
             kept.rrf = (kept.rrf or 0.0) + 1.0 / (RRF_K + rank)
             if candidate is not kept:
-                kept.similarity = _best(kept.similarity, candidate.similarity)
-                kept.bm25 = _best(kept.bm25, candidate.bm25)
+                _absorb(kept, candidate)
     return sorted(merged.values(), key=lambda c: -(c.rrf or 0.0))
-
-
-def _best(a: float | None, b: float | None) -> float | None:
-    return b if a is None else a if b is None else max(a, b)
 
 
 def deduplicate(candidates: list[Candidate]) -> list[Candidate]:
@@ -148,6 +111,70 @@ def deduplicate(candidates: list[Candidate]) -> list[Candidate]:
     best: dict[str, Candidate] = {}
     for candidate in candidates:
         held = best.get(candidate.passage_id)
-        if held is None or (candidate.similarity or 0.0) > (held.similarity or 0.0):
+        if held is None:
             best[candidate.passage_id] = candidate
+        elif (candidate.similarity or 0.0) > (held.similarity or 0.0):
+            _absorb(candidate, held)
+            best[candidate.passage_id] = candidate
+        else:
+            _absorb(held, candidate)
     return sorted(best.values(), key=lambda c: -(c.similarity or 0.0))
+
+
+def _absorb(kept: Candidate, other: Candidate) -> None:
+    kept.similarity = _best(kept.similarity, other.similarity)
+    kept.bm25 = _best(kept.bm25, other.bm25)
+    kept.reasons.extend(r for r in other.reasons if r not in kept.reasons)
+
+
+def _best(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+@stage("embed", "retrieve")
+def embed_question(query: Query) -> None:
+    """Vectors of the question and of its alternative phrasings, if any."""
+    query.vectors = query.reader.embed(query.phrasings)
+
+
+@stage("vector_search", "retrieve")
+def vector_search(query: Query) -> None:
+    assert query.vectors is not None, "embed_question must run before vector_search"
+    for phrasing, vector in zip(query.phrasings, query.vectors, strict=True):
+        query.rankings.append(
+            ("vector", nearest_passages(query.reader, phrasing, vector, query.depth))
+        )
+
+
+@stage("bm25_search", "retrieve", toggle="enable_hybrid")
+def bm25_search(query: Query) -> None:
+    for phrasing in query.phrasings:
+        query.rankings.append(("bm25", keyword_passages(query.reader, phrasing, query.depth)))
+
+
+@stage("dedupe", "retrieve", toggle=None)
+def fuse(query: Query) -> None:
+    """One ranking from all lists: RRF when keyword search took part (hybrid), else the best
+    similarity per passage. Every candidate gets a cosine similarity, which the gate and the
+    reports compare: a BM25-only hit's is computed from its stored vector."""
+    lists = [hits for _, hits in query.rankings]
+    if any(source == "bm25" for source, _ in query.rankings):
+        candidates = reciprocal_rank_fusion(*lists)
+        top = max((c.rrf or 0.0 for c in candidates), default=0.0) or 1.0
+        for rank, candidate in enumerate(candidates, start=1):
+            if candidate.similarity is None:
+                row = query.reader.chunk_row.get(candidate.passage_id)
+                vectors = query.reader.chunk_vectors
+                candidate.similarity = float(vectors[row] @ query.vector) if row is not None else 0.0
+                candidate.reasons.append(
+                    f"similarity {candidate.similarity:.3f} from its stored vector"
+                )
+            candidate.fused = (candidate.rrf or 0.0) / top
+            candidate.reasons.append(f"fused #{rank} (rrf {candidate.rrf:.4f})")
+    else:
+        candidates = deduplicate([c for hits in lists for c in hits])
+    query.candidates = candidates
+    query.considered = list(candidates)
+    query.max_similarity = max(
+        (c.similarity for c in candidates if c.similarity is not None), default=None
+    )

@@ -5,61 +5,11 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from kpack.text import STOPWORDS
+
 QUALITY_THRESHOLD = 0.3
 MIN_WORDS = 20
 WORD = re.compile(r"[a-z0-9_]+")
-STOPWORDS = frozenset(
-    [
-        "a",
-        "an",
-        "and",
-        "are",
-        "as",
-        "at",
-        "be",
-        "by",
-        "can",
-        "do",
-        "does",
-        "for",
-        "from",
-        "has",
-        "have",
-        "how",
-        "i",
-        "if",
-        "in",
-        "is",
-        "it",
-        "its",
-        "me",
-        "my",
-        "of",
-        "on",
-        "or",
-        "so",
-        "that",
-        "the",
-        "their",
-        "them",
-        "there",
-        "these",
-        "they",
-        "this",
-        "to",
-        "was",
-        "what",
-        "when",
-        "where",
-        "which",
-        "who",
-        "why",
-        "will",
-        "with",
-        "you",
-        "your",
-    ]
-)
 
 
 def terms(text: str) -> frozenset[str]:

@@ -15,16 +15,14 @@ from functools import lru_cache
 from html import escape
 
 from kpack.llm import ClaudeClient, LLMError
+from kpack.text import prose_lines, split_sentences
 from retrieval.multidoc import ContextSection
 from retrieval.quality import terms
 
 API_ERROR_ANSWER = "Unable to answer: API error."
 NO_CONTEXT_ANSWER = "The pack has no passage that answers this question."
-SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])")
 CONTEXT_WORDS_PER_SECTION = 350
 EXTRACTIVE_SENTENCES = 3
-# Code blocks are quoted as they are by Claude, but are no sentences to answer with.
-FENCED_CODE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
 MIN_SENTENCE_WORDS, MAX_SENTENCE_WORDS = 4, 80
 
 SYNTHESIS_SYSTEM = (
@@ -109,10 +107,11 @@ def alternative_phrasings(llm: ClaudeClient, model: str, question: str, n: int =
 @lru_cache(maxsize=16384)
 def sentences_of(text: str) -> tuple[tuple[str, frozenset[str]], ...]:
     """The prose sentences of a passage (4 words or more) with their terms, once per text."""
-    prose = " ".join(FENCED_CODE.sub(" ", text).split())
+    # Code blocks are quoted as they are by Claude, but are no sentences to answer with.
+    prose = " ".join(" ".join(prose_lines(text)).split())
     return tuple(
         (sentence, terms(sentence))
-        for sentence in SENTENCE.split(prose)
+        for sentence in split_sentences(prose)
         if MIN_SENTENCE_WORDS <= len(sentence.split()) <= MAX_SENTENCE_WORDS
     )
 

@@ -8,9 +8,11 @@ from datetime import UTC, datetime
 
 import pytest
 from dagster import (
+    AddDynamicPartitionsRequest,
     DagsterInstance,
     DefaultScheduleStatus,
     DefaultSensorStatus,
+    DeleteDynamicPartitionsRequest,
     build_schedule_context,
     build_sensor_context,
     instance_for_test,
@@ -31,7 +33,21 @@ def tick(instance, cursor=None):
 
 
 def added(result) -> list[str]:
-    return [key for request in result.dynamic_partitions_requests for key in request.partition_keys]
+    return [
+        key
+        for request in result.dynamic_partitions_requests
+        if isinstance(request, AddDynamicPartitionsRequest)
+        for key in request.partition_keys
+    ]
+
+
+def deleted(result) -> list[str]:
+    return [
+        key
+        for request in result.dynamic_partitions_requests
+        if isinstance(request, DeleteDynamicPartitionsRequest)
+        for key in request.partition_keys
+    ]
 
 
 def test_sensor_adds_partitions_and_builds_a_pack_whose_sources_change(workspace):
@@ -58,6 +74,38 @@ def test_sensor_adds_partitions_and_builds_a_pack_whose_sources_change(workspace
     assert again.run_requests[0].run_key != run_key  # a new fingerprint, a new run
     assert added(again) == ["beta"]  # a new pack becomes a partition, not a build
     assert pack_sources_sensor.default_status == DefaultSensorStatus.RUNNING
+
+
+def test_sensor_ignores_schedule_and_query_only_edits(workspace):
+    folder = write_pack(workspace, "alpha", ["https://example.org/a"], {"chunk_tokens": 200})
+    instance = DagsterInstance.ephemeral()
+    first = tick(instance)
+    instance.add_dynamic_partitions(packs_partitions.name, added(first))
+    config = {"chunk_tokens": 200, "schedule": "0 5 * * *"}
+    (folder / "kg_config.json").write_text(json.dumps(config))
+    after_schedule = tick(instance, first.cursor)
+    assert after_schedule.run_requests == []
+    config["query"] = {"context_confidence_threshold": 0.3, "profile": "baseline"}
+    (folder / "kg_config.json").write_text(json.dumps(config, indent=4))
+    after_query = tick(instance, after_schedule.cursor)
+    assert after_query.run_requests == []
+    config["chunk_tokens"] = 300
+    (folder / "kg_config.json").write_text(json.dumps(config))
+    after_build_setting = tick(instance, after_query.cursor)
+    assert [r.partition_key for r in after_build_setting.run_requests] == ["alpha"]
+
+
+def test_sensor_removes_the_partition_of_a_deleted_pack_folder(workspace):
+    import shutil
+
+    folder = write_pack(workspace, "gone", ["https://example.org/a"])
+    write_pack(workspace, "kept", ["https://example.org/b"])
+    instance = DagsterInstance.ephemeral()
+    first = tick(instance)
+    instance.add_dynamic_partitions(packs_partitions.name, added(first))
+    shutil.rmtree(folder)
+    result = tick(instance, first.cursor)
+    assert deleted(result) == ["gone"] and added(result) == []
 
 
 def test_schedule_requests_runs_for_packs_whose_cron_is_due(workspace):

@@ -6,7 +6,7 @@ from itertools import pairwise
 
 import pytest
 
-from assets.chunk import WORDS_PER_TOKEN, estimate_tokens, split_into_chunks
+from kpack.ingest.chunking import WORDS_PER_TOKEN, estimate_tokens, split_into_chunks
 
 
 def prose(sentences: int, words_per_sentence: int, prefix: str = "s") -> str:

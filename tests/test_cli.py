@@ -184,7 +184,7 @@ def publish_fake_version(workspace: Path, name: str, **manifest) -> int:
 
     store = PackStore(packs_dir=str(workspace / "packs"))
     version = store.next_version(name)
-    staging = store.new_staging(name)
+    staging = store.new_staging(name, "fake-run")
     (staging / "pack.db").write_bytes(b"placeholder")
     (staging / "skill.md").write_text("---\n")
     (staging / "manifest.json").write_text(
@@ -215,7 +215,7 @@ def publish_fake_version(workspace: Path, name: str, **manifest) -> int:
             }
         )
     )
-    store.publish(name, version)
+    store.publish(name, version, staging)
     return version
 
 

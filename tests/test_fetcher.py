@@ -8,17 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from assets.fetch import main_content
-from assets.parse import html_blocks, split_sections
 from kpack.config import FetchConfig
-from resources.fetcher import (
-    FetcherResource,
+from kpack.ingest.fetch import (
+    Fetcher,
     FetchError,
     HostThrottle,
     Validators,
     decode,
     page_format,
 )
+from kpack.ingest.html import html_blocks, main_content
+from kpack.ingest.sections import split_sections
+from resources.fetcher import FetcherResource
 
 CONFIG = FetchConfig(
     allow_private_hosts=True, timeout_s=1.0, retries=2, max_bytes=200_000, per_host_delay_s=0.0
@@ -127,7 +128,7 @@ def test_github_blob_url_is_rewritten_to_the_raw_file(site_fetcher, site):
 
 
 def test_rewrite_github_blob_leaves_other_urls_alone():
-    fetcher = FetcherResource()
+    fetcher = Fetcher(CONFIG)
     assert (
         fetcher.rewrite_github_blob("https://github.com/owner/repo/blob/main/docs/guide.md")
         == "https://raw.githubusercontent.com/owner/repo/main/docs/guide.md"
@@ -175,6 +176,7 @@ def test_missing_file_is_an_error(fetcher, tmp_path: Path):
     response = fetch_one(fetcher, (tmp_path / "nope.md").as_uri(), roots=[tmp_path])
     assert response.text is None
     assert "no such file" in response.error
+    assert "fetch.file_roots" in response.error  # the hint a moved pack folder needs
 
 
 def test_connection_refused_is_a_clear_error(fetcher):

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from assets.fetch import main_content
-from assets.offline_extraction import (
+from kpack.ingest.extraction import (
     MAX_FACTS_PER_SECTION,
     MAX_RELATIONS_PER_SECTION,
     extract_offline,
     normalize_entity,
 )
-from assets.parse import html_blocks, markdown_blocks, split_sections
+from kpack.ingest.html import html_blocks, main_content, markdown_blocks
+from kpack.ingest.sections import split_sections
 
 SITE = Path(__file__).parent / "site" / "docs"
 

@@ -4,15 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from assets.fetch import main_content
-from assets.parse import (
-    _internal_links,
-    category_of,
-    html_blocks,
-    markdown_blocks,
-    page_links,
-    split_sections,
-)
+from kpack.ingest.html import html_blocks, main_content, markdown_blocks, page_links
+from kpack.ingest.sections import category_of, internal_links, split_sections
 
 SITE = Path(__file__).parent / "site" / "docs"
 BASE = "https://docs.example.org/docs/"
@@ -260,7 +253,7 @@ def test_internal_links_resolve_relative_links_and_drop_the_rest():
         (old_guide, guide, "index.html", "home page"),  # relative to the final URL
         (readme, readme, "HTTPS://DOCS.EXAMPLE.ORG/old-guide", "old address"),
     ]
-    links = _internal_links(articles, raw)
+    links = internal_links(articles, raw)
     edges = [(link["source_url"], link["target_url"], link["anchor_text"]) for link in links]
     assert edges == [
         (index, old_guide, "user guide"),
@@ -285,7 +278,7 @@ def test_links_between_the_site_pages():
     ]
     edges = {
         (s["source_url"].rsplit("/", 1)[-1], s["target_url"].rsplit("/", 1)[-1])
-        for s in _internal_links(articles, raw)
+        for s in internal_links(articles, raw)
     }
     # index's nav link to itself was stripped with the nav; its header link to "/" is no page.
     assert edges == {

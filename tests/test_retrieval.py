@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import retrieval
+from kpack.contracts import section_of_chunk
 from kpack.packs import PackError
 from retrieval.agent import KnowledgeGraphAgent
 from retrieval.candidates import Candidate
@@ -161,7 +162,7 @@ def test_multidoc_returns_at_most_five_articles_of_three_sections(pack, no_key):
 def _as_candidate(hit: dict) -> Candidate:
     return Candidate(
         hit["passage_id"],
-        hit["passage_id"][:-4],
+        section_of_chunk(hit["passage_id"]),
         hit["url"],
         hit["title"],
         hit["heading"],

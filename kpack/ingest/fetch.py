@@ -1,0 +1,576 @@
+"""Fetching the web (and local files): polite, bounded, retrying fetches that never raise.
+
+Every URL yields a FetchResponse; failures carry their error text instead of an exception, so
+one bad URL never stops a build.
+
+Rebuilds are conditional: given the validators of the previous fetch of a URL (its ETag and
+Last-Modified), a request carries If-None-Match / If-Modified-Since, and a ``304 Not Modified``
+answer comes back as ``not_modified`` with no body, for the caller to reuse its stored copy. A
+``file:`` URL is not modified when its modification time and size equal the previous ones (kept
+in the ETag slot as ``"file-<mtime_ns>-<size>"``); its status is then 304 as well.
+
+Politeness: request starts to one host are spaced by ``fetch.per_host_delay_s`` across all
+worker threads, retries and redirect hops included.
+
+Bounds: every read waits at most ``fetch.timeout_s``, and a whole fetch (redirects, retries and
+the body) at most ``fetch.deadline_s``: a server that trickles a byte a second has its
+connection shut when the deadline passes.
+
+Private networks: unless ``fetch.allow_private_hosts`` is set, a connection resolves its host
+once, refuses every address that is not globally routable (loopback, private, link-local,
+100.64.0.0/10, and the IPv4-mapped, NAT64 and 6to4 forms of such addresses) and connects to
+exactly the address it checked, so a name that answers a public address to the check and a
+private one to the connection (DNS rebinding) never reaches the private one. Through an HTTP
+proxy the proxy resolves names: the name is checked before the request, but rebinding cannot
+be ruled out there.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import ipaddress
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urljoin, urlsplit
+
+import requests
+from requests.adapters import HTTPAdapter
+from requests.utils import get_environ_proxies, select_proxy
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
+
+from kpack.config import FetchConfig
+
+RETRY_STATUSES = {429, 500, 502, 503, 504}
+MAX_RETRY_AFTER_S = 30.0
+TEXT_TYPES = {
+    "text/html": "html",
+    "application/xhtml+xml": "html",
+    "text/markdown": "markdown",
+    "text/x-markdown": "markdown",
+    "text/plain": "text",
+    "text/x-rst": "text",
+}
+MARKDOWN_SUFFIXES = (".md", ".markdown", ".mdown")
+HTML_SUFFIXES = (".html", ".htm", ".xhtml")
+
+
+class FetchError(Exception):
+    """A fetch that failed for a reason worth telling the user (not retried)."""
+
+
+@dataclass
+class FetchResponse:
+    url: str
+    final_url: str
+    redirects: list[str] = field(default_factory=list)
+    status: int | None = None
+    content_type: str | None = None
+    format: str | None = None
+    etag: str | None = None
+    last_modified: str | None = None
+    text: str | None = None
+    error: str | None = None
+    elapsed_ms: float = 0.0
+    not_modified: bool = False  # 304: the caller's stored copy is current; text is None
+
+
+@dataclass(frozen=True)
+class Validators:
+    """What the previous fetch of a URL recorded, to make the next request conditional."""
+
+    etag: str | None = None
+    last_modified: str | None = None
+
+
+class HostThrottle:
+    """Spaces request starts to one host by ``delay_s``, whichever worker thread sends them."""
+
+    def __init__(self, delay_s: float):
+        self.delay_s = delay_s
+        self._lock = threading.Lock()
+        self._next_at: dict[str, float] = {}
+
+    def wait(self, url: str) -> None:
+        if self.delay_s <= 0:
+            return
+        host = (urlsplit(url).hostname or "").lower()
+        with self._lock:
+            now = time.monotonic()
+            start = max(now, self._next_at.get(host, 0.0))
+            self._next_at[host] = start + self.delay_s
+        if start > now:
+            time.sleep(start - now)
+
+
+def file_etag(path: Path) -> str:
+    """A validator for a local file: changes when its modification time or size does."""
+    stat = path.stat()
+    return f'"file-{stat.st_mtime_ns}-{stat.st_size}"'
+
+
+def page_format(content_type: str | None, url: str) -> str | None:
+    """html, markdown or text; None for content that is not text."""
+    path = urlsplit(url).path.lower()
+    if path.endswith(MARKDOWN_SUFFIXES):
+        return "markdown"
+    mime = (content_type or "").split(";")[0].strip().lower()
+    if mime in TEXT_TYPES:
+        return TEXT_TYPES[mime]
+    if not mime and path.endswith(HTML_SUFFIXES):
+        return "html"
+    if not mime and path.endswith((".txt", ".rst")):
+        return "text"
+    return None
+
+
+# Byte-order marks, longest first: a UTF-32 LE mark starts with the UTF-16 LE one.
+BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+# Encodings whose text is full of NUL bytes: declared, they are text, not binary.
+WIDE_ENCODINGS = ("utf-16", "utf-32")
+
+
+def decode(body: bytes, content_type: str | None) -> str:
+    """The text of a page: by its byte-order mark, else its declared charset, else UTF-8,
+    else cp1252. NUL bytes in a page that declares no UTF-16/32 mean binary content."""
+    for bom, encoding in BOMS:
+        if body.startswith(bom):
+            return body.decode(encoding, errors="replace")
+    charset = None
+    for param in (content_type or "").split(";")[1:]:
+        key, _, value = param.partition("=")
+        if key.strip().lower() == "charset":
+            charset = value.strip().strip('"')
+    try:
+        encoding = codecs.lookup(charset).name if charset else None
+    except LookupError:
+        encoding = None
+    if encoding and encoding.startswith(WIDE_ENCODINGS):
+        return body.decode(encoding, errors="replace")
+    if b"\x00" in body[:4096]:
+        raise FetchError("binary content (NUL bytes), not text")
+    if encoding:
+        return body.decode(encoding, errors="replace")
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        return body.decode("cp1252", errors="replace")
+
+
+# The IPv6 ranges that carry an IPv4 address in their last 32 bits (NAT64 well-known and
+# local-use prefixes, and the deprecated IPv4-compatible form).
+IPV4_CARRIERS = tuple(ipaddress.IPv6Network(n) for n in ("64:ff9b::/96", "64:ff9b:1::/48", "::/96"))
+
+
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if any(address in network for network in IPV4_CARRIERS):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
+def is_public_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Globally routable unicast; an IPv6 address that carries an IPv4 one is judged by it."""
+    if isinstance(address, ipaddress.IPv6Address):
+        embedded = _embedded_ipv4(address)
+        if embedded is not None:
+            return is_public_address(embedded)
+    return address.is_global and not address.is_multicast
+
+
+def public_addresses(host: str, port: int | None) -> list[str]:
+    """The addresses ``host`` resolves to, once; FetchError if any is not globally routable."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise FetchError(f"cannot resolve host {host!r}: {exc.strerror}") from None
+    addresses = list(dict.fromkeys(info[4][0].split("%")[0] for info in infos))
+    for text in addresses:
+        if not is_public_address(ipaddress.ip_address(text)):
+            raise FetchError(
+                f"refusing address {text} of {host!r}: not globally routable "
+                "(set fetch.allow_private_hosts in kg_config.json to allow it)"
+            )
+    return addresses
+
+
+class Deadline:
+    """The end of one fetch: when it passes, the sockets the fetch reads are shut down, which
+    wakes a read blocked on a server that trickles its answer."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.ends_at = time.monotonic() + seconds
+        self.expired = False
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    @property
+    def message(self) -> str:
+        return f"timed out: no complete answer within the fetch deadline of {self.seconds:g} s"
+
+    def remaining(self) -> float:
+        return max(0.0, self.ends_at - time.monotonic())
+
+    def check(self) -> None:
+        if self.expired or self.remaining() <= 0:
+            raise FetchError(self.message)
+
+    def watch(self, sock: socket.socket | None) -> None:
+        if sock is None:
+            return
+        with self._lock:
+            self._sockets.append(sock)
+            expired = self.expired
+        if expired:
+            _shut(sock)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    # OSError: already closed, or handed back to the pool and closed since.
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """What the connections of the fetch running on this thread must respect."""
+
+    deadline: Deadline | None = None
+    allow_private: bool = False
+
+
+_thread = threading.local()
+
+
+def _scope() -> _Scope:
+    # Outside a Fetcher.fetch (no scope set), the strict policy applies.
+    return getattr(_thread, "scope", None) or _Scope()
+
+
+class _GuardedConnection:
+    """Mixed into urllib3's connections: connect only to checked addresses, and let the fetch's
+    deadline shut the socket it reads the answer from."""
+
+    def _new_conn(self) -> socket.socket:
+        if _scope().allow_private:
+            return super()._new_conn()  # type: ignore[misc]
+        name = self._dns_host  # type: ignore[attr-defined]
+        failure: Exception | None = None
+        for address in public_addresses(name, self.port):  # type: ignore[attr-defined]
+            # urllib3 resolves _dns_host; an address literal resolves to itself, with no DNS.
+            self._dns_host = address
+            try:
+                return super()._new_conn()  # type: ignore[misc]
+            except (NewConnectionError, ConnectTimeoutError) as exc:
+                failure = exc
+            finally:
+                self._dns_host = name
+        raise failure or FetchError(f"host {name!r} has no address")
+
+    def getresponse(self, *args: Any, **kwargs: Any) -> Any:
+        deadline = _scope().deadline
+        if deadline is not None:
+            deadline.watch(self.sock)  # type: ignore[attr-defined]
+        return super().getresponse(*args, **kwargs)  # type: ignore[misc]
+
+
+class _GuardedHTTPConnection(_GuardedConnection, HTTPConnection):
+    pass
+
+
+class _GuardedHTTPSConnection(_GuardedConnection, HTTPSConnection):
+    pass
+
+
+class _GuardedHTTPPool(HTTPConnectionPool):
+    ConnectionCls = _GuardedHTTPConnection
+
+
+class _GuardedHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _GuardedHTTPSConnection
+
+
+class _GuardedAdapter(HTTPAdapter):
+    """requests' adapter whose direct connections are _GuardedConnection (not proxied ones)."""
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {
+            "http": _GuardedHTTPPool,
+            "https": _GuardedHTTPSPool,
+        }
+
+
+USER_AGENT = "knowledge-packs/0.1 (documentation pack builder)"
+GITHUB_HOST = "github.com"
+GITHUB_RAW_BASE = "https://raw.githubusercontent.com"
+
+
+class Fetcher:
+    """HTTP(S) and file: fetching with timeouts, retries, size and redirect caps.
+
+    One Fetcher holds one connection pool and one per-host throttle for a run's fetches; use
+    it as a context manager (or call ``close``).
+    """
+
+    def __init__(
+        self,
+        config: FetchConfig,
+        file_roots: Sequence[Path] = (),
+        *,
+        user_agent: str = USER_AGENT,
+        backoff_s: float = 0.5,
+        # GitHub blob pages are HTML around the file; the raw file is what a pack wants.
+        github_host: str = GITHUB_HOST,
+        github_raw_base: str = GITHUB_RAW_BASE,
+    ) -> None:
+        self.config = config
+        self.file_roots = [Path(root) for root in file_roots]
+        self.backoff_s = backoff_s
+        self.github_host = github_host
+        self.github_raw_base = github_raw_base
+        self.throttle = HostThrottle(config.per_host_delay_s)
+        self.session = requests.Session()
+        self.session.headers["User-Agent"] = user_agent
+        adapter = _GuardedAdapter(pool_connections=16, pool_maxsize=max(config.max_workers, 4))
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
+
+    def __enter__(self) -> Fetcher:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.session.close()
+
+    def fetch_all(
+        self, urls: list[str], previous: dict[str, Validators] | None = None
+    ) -> list[FetchResponse]:
+        """Fetch every URL, in order; ``previous`` (by URL) makes the requests conditional."""
+        previous = previous or {}
+        with ThreadPoolExecutor(max_workers=self.config.max_workers) as pool:
+            return list(pool.map(lambda u: self.fetch(u, previous.get(u)), urls))
+
+    @property
+    def deadline_s(self) -> float:
+        """The most one fetch may take: fetch.deadline_s, else every attempt's timeout."""
+        config = self.config
+        return config.deadline_s or config.timeout_s * (config.retries + 1)
+
+    def fetch(self, url: str, previous: Validators | None = None) -> FetchResponse:
+        started = time.perf_counter()
+        deadline = Deadline(self.deadline_s)
+        _thread.scope = _Scope(deadline, self.config.allow_private_hosts)
+        try:
+            if urlsplit(url).scheme == "file":
+                response = self._fetch_file(url, previous)
+            else:
+                response = self._fetch_http(url, previous, deadline)
+        except (FetchError, ValueError) as exc:  # ValueError: a URL urllib cannot parse
+            response = FetchResponse(url=url, final_url=url, error=str(exc))
+        except requests.RequestException as exc:
+            # A connection shut by the deadline surfaces as whatever the read was doing.
+            error = deadline.message if deadline.expired else _describe(exc)
+            response = FetchResponse(url=url, final_url=url, error=error)
+        finally:
+            deadline.cancel()
+            _thread.scope = None
+        response.elapsed_ms = (time.perf_counter() - started) * 1000
+        return response
+
+    def rewrite_github_blob(self, url: str) -> str:
+        parts = urlsplit(url)
+        segments = parts.path.strip("/").split("/")
+        if parts.netloc.lower() != self.github_host or len(segments) < 5 or segments[2] != "blob":
+            return url
+        owner, repo, _, ref, *path = segments
+        return f"{self.github_raw_base.rstrip('/')}/{owner}/{repo}/{ref}/{'/'.join(path)}"
+
+    def _fetch_file(self, url: str, previous: Validators | None) -> FetchResponse:
+        config, roots = self.config, self.file_roots
+        path = Path(unquote(urlsplit(url).path)).resolve()
+        if not any(path.is_relative_to(root.resolve()) for root in roots):
+            allowed = ", ".join(str(r) for r in roots)
+            raise FetchError(
+                f"file {path} is outside the allowed file roots ({allowed}); "
+                "add its folder to fetch.file_roots in kg_config.json"
+            )
+        if not path.is_file():
+            # A relative file: URL is resolved against the pack folder: a pack folder copied
+            # away from the files it names fails every such URL.
+            raise FetchError(
+                f"no such file: {path} (relative file: URLs are read from the pack folder; "
+                "moved the pack? fix urls.txt or fetch.file_roots in kg_config.json)"
+            )
+        if path.stat().st_size > config.max_bytes:
+            raise FetchError(f"page exceeds the size cap of {config.max_bytes} bytes")
+        fmt = page_format(None, url)
+        if fmt is None:
+            raise FetchError(f"unsupported file type {path.suffix or '(none)'} (not text)")
+        etag = file_etag(path)
+        response = FetchResponse(
+            url=url,
+            final_url=url,
+            status=200,
+            format=fmt,
+            content_type={"html": "text/html", "markdown": "text/markdown"}.get(fmt, "text/plain"),
+            etag=etag,
+            last_modified=time.strftime(
+                "%a, %d %b %Y %H:%M:%S GMT", time.gmtime(path.stat().st_mtime)
+            ),
+        )
+        if previous is not None and previous.etag == etag:
+            response.status, response.not_modified = 304, True
+            return response
+        response.text = decode(path.read_bytes(), None)
+        return response
+
+    def _fetch_http(
+        self, url: str, previous: Validators | None, deadline: Deadline
+    ) -> FetchResponse:
+        config = self.config
+        target = self.rewrite_github_blob(url)
+        redirects: list[str] = [target] if target != url else []
+        headers = {}
+        if previous is not None and previous.etag:
+            headers["If-None-Match"] = previous.etag
+        if previous is not None and previous.last_modified:
+            headers["If-Modified-Since"] = previous.last_modified
+        for _ in range(config.max_redirects + 1):
+            if not config.allow_private_hosts and self._proxied(target):
+                parts = urlsplit(target)
+                public_addresses(parts.hostname or "", parts.port)
+            response = self._get_with_retries(target, headers, deadline)
+            if response.is_redirect and "location" in response.headers:
+                response.close()
+                target = urljoin(target, response.headers["location"])
+                redirects.append(target)
+                continue
+            return self._read(url, target, redirects, response, deadline)
+        raise FetchError(f"more than {config.max_redirects} redirects")
+
+    def _proxied(self, url: str) -> bool:
+        """Whether requests will send this URL through a proxy from the environment."""
+        return self.session.trust_env and select_proxy(url, get_environ_proxies(url)) is not None
+
+    def _get_with_retries(
+        self, url: str, headers: dict[str, str], deadline: Deadline
+    ) -> requests.Response:
+        config = self.config
+        for attempt in range(config.retries + 1):
+            last = attempt == config.retries
+            self.throttle.wait(url)
+            deadline.check()
+            try:
+                response = self.session.get(
+                    url,
+                    headers=headers,
+                    timeout=min(config.timeout_s, deadline.remaining()),
+                    stream=True,
+                    allow_redirects=False,
+                )
+            except (requests.ConnectionError, requests.Timeout):
+                if last or deadline.expired:
+                    raise
+                time.sleep(min(self.backoff_s * 2**attempt, deadline.remaining()))
+                continue
+            if response.status_code in RETRY_STATUSES and not last:
+                delay = _retry_after(response) or self.backoff_s * 2**attempt
+                response.close()
+                time.sleep(min(delay, MAX_RETRY_AFTER_S, deadline.remaining()))
+                continue
+            return response
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _read(
+        self,
+        url: str,
+        final_url: str,
+        redirects: list[str],
+        response: requests.Response,
+        deadline: Deadline,
+    ) -> FetchResponse:
+        config = self.config
+        with response:
+            result = FetchResponse(
+                url=url,
+                final_url=final_url,
+                redirects=redirects,
+                status=response.status_code,
+                content_type=response.headers.get("content-type"),
+                etag=response.headers.get("etag"),
+                last_modified=response.headers.get("last-modified"),
+            )
+            if response.status_code >= 400:
+                result.error = f"HTTP {response.status_code} {response.reason or ''}".strip()
+                return result
+            if response.status_code == 304:
+                result.not_modified = True
+                return result
+            result.format = page_format(result.content_type, final_url)
+            if result.format is None:
+                result.error = f"unsupported content type {result.content_type!r} (not text)"
+                return result
+            declared = int(response.headers.get("content-length") or 0)
+            if declared > config.max_bytes:
+                result.error = f"page exceeds the size cap of {config.max_bytes} bytes"
+                return result
+            body = bytearray()
+            for block in response.iter_content(chunk_size=65536):
+                body.extend(block)
+                if len(body) > config.max_bytes:
+                    result.error = f"page exceeds the size cap of {config.max_bytes} bytes"
+                    return result
+            # A body cut short by the deadline can end like a complete one.
+            deadline.check()
+            try:
+                result.text = decode(bytes(body), result.content_type)
+            except FetchError as exc:
+                result.error = str(exc)
+            return result
+
+
+def _retry_after(response: requests.Response) -> float | None:
+    value = response.headers.get("retry-after", "")
+    return float(value) if value.replace(".", "", 1).isdigit() else None
+
+
+def _describe(exc: requests.RequestException) -> str:
+    if isinstance(exc, requests.Timeout):
+        return f"timed out ({type(exc).__name__})"
+    if isinstance(exc, requests.ConnectionError):
+        return f"connection failed: {str(exc).splitlines()[0][:200]}"
+    return f"{type(exc).__name__}: {str(exc)[:200]}"

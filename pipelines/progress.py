@@ -1,0 +1,135 @@
+"""Live progress of a build run for `kpack build`: one row per stage (state, rows, seconds).
+
+The build runs in this process; a watcher thread reads the run's events from the Dagster
+instance (the same event log the UI shows) and renders them: a live table in a terminal, one
+plain line per finished stage when the output is piped.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from dagster import DagsterEventType, DagsterInstance, RunsFilter
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+# Materialization metadata that says how many rows a stage produced, most specific first.
+ROW_KEYS = ("dagster/row_count", "rows", "texts", "articles", "urls", "count_Chunk")
+
+
+@dataclass
+class StageProgress:
+    name: str
+    state: str = "running"
+    started: float = field(default_factory=time.monotonic)
+    seconds: float | None = None
+    rows: int | None = None
+    reported: bool = False  # piped output: its line was printed
+
+
+class BuildProgress:
+    """Follows one run (found by its tag) until ``stop`` is called."""
+
+    def __init__(self, tag: tuple[str, str], console: Console, live: bool) -> None:
+        self.tag, self.console, self.live = tag, console, live
+        self.stages: dict[str, StageProgress] = {}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._follow, daemon=True)
+
+    def __enter__(self) -> BuildProgress:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join(timeout=10)
+
+    def _follow(self) -> None:
+        instance = DagsterInstance.get()
+        wanted = {
+            DagsterEventType.STEP_START,
+            DagsterEventType.STEP_SUCCESS,
+            DagsterEventType.STEP_FAILURE,
+            DagsterEventType.STEP_SKIPPED,
+            DagsterEventType.ASSET_MATERIALIZATION,
+        }
+        run_id, cursor = None, None
+        render: Callable[[], None] = self._print_finished
+        live = None
+        if self.live:
+            live = Live(self._table(), console=self.console, refresh_per_second=4)
+            live.start()
+            render = lambda: live.update(self._table())  # noqa: E731
+        try:
+            while True:
+                finished = self._done.wait(0.25)
+                if run_id is None:
+                    runs = instance.get_runs(RunsFilter(tags={self.tag[0]: self.tag[1]}), limit=1)
+                    run_id = runs[0].run_id if runs else None
+                if run_id is not None:
+                    connection = instance.get_records_for_run(run_id, cursor, of_type=wanted)
+                    cursor = connection.cursor
+                    for record in connection.records:
+                        self._apply(record.event_log_entry.dagster_event)
+                    render()
+                if finished:
+                    break
+        finally:
+            if live is not None:
+                live.stop()
+
+    def _apply(self, event) -> None:
+        if event is None or not event.step_key:
+            return
+        step = event.step_key
+        kind = event.event_type
+        if kind == DagsterEventType.STEP_START:
+            self.stages[step] = StageProgress(step)
+            return
+        stage = self.stages.setdefault(step, StageProgress(step))
+        if kind == DagsterEventType.ASSET_MATERIALIZATION:
+            metadata = event.step_materialization_data.materialization.metadata
+            for key in ROW_KEYS:
+                if key in metadata and isinstance(getattr(metadata[key], "value", None), int):
+                    stage.rows = (stage.rows or 0) + metadata[key].value
+                    break
+            return
+        stage.state = {
+            DagsterEventType.STEP_SUCCESS: "done",
+            DagsterEventType.STEP_FAILURE: "failed",
+            DagsterEventType.STEP_SKIPPED: "skipped",
+        }[kind]
+        stage.seconds = time.monotonic() - stage.started
+
+    def _table(self) -> Table | Text:
+        if not self.stages:
+            return Text("starting the build ...", style="dim")
+        table = Table(show_edge=False, title="building")
+        for column in ("stage", "state", "rows", "seconds"):
+            table.add_column(column, justify="left" if column in ("stage", "state") else "right")
+        for stage in self.stages.values():
+            seconds = (
+                stage.seconds if stage.seconds is not None else time.monotonic() - stage.started
+            )
+            style = {"failed": "red", "running": "yellow"}.get(stage.state, "")
+            table.add_row(
+                stage.name,
+                Text(stage.state, style=style),
+                "" if stage.rows is None else f"{stage.rows:,}",
+                f"{seconds:.1f}",
+            )
+        return table
+
+    def _print_finished(self) -> None:
+        for stage in self.stages.values():
+            if stage.state != "running" and not stage.reported:
+                rows = "" if stage.rows is None else f"  {stage.rows:,} rows"
+                self.console.print(
+                    f"{stage.name}  {stage.state}  {stage.seconds:.1f}s{rows}", highlight=False
+                )
+                stage.reported = True

@@ -1,0 +1,233 @@
+"""The Query value and the stage protocol: what flows through a profile's stages.
+
+A question is answered by running the stages of a profile (retrieval.profiles), in order, over
+one :class:`Query`. Each stage reads what the earlier ones left in it and adds its part
+(phrasings, vectors, candidates, context, answer), and every candidate keeps each stage's
+reason for where it ranks, so the trace can say why a passage was used or dropped. The runner
+(:func:`run`) times the stages; no stage is handed a clock or a trace of its own.
+
+A stage is any callable ``stage(query) -> None`` with three attributes:
+
+- ``name``: its key in ``timings_ms``;
+- ``phase``: ``retrieve``, ``gate``, ``rank``, ``context`` or ``answer``. ``search`` runs the
+  retrieve and rank stages only; after the confidence gate fired only ``answer`` stages run;
+- ``toggle``: the ``kg_config.json`` switch (``enable_reranker`` ...) that removes it from a
+  profile or adds it to one, or None for the stages every profile needs.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from kpack.errors import PackError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from kpack.config import QueryConfig
+    from kpack.llm import ClaudeClient
+    from retrieval.reader import PackReader
+
+Phase = Literal["retrieve", "gate", "rank", "context", "answer"]
+MAX_QUESTION_CHARS = 8000
+MAX_K = 1000
+# Lone surrogates: what Python makes of bytes that are not UTF-8 in argv or a decoded file.
+SURROGATES = re.compile("[\ud800-\udfff]")
+GATED = "confidence_gated_fallback"
+NOTHING_FOUND = "vector_fallback"
+
+
+class Stage(Protocol):
+    name: str
+    phase: Phase
+    toggle: str | None
+
+    def __call__(self, query: Query) -> None: ...
+
+
+@dataclass(frozen=True)
+class FunctionStage:
+    """A plain function as a stage (see :func:`stage`)."""
+
+    run: Callable[[Query], None]
+    name: str
+    phase: Phase
+    toggle: str | None = None
+
+    def __call__(self, query: Query) -> None:
+        self.run(query)
+
+
+def stage(
+    name: str, phase: Phase, toggle: str | None = None
+) -> Callable[[Callable[[Query], None]], FunctionStage]:
+    """Declare a function ``f(query) -> None`` as a stage."""
+
+    def declare(run: Callable[[Query], None]) -> FunctionStage:
+        return FunctionStage(run, name, phase, toggle)
+
+    return declare
+
+
+@dataclass
+class Candidate:
+    passage_id: str  # a chunk_id: every hit is a passage of at most ~200 words
+    section_id: str
+    article_url: str
+    title: str
+    heading: str
+    text: str
+    similarity: float | None = None
+    bm25: float | None = None
+    rrf: float | None = None
+    pagerank: float = 0.0
+    fused: float | None = None  # RRF normalised to the best candidate's (hybrid search)
+    cross_encoder: float | None = None
+    quality: float | None = None
+    combined: float | None = None
+    found_by: str = ""  # the query phrasing that found it
+    dropped: str | None = None  # why a later stage removed it
+    reasons: list[str] = field(default_factory=list)  # each stage's word on its rank
+
+    @property
+    def relevance(self) -> float:
+        """What rerankers blend with authority: the cross-encoder when it ran (squashed to
+        0..1), else the fused rank of hybrid search, else cosine similarity."""
+        if self.cross_encoder is not None:
+            return 1.0 / (1.0 + math.exp(-self.cross_encoder))
+        if self.fused is not None:
+            return self.fused
+        return self.similarity if self.similarity is not None else 0.0
+
+    def trace(self) -> dict:
+        row = asdict(self)
+        row["text"] = self.text[:200]
+        row["why"] = "; ".join(row.pop("reasons"))
+        return row
+
+
+@dataclass
+class ContextSection:
+    """A section (or passage) handed to synthesis."""
+
+    section_id: str
+    article_url: str
+    title: str
+    heading: str
+    text: str
+    similarity: float
+    pagerank: float
+    via: str  # retrieved | linked | passage
+    quality: float | None = None
+
+
+@dataclass(eq=False)
+class Query:
+    """One question on its way through a profile's stages."""
+
+    text: str
+    k: int
+    reader: PackReader
+    settings: QueryConfig
+    llm: ClaudeClient
+    exclude_examples: Callable[[dict], bool] | None = None
+    depth: int = 0  # passages each index returns: k, or more for a reranker that cuts to k
+    phrasings: list[str] = field(default_factory=list)
+    vectors: np.ndarray | None = None
+    rankings: list[tuple[str, list[Candidate]]] = field(default_factory=list)  # (source, hits)
+    candidates: list[Candidate] = field(default_factory=list)  # alive, best first
+    considered: list[Candidate] = field(default_factory=list)  # every fused candidate
+    max_similarity: float | None = None
+    context: list[ContextSection] = field(default_factory=list)
+    examples: list[dict] = field(default_factory=list)
+    answer: str | None = None
+    query_type: str = "vector_search"
+    notes: dict = field(default_factory=dict)  # what stages add to the trace
+    timings: dict[str, float] = field(default_factory=dict)
+    started: float = field(default_factory=time.perf_counter)
+
+    def __post_init__(self) -> None:
+        self.phrasings = self.phrasings or [self.text]
+        self.depth = self.depth or self.k
+
+    @property
+    def vector(self) -> np.ndarray:
+        """The vector of the question as asked (not of an alternative phrasing)."""
+        assert self.vectors is not None, "the embed stage has not run"
+        return self.vectors[0]
+
+    @property
+    def fell_back(self) -> bool:
+        """True once the pack has nothing to answer with (gate fired, or nothing found)."""
+        return self.query_type in (GATED, NOTHING_FOUND)
+
+    def drop(self, candidates: Sequence[Candidate], reason: str) -> None:
+        for candidate in candidates:
+            candidate.dropped = candidate.dropped or reason
+        gone = {id(c) for c in candidates}
+        self.candidates = [c for c in self.candidates if id(c) not in gone]
+
+    def trace(self) -> dict:
+        trace = {
+            "profile": self.settings.profile,
+            "threshold": self.settings.context_confidence_threshold,
+            "max_similarity": self.max_similarity,
+            "candidates": [c.trace() for c in self.considered],
+        }
+        if self.context:
+            trace["context"] = [
+                {
+                    "title": s.title,
+                    "heading": s.heading,
+                    "similarity": s.similarity,
+                    "quality": s.quality,
+                    "via": s.via,
+                }
+                for s in self.context
+            ]
+        return trace | self.notes
+
+    def elapsed_ms(self) -> float:
+        return round((time.perf_counter() - self.started) * 1000, 3)
+
+
+def run(query: Query, stages: Sequence[Stage]) -> Query:
+    """Run the stages in order, timing each; after a fallback only ``answer`` stages run."""
+    for step in stages:
+        if query.fell_back and step.phase != "answer":
+            continue
+        started = time.perf_counter()
+        step(query)
+        spent = (time.perf_counter() - started) * 1000
+        query.timings[step.name] = round(query.timings.get(step.name, 0.0) + spent, 3)
+    return query
+
+
+def clean_question(question: object) -> str:
+    """The question with its whitespace collapsed; a clear PackError when it cannot be asked.
+
+    Bytes that are not UTF-8 (a shell passes them through as surrogates) become U+FFFD, so a
+    mistyped byte costs one character, not the question.
+    """
+    if isinstance(question, bytes):
+        question = question.decode("utf-8", "replace")
+    if not isinstance(question, str) or not question.strip():
+        raise PackError("the question is empty")
+    question = SURROGATES.sub("\ufffd", question)
+    if len(question) > MAX_QUESTION_CHARS:
+        raise PackError(
+            f"the question is {len(question):,} characters long; the limit is {MAX_QUESTION_CHARS:,}"
+        )
+    return " ".join(question.split())
+
+
+def check_k(k: object) -> int:
+    """How many passages to return: a whole number from 1 to MAX_K."""
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise PackError(f"k (--k) must be a whole number from 1 to {MAX_K:,}; got {k!r}")
+    return k

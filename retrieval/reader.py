@@ -1,0 +1,429 @@
+"""PackReader: one open published version of a pack, and the registry of open readers.
+
+A reader owns everything a query needs from one version: its manifest, its settings (the
+``config`` its manifest records, so a query never mixes the version with a later edit of
+``kg_config.json``), the few-shot pool (read once when the reader opens), the read-only Kuzu
+database (opened through kpack.graphdb, after kpack.store.verify_version passed: Kuzu crashes
+the process on some damaged files instead of raising) and the tables every query reads (articles,
+sections and their vectors, chunk texts and vectors, links, entities, facts), held in memory so
+a query touches Kuzu for index lookups only.
+
+The process keeps at most one reader per pack: the reader of its current version. When a
+newer version is published, the next :func:`checkout` opens it and retires the old reader,
+which is closed as soon as the last query using it finishes (or after ``RETIRE_GRACE_S`` at
+the latest), so a long-lived process does not keep superseded or pruned versions open.
+
+Two things keep a long-lived reader lean: the Kuzu connection is reopened every
+``RECYCLE_AFTER_QUERIES`` statements (QUERY_VECTOR_INDEX keeps about 200 KB per call natively
+until its connection closes), and the reader's threads are sized for a machine it shares with
+other readers: ``KPACK_READER_THREADS`` (default ``min(2, cores)``) for Kuzu and torch.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import threading
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from kpack import settings as kpack_settings
+from kpack.config import PackConfig
+from kpack.errors import PackError, PackNotReady
+from kpack.packs import current_version, pack_dir
+
+if TYPE_CHECKING:
+    import kuzu
+
+log = logging.getLogger(__name__)
+
+RECYCLE_AFTER_QUERIES = 500
+RETIRE_GRACE_S = 120.0
+THREADS_ENV = "KPACK_READER_THREADS"
+FEW_SHOT_FILE = "few_shot_examples.json"
+QUESTIONS_FILE = Path("eval") / "questions.jsonl"
+
+
+@dataclass
+class Article:
+    url: str
+    title: str
+    category: str
+    pagerank: float
+
+
+@dataclass
+class SectionInfo:
+    section_id: str
+    article_url: str
+    heading: str
+    title: str
+    content: str
+    word_count: int
+
+
+def reader_threads() -> int:
+    """Threads one reader may use: KPACK_READER_THREADS, else min(2, cores).
+
+    Several query processes on a small machine each starting one thread per core slow every
+    one of them down (issue 9: p50 285 ms with 4 readers on 2 cores, 47 ms with 1 thread each).
+    """
+    raw = os.environ.get(THREADS_ENV, "").strip()
+    if not raw:
+        return min(2, os.cpu_count() or 1)
+    if not raw.isdigit() or int(raw) < 1:
+        raise PackError(f"{THREADS_ENV} must be a whole number of at least 1; got {raw!r}")
+    return int(raw)
+
+
+_torch_threads_set = False
+
+
+def _limit_torch_threads(threads: int) -> None:
+    """Once per process, when the embedding model (and so torch) is loaded."""
+    global _torch_threads_set
+    if not _torch_threads_set:
+        import torch
+
+        torch.set_num_threads(threads)
+        _torch_threads_set = True
+
+
+def pack_folder_of(db_path: str | Path) -> str | Path:
+    """Accept a pack name, a pack folder, or the path of its pack.db (as the seed's examples do)."""
+    path = Path(db_path)
+    if path.name == "pack.db":
+        path = path.parent
+        while path.name != ".versions" and path.parent != path and not (path / "urls.txt").exists():
+            path = path.parent
+        return path.parent if path.name == ".versions" else path
+    return db_path
+
+
+def resolve_folder(pack: str | Path) -> Path:
+    """The folder of a pack given by name, folder path, or pack.db path."""
+    pack = pack_folder_of(pack)
+    text = str(pack)
+    if isinstance(pack, Path) or "/" in text:
+        folder = Path(pack)
+        if not (folder / "urls.txt").is_file():
+            raise PackError(f"{folder} is not a pack folder (it has no urls.txt)")
+        return folder.resolve()
+    return pack_dir(text, kpack_settings.packs_dir())
+
+
+def load_examples(folder: Path) -> list[dict]:
+    """The few-shot pool: few_shot_examples.json, else the pack's eval questions with answers.
+
+    A file that cannot be read as intended gives no examples (and a log line), never a failed
+    query: examples shape an answer's form, they are not what it is made of.
+    """
+    curated = folder / FEW_SHOT_FILE
+    if curated.is_file():
+        try:
+            data = json.loads(curated.read_bytes().decode("utf-8-sig"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            log.warning("%s is not usable (%s): no few-shot examples", curated, exc)
+            return []
+        items = data.get("examples", []) if isinstance(data, dict) else data
+        items = items if isinstance(items, list) else []
+        return [e for e in items if isinstance(e, dict) and e.get("question") and e.get("answer")]
+    questions = folder / QUESTIONS_FILE
+    if not questions.is_file():
+        return []
+    examples = []
+    for line in questions.read_bytes().decode("utf-8", "replace").splitlines():
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(item, dict) or item.get("out_of_domain"):
+            continue
+        answer = item.get("ground_truth") or (item.get("answers") or [None])[0]
+        if isinstance(item.get("question"), str) and isinstance(answer, str) and answer:
+            examples.append({"id": item.get("id"), "question": item["question"], "answer": answer})
+    return examples
+
+
+class PackReader:
+    """One open published version: manifest, settings, database, in-memory tables, caches."""
+
+    def __init__(self, folder: Path, version_dir: Path) -> None:
+        self.folder = folder
+        self.name = folder.name
+        self.version_dir = version_dir
+        self.threads = reader_threads()
+        self.manifest = self._read_manifest()
+        self.config = self._read_config()
+        self.examples = load_examples(folder)
+        self.articles: dict[str, Article] = {}
+        self.sections: dict[str, SectionInfo] = {}
+        self.section_ids: list[str] = []
+        self.sections_of: dict[str, list[int]] = {}
+        self.chunk_text: dict[str, str] = {}
+        self.chunk_row: dict[str, int] = {}  # chunk_id -> row of chunk_vectors
+        self.neighbors: dict[str, list[str]] = {}  # LINKS_TO, both directions
+        self.article_entities: dict[str, list[dict]] = {}  # most mentioned first
+        self.section_facts: dict[str, list[str]] = {}
+        self.cache: dict[str, object] = {}  # per-version results of stages (few-shot vectors)
+        self._lock = threading.RLock()  # one Kuzu statement at a time; guards the state below
+        self._statements = 0
+        self._users = 0
+        self._retired = False
+        self.closed = False
+        self._db: kuzu.Database | None = None
+        self._conn: kuzu.Connection | None = None
+        try:
+            self._open_database()
+            self._read_tables()
+        except (OSError, RuntimeError, KeyError, ValueError) as exc:
+            self.close()
+            if isinstance(exc, PackNotReady):
+                raise
+            raise PackNotReady(
+                f"pack {self.name!r} version {version_dir.name} cannot be opened ({exc}); "
+                f"rebuild it with `kpack build {self.name}`"
+            ) from exc
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "retired" if self._retired else "current"
+        return f"<PackReader {self.name} {self.version_dir.name} ({state})>"
+
+    def __enter__(self) -> PackReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- opening ---------------------------------------------------------------------------
+
+    def _read_manifest(self) -> dict:
+        path = self.version_dir / "manifest.json"
+        try:
+            manifest = json.loads(path.read_bytes().decode("utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise PackNotReady(
+                f"pack {self.name!r} version {self.version_dir.name} has no readable "
+                f"manifest.json ({exc}); rebuild it with `kpack build {self.name}`"
+            ) from exc
+        if not isinstance(manifest, dict) or not isinstance(manifest.get("embedding"), dict):
+            raise PackNotReady(
+                f"pack {self.name!r} version {self.version_dir.name} has an incomplete "
+                f"manifest.json; rebuild it with `kpack build {self.name}`"
+            )
+        return manifest
+
+    def _read_config(self) -> PackConfig:
+        """The settings this version was built with (its manifest's ``config``)."""
+        try:
+            return PackConfig.model_validate(self.manifest.get("config") or {})
+        except ValueError as exc:
+            raise PackNotReady(
+                f"pack {self.name!r} version {self.version_dir.name} records settings this "
+                f"kpack cannot read ({str(exc).splitlines()[0]}); rebuild it with "
+                f"`kpack build {self.name}`"
+            ) from exc
+
+    def _open_database(self) -> None:
+        from kpack.graphdb import connect
+        from kpack.store import verify_version
+
+        verify_version(self.version_dir)
+        self._db, self._conn = connect(self.version_dir / "pack.db", read_only=True)
+        self._conn.set_max_threads_for_exec(self.threads)
+
+    def _recycle_connection(self) -> None:
+        """A fresh database and connection: frees what QUERY_VECTOR_INDEX keeps natively."""
+        old_db, old_conn = self._db, self._conn
+        self._open_database()
+        if old_conn is not None:
+            old_conn.close()
+        if old_db is not None:
+            old_db.close()
+        self._statements = 0
+
+    def _read_tables(self) -> None:
+        for url, title, category, rank in self.query(
+            "MATCH (a:Article) RETURN a.url, a.title, a.category, a.pagerank"
+        ):
+            self.articles[url] = Article(url, title, category, rank or 0.0)
+        dim = int(self.manifest["embedding"].get("dimension") or 0)
+        rows = self.query(
+            "MATCH (s:Section) RETURN s.section_id, s.article_url, s.heading_path, s.title, "
+            "s.content, s.word_count, s.embedding ORDER BY s.section_id"
+        )
+        vectors = []
+        for index, (sid, url, heading, title, content, words, vector) in enumerate(rows):
+            self.sections[sid] = SectionInfo(sid, url, heading, title, content, words)
+            self.section_ids.append(sid)
+            self.sections_of.setdefault(url, []).append(index)
+            vectors.append(vector)
+        self.section_vectors = np.asarray(vectors, dtype=np.float32).reshape(len(vectors), dim)
+        chunk_vectors = []
+        for row, (chunk_id, content, vector) in enumerate(
+            self.query(
+                "MATCH (c:Chunk) RETURN c.chunk_id, c.content, c.embedding ORDER BY c.chunk_id"
+            )
+        ):
+            self.chunk_text[chunk_id] = content
+            self.chunk_row[chunk_id] = row
+            chunk_vectors.append(vector)
+        self.chunk_vectors = np.asarray(chunk_vectors, dtype=np.float32).reshape(
+            len(chunk_vectors), dim
+        )
+        for source, target in self.query(
+            "MATCH (a:Article)-[:LINKS_TO]->(b:Article) RETURN a.url, b.url"
+        ):
+            self.neighbors.setdefault(source, []).append(target)
+            self.neighbors.setdefault(target, []).append(source)
+        for url, name, kind, description in self.query(
+            "MATCH (a:Article)-[:HAS_ENTITY]->(e:Entity) WHERE e.type <> 'topic' "
+            "RETURN a.url, e.name, e.type, e.description ORDER BY e.mention_count DESC, e.name"
+        ):
+            self.article_entities.setdefault(url, []).append(
+                {"name": name, "type": kind, "description": description}
+            )
+        for section_id, content in self.query(
+            "MATCH (f:Fact) RETURN f.section_id, f.content ORDER BY f.fact_id"
+        ):
+            self.section_facts.setdefault(section_id, []).append(content)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    @property
+    def model_name(self) -> str:
+        return self.manifest["embedding"]["model"]
+
+    @property
+    def version(self) -> int:
+        return int(self.manifest.get("version") or self.version_dir.name[1:])
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Unit vectors of texts, by the model this version was built with."""
+        from kpack.embedding import encode, load_model
+
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        with warnings.catch_warnings():
+            # tqdm's "IProgress not found" (a red box in Jupyter without ipywidgets) is about a
+            # progress bar that model loading does not need.
+            warnings.filterwarnings("ignore", message="IProgress not found")
+            model = load_model(self.model_name)
+        _limit_torch_threads(self.threads)
+        return encode(model, texts)
+
+    def query(self, cypher: str, params: dict | None = None) -> list[list]:
+        """Run one read statement (threads of a process share the connection, one at a time)."""
+        with self._lock:
+            if self.closed or self._conn is None:
+                raise PackNotReady(
+                    f"pack {self.name!r} version {self.version_dir.name} was replaced by a newer "
+                    "version and closed; ask again to query the current one"
+                )
+            if self._statements >= RECYCLE_AFTER_QUERIES:
+                self._recycle_connection()
+            self._statements += 1
+            return self._conn.execute(cypher, params or {}).get_all()
+
+    # -- life cycle ------------------------------------------------------------------------
+
+    def acquire(self) -> None:
+        with self._lock:
+            self._users += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._retired and self._users <= 0:
+                self.close()
+
+    def retire(self) -> None:
+        """A newer version replaced this one: close now, or when its last query ends."""
+        with self._lock:
+            self._retired = True
+            if self._users <= 0:
+                self.close()
+                return
+        timer = threading.Timer(RETIRE_GRACE_S, self.close)
+        timer.daemon = True
+        timer.start()
+
+    def close(self) -> None:
+        """Close the database (idempotent); the reader answers no more queries."""
+        with self._lock:
+            self.closed = True
+            conn, db, self._conn, self._db = self._conn, self._db, None, None
+            if conn is not None:
+                conn.close()
+            if db is not None:
+                db.close()
+
+
+# -- the registry: one reader per pack, the current version's --------------------------------
+
+_current: dict[Path, PackReader] = {}
+_registry_lock = threading.Lock()
+
+
+def checkout(pack: str | Path | PackReader) -> PackReader:
+    """The reader of the pack's current version, marked in use: pair it with ``release()``.
+
+    A reader that is passed in is used as it is (a caller pinning one version).
+    """
+    if isinstance(pack, PackReader):
+        pack.acquire()
+        return pack
+    folder = resolve_folder(pack)
+    version = current_version(folder)
+    if version is None:
+        raise PackNotReady(
+            f"pack {folder.name!r} has not been built yet: run `kpack build {folder.name}`"
+        )
+    with _registry_lock:
+        reader = _current.get(folder)
+        if reader is None or reader.version_dir != version or reader.closed:
+            fresh = PackReader(folder, version)
+            _current[folder] = fresh
+            if reader is not None:
+                reader.retire()
+            reader = fresh
+        reader.acquire()
+        return reader
+
+
+@contextmanager
+def reading(pack: str | Path | PackReader) -> Iterator[PackReader]:
+    """``with reading("demo") as reader:`` the current version, held open for the block."""
+    reader = checkout(pack)
+    try:
+        yield reader
+    finally:
+        reader.release()
+
+
+def open_pack(pack: str | Path) -> PackReader:
+    """The reader of the pack's current version (opened, or replaced by a newer one, as
+    needed). It stays open while it is current; use :func:`reading` to hold a version open
+    across a publish."""
+    reader = checkout(pack)
+    reader.release()
+    return reader
+
+
+def close_all() -> None:
+    """Close every reader (at exit, or to make the next query read from disk afresh)."""
+    with _registry_lock:
+        readers = list(_current.values())
+        _current.clear()
+    for reader in readers:
+        reader.close()
+
+
+atexit.register(close_all)

@@ -1,0 +1,115 @@
+"""Every build is a run of the build_pack job, tagged with its outcome, whoever started it."""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from dagster import (
+    DagsterInstance,
+    DagsterRunStatus,
+    RunsFilter,
+    build_run_status_sensor_context,
+)
+
+from kpack.cli import pack_status
+from pipelines.definitions import make_definitions
+from pipelines.jobs import JOB_NAME
+from pipelines.outcomes import OUTCOME_TAG, build_failure_sensor
+from tests.conftest import TEST_FETCH, build, write_pack
+
+PAGES = ["/docs/index.html", "/docs/guide.html"]
+
+
+def site_pack(workspace: Path, site, name: str, pages=PAGES) -> Path:
+    return write_pack(workspace, name, [site.url(p) for p in pages], {"fetch": TEST_FETCH})
+
+
+def outcome_tags(instance: DagsterInstance) -> list[str]:
+    runs = instance.get_runs(RunsFilter(job_name=JOB_NAME))
+    return [run.tags.get(OUTCOME_TAG) for run in reversed(runs)]
+
+
+def test_cli_builds_are_build_pack_runs_tagged_with_their_outcome(workspace, site, site_fetcher):
+    site_pack(workspace, site, "tagged")
+    instance = DagsterInstance.ephemeral()
+    first = build(workspace, "tagged", fetcher=site_fetcher, instance=instance)
+    second = build(workspace, "tagged", fetcher=site_fetcher, instance=instance)
+    assert (first.outcome, second.outcome) == ("published", "unchanged")
+    assert outcome_tags(instance) == ["published v0001", "unchanged since v0001"]
+    assert [run.job_name for run in instance.get_runs()] == [JOB_NAME, JOB_NAME]
+
+
+def test_a_failed_run_launched_through_dagster_shows_as_failed_in_status(workspace, site):
+    # Every URL is a 404: the failed-URL check stops the run, as in a UI launch.
+    site_pack(workspace, site, "broken", pages=["/missing-1.html", "/missing-2.html"])
+    instance = DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("packs", ["broken"])
+    job = make_definitions(workspace / "packs", str(workspace / "storage")).resolve_job_def(
+        JOB_NAME
+    )
+    result = job.execute_in_process(partition_key="broken", instance=instance, raise_on_error=False)
+    run = instance.get_run_by_id(result.run_id)
+    assert run.status == DagsterRunStatus.FAILURE
+
+    # What the Dagster daemon does when a build_pack run fails, whoever launched it.
+    context = build_run_status_sensor_context(
+        sensor_name=build_failure_sensor.name,
+        dagster_event=next(
+            e for e in result.all_events if e.event_type_value == "PIPELINE_FAILURE"
+        ),
+        dagster_instance=instance,
+        dagster_run=run,
+    ).for_run_failure()
+    build_failure_sensor(context)
+
+    status = pack_status("broken")
+    last = status["last_build"]
+    assert last["outcome"] == "failed" and last["run_id"] == run.run_id
+    assert "2/2 URLs failed" in last["cause"] and "404" in last["cause"]
+    assert instance.get_run_by_id(run.run_id).tags[OUTCOME_TAG].startswith("failed: ")
+
+
+def test_kpack_build_in_a_terminal_shows_progress_rows_while_it_runs(workspace, site):
+    site_pack(workspace, site, "watched")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "120"}
+    main, child = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kpack.cli", "build", "watched"],
+        stdin=child,
+        stdout=child,
+        stderr=child,
+        env=env,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    os.close(child)
+    output, first_row_at = b"", None
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([main], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            output += chunk
+            if first_row_at is None and b"fetched_pages" in output:
+                first_row_at = time.monotonic()
+        elif process.poll() is not None:
+            break
+    process.wait(timeout=30)
+    finished_at = time.monotonic()
+    os.close(main)
+    text = output.decode(errors="replace")
+    assert process.returncode == 0, text[-2000:]
+    assert first_row_at is not None, text[-2000:]
+    # The row was on screen while the build still ran (the model load alone takes seconds).
+    assert finished_at - first_row_at > 0.5
+    assert "watched v1 published" in text

@@ -1,0 +1,112 @@
+"""The MCP server as Claude Code runs it: `kpack mcp` as a subprocess, driven over stdio by the
+official SDK's own client."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
+
+import retrieval
+from tests.conftest import TEST_FETCH, build, write_pack
+
+PAGES = ["/docs/index.html", "/docs/guide.html", "/docs/readme.md"]
+QUESTION = "Which environment variable sets where the sprocket cache lives?"
+TOOLS = {"list_packs", "pack_info", "search_pack", "query_pack"}
+
+
+@pytest.fixture(scope="module")
+def packs(site, tmp_path_factory) -> Path:
+    workspace = tmp_path_factory.mktemp("mcp")
+    write_pack(workspace, "widgets", [site.url(p) for p in PAGES], {"fetch": TEST_FETCH})
+    write_pack(workspace, "unbuilt", [site.url("/docs/index.html")])
+    assert build(workspace, "widgets").published
+    return workspace / "packs"
+
+
+def server(packs: Path) -> StdioServerParameters:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key != "ANTHROPIC_API_KEY"  # the offline answer: quoted, never invented
+    }
+    env |= {"KPACK_PACKS_DIR": str(packs), "HF_HUB_OFFLINE": "1"}
+    return StdioServerParameters(
+        command=str(Path(sys.executable).with_name("kpack")), args=["mcp"], env=env
+    )
+
+
+def payload(result) -> dict:
+    """A tool's result as Claude Code reads it: the JSON text of its content."""
+    assert not result.is_error, result.content
+    return json.loads(result.content[0].text)
+
+
+def error_text(result) -> str:
+    assert result.is_error
+    return result.content[0].text
+
+
+def test_mcp_server_over_stdio(packs):
+    expected = retrieval.query(packs / "widgets", QUESTION, use_llm=False)
+
+    async def session() -> None:
+        async with (
+            stdio_client(server(packs)) as (read, write),
+            ClientSession(read, write) as client,
+        ):
+            init = await client.initialize()
+            assert init.server_info.name == "kpack" and "search_pack" in init.instructions
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert set(tools) == TOOLS
+            assert {"pack", "question", "k"} == set(tools["search_pack"].input_schema["properties"])
+
+            listed = payload(await client.call_tool("list_packs", {}))
+            by_name = {p["name"]: p for p in listed["packs"]}
+            assert by_name["widgets"]["published"] and not by_name["unbuilt"]["published"]
+
+            info = payload(await client.call_tool("pack_info", {"pack": "widgets"}))
+            assert info["version"] == 1 and info["counts"]["Article"] == 3
+            assert info["skill_resource"] == "kpack://packs/widgets/skill.md"
+
+            hits = payload(
+                await client.call_tool(
+                    "search_pack", {"pack": "widgets", "question": QUESTION, "k": 3}
+                )
+            )
+            assert len(hits["results"]) == 3
+            assert hits["results"][0]["text"] and hits["results"][0]["url"].startswith("http")
+
+            answer = payload(
+                await client.call_tool("query_pack", {"pack": "widgets", "question": QUESTION})
+            )
+            assert answer["answer"] == expected["answer"] and "[Source: " in answer["answer"]
+            assert answer["citations"] == expected["citations"] and answer["llm_calls"] == 0
+
+            assert "unknown pack 'nope'" in error_text(
+                await client.call_tool("search_pack", {"pack": "nope", "question": "x"})
+            )
+            assert "the question is empty" in error_text(
+                await client.call_tool("query_pack", {"pack": "widgets", "question": "  "})
+            )
+            assert "has not been built yet" in error_text(
+                await client.call_tool("query_pack", {"pack": "unbuilt", "question": "x"})
+            )
+            assert "k" in error_text(
+                await client.call_tool("search_pack", {"pack": "widgets", "question": "x", "k": 0})
+            )
+
+            resources = [str(r.uri) for r in (await client.list_resources()).resources]
+            assert resources == ["kpack://packs/widgets/skill.md"]
+            skill = (await client.read_resource("kpack://packs/widgets/skill.md")).contents[0]
+            assert skill.text.startswith("---\nname: widgets-pack")
+            assert "claude mcp add kpack -- kpack mcp" in skill.text
+            with pytest.raises(MCPError, match="unknown pack 'nope'"):
+                await client.read_resource("kpack://packs/nope/skill.md")
+
+    anyio.run(session)

@@ -1,0 +1,313 @@
+"""The HTTP API over real HTTP: uvicorn on a loopback port, httpx as the client.
+
+One pack is built for the module from the loopback site; its /live/changing page lets the last
+test rebuild it with new content while requests keep running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+import retrieval
+from serving.http import MAX_BODY_BYTES, create_app
+from tests.conftest import TEST_FETCH, build, write_pack
+
+LIVE = "/live/changing/served.html"
+PAGES = ["/docs/index.html", "/docs/guide.html", LIVE]
+QUESTION = "Which environment variable sets where the sprocket cache lives?"
+SEED_KEYS = {"answer", "sources", "entities", "facts", "cypher_query", "query_type", "token_usage"}
+QUERY_KEYS = SEED_KEYS | {"citations", "timings_ms", "trace"}
+
+
+@contextmanager
+def running(app, sock: socket.socket | None = None) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on 127.0.0.1 (an ephemeral port) in a thread; yield its URL."""
+    sock = sock or socket.create_server(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+
+
+@pytest.fixture(scope="module")
+def root(site, tmp_path_factory) -> Path:
+    workspace = tmp_path_factory.mktemp("serving")
+    site.revisions[LIVE] = 1
+    write_pack(workspace, "widgets", [site.url(p) for p in PAGES], {"fetch": TEST_FETCH})
+    write_pack(workspace, "unbuilt", [site.url("/docs/index.html")], {"fetch": TEST_FETCH})
+    assert build(workspace, "widgets").published
+    return workspace
+
+
+@pytest.fixture(scope="module")
+def api(root) -> Iterator[httpx.Client]:
+    with (
+        running(create_app(root / "packs", warmup=True)) as url,
+        httpx.Client(base_url=url, timeout=60) as client,
+    ):
+        yield client
+
+
+def test_health_and_openapi(api):
+    assert api.get("/healthz").json() == {"status": "ok"}
+    schema = api.get("/openapi.json").json()
+    assert {
+        "/healthz",
+        "/packs",
+        "/packs/{name}",
+        "/packs/{name}/query",
+        "/packs/{name}/search",
+    } <= set(schema["paths"])
+    assert api.get("/docs").status_code == 200
+
+
+def test_lists_packs_and_describes_one(api, root):
+    packs = {p["name"]: p for p in api.get("/packs").json()["packs"]}
+    assert packs["widgets"]["published"] and packs["widgets"]["version"] == 1
+    assert packs["widgets"]["articles"] == 3
+    assert packs["unbuilt"] == {
+        "name": "unbuilt",
+        "published": False,
+        "version": None,
+        "error": "never built: run `kpack build unbuilt`",
+    }
+    info = api.get("/packs/widgets").json()
+    assert info["manifest"]["name"] == "widgets" and info["version"] == 1
+    assert info["skill_md"].startswith("---\nname: widgets-pack")
+    assert "kpack mcp" in info["skill_md"]
+
+
+def test_query_answers_as_in_process(api, root):
+    response = api.post("/packs/widgets/query", json={"question": QUESTION, "use_llm": False})
+    assert response.status_code == 200, response.text
+    assert response.headers["x-kpack-version"] == "1"
+    body = response.json()
+    assert set(body) == QUERY_KEYS
+    local = retrieval.query(root / "packs" / "widgets", QUESTION, use_llm=False)
+    for key in ("answer", "sources", "citations", "query_type", "entities", "facts"):
+        assert body[key] == json.loads(json.dumps(local[key])), key
+    assert "[Source: " in body["answer"] and body["token_usage"]["api_calls"] == 0
+
+
+def test_search_returns_the_ranked_passages(api, root):
+    response = api.post("/packs/widgets/search", json={"question": QUESTION, "k": 3})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["pack"] == "widgets" and body["version"] == 1
+    local = retrieval.search(root / "packs" / "widgets", QUESTION, k=3)
+    assert body["results"] == json.loads(json.dumps(local))
+    assert len(body["results"]) == 3 and body["results"][0]["title"] == "User Guide"
+
+
+def test_query_streams_server_sent_events(api):
+    for request in (
+        {"json": {"question": QUESTION, "use_llm": False, "stream": True}},
+        {
+            "json": {"question": QUESTION, "use_llm": False},
+            "headers": {"Accept": "text/event-stream"},
+        },
+    ):
+        with api.stream("POST", "/packs/widgets/query", **request) as response:
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/event-stream")
+            text = "".join(response.iter_text())
+        events = [block.split("\n") for block in text.strip().split("\n\n")]
+        assert [lines[0] for lines in events] == ["event: result"]
+        result = json.loads(events[0][1].removeprefix("data: "))
+        assert set(result) == QUERY_KEYS and "[Source: " in result["answer"]
+
+
+@pytest.mark.parametrize(
+    ("path", "payload", "status", "detail"),
+    [
+        ("/packs/nope/query", {"question": "x"}, 404, "unknown pack 'nope'"),
+        ("/packs/nope/search", {"question": "x"}, 404, "unknown pack 'nope'"),
+        ("/packs/widgets/query", {"question": ""}, 422, "the question is empty"),
+        ("/packs/widgets/search", {"question": "   "}, 422, "the question is empty"),
+        (
+            "/packs/widgets/query",
+            {"question": "why " * 2001},
+            422,
+            "the question is 8,004 characters long; the limit is 8,000",
+        ),
+        ("/packs/widgets/query", {}, 422, "question: Field required"),
+        ("/packs/widgets/search", {"question": "x", "k": 0}, 422, "k: Input should be greater"),
+        ("/packs/widgets/query", {"question": "x", "profile": "fast"}, 422, "profile: Input"),
+        ("/packs/widgets/query", {"question": "x", "colour": 1}, 422, "colour: Extra inputs"),
+        ("/packs/unbuilt/query", {"question": "x"}, 409, "has not been built yet"),
+        ("/packs/unbuilt/search", {"question": "x"}, 409, "has not been built yet"),
+    ],
+)
+def test_errors_are_clear(api, path, payload, status, detail):
+    response = api.post(path, json=payload)
+    assert response.status_code == status, response.text
+    assert detail in response.json()["detail"]
+    assert "Traceback" not in response.text
+
+
+def test_unknown_pack_info_and_bad_json(api):
+    response = api.get("/packs/nope")
+    assert (
+        response.status_code == 404 and "available: unbuilt, widgets" in response.json()["detail"]
+    )
+    response = api.post(
+        "/packs/widgets/query", content=b"{not json", headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 422 and "JSON" in response.json()["detail"]
+
+
+def test_request_bodies_are_bounded(api):
+    big = json.dumps({"question": "x" * (MAX_BODY_BYTES + 10)}).encode()
+    response = api.post(
+        "/packs/widgets/query", content=big, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 413 and "too large" in response.json()["detail"]
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: chunked transfer encoding
+        yield b'{"question": "'
+        for _ in range(MAX_BODY_BYTES // 1000 + 2):
+            yield b"x" * 1000
+        yield b'"}'
+
+    response = api.post(
+        "/packs/widgets/search", content=chunks(), headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 413 and "too large" in response.json()["detail"]
+
+
+def test_bearer_token(root):
+    with (
+        running(create_app(root / "packs", token="s3cret")) as url,
+        httpx.Client(base_url=url, timeout=60) as client,
+    ):
+        assert client.get("/healthz").status_code == 200
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic s3cret"}):
+            response = client.get("/packs", headers=headers)
+            assert response.status_code == 401
+            assert response.json() == {"detail": "missing or wrong bearer token"}
+            assert response.headers["www-authenticate"] == "Bearer"
+        ok = client.post(
+            "/packs/widgets/search",
+            json={"question": QUESTION, "k": 1},
+            headers={"Authorization": "Bearer s3cret"},
+        )
+        assert ok.status_code == 200 and ok.json()["results"][0]["title"] == "User Guide"
+
+
+def test_kpack_serve_command(root):
+    """The CLI entry point: loopback, token from the environment, a clean stop on SIGINT."""
+    probe = socket.create_server(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    env = {
+        **os.environ,
+        "KPACK_PACKS_DIR": str(root / "packs"),
+        "KPACK_API_TOKEN": "from-env",
+        "HF_HUB_OFFLINE": "1",
+    }
+    env.pop("ANTHROPIC_API_KEY", None)
+    kpack = Path(sys.executable).with_name("kpack")
+    process = subprocess.Popen(
+        [str(kpack), "serve", "--port", str(port), "--no-warmup"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            assert process.poll() is None, process.communicate()
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "kpack serve did not start"
+            time.sleep(0.2)
+        assert httpx.get(f"{url}/packs").status_code == 401
+        response = httpx.post(
+            f"{url}/packs/widgets/search",
+            json={"question": QUESTION, "k": 2},
+            headers={"Authorization": "Bearer from-env"},
+            timeout=120,
+        )
+        assert response.status_code == 200 and len(response.json()["results"]) == 2
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr
+    assert f"on http://127.0.0.1:{port}" in stderr and "bearer token required" in stderr
+    assert "Traceback" not in stderr
+
+
+def test_rebuild_publishes_while_requests_run(api, root, site):
+    """A rebuild that changes a page publishes v2 while clients query; no request fails, and
+    the server answers from v2 afterwards without a restart."""
+    statuses: list[int] = []
+    versions: set[str] = set()
+    stop = threading.Event()
+
+    def client() -> None:
+        with httpx.Client(base_url=str(api.base_url), timeout=60) as own:
+            while not stop.is_set():
+                response = own.post(
+                    "/packs/widgets/search", json={"question": "calibration step", "k": 3}
+                )
+                statuses.append(response.status_code)
+                versions.add(response.headers.get("x-kpack-version", "?"))
+
+    threads = [threading.Thread(target=client) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(0.5)
+        site.revisions[LIVE] = 2
+        assert build(root, "widgets").published
+        deadline = time.monotonic() + 30
+        while "2" not in versions and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+    assert statuses and set(statuses) == {200}, statuses
+    assert {"1", "2"} <= versions
+    assert api.get("/packs/widgets").json()["version"] == 2
+    response = api.post(
+        "/packs/widgets/query",
+        json={"question": "Which revision documents calibration step number 2?", "use_llm": False},
+    )
+    assert response.headers["x-kpack-version"] == "2"
+    texts = " ".join(
+        hit["text"]
+        for hit in api.post(
+            "/packs/widgets/search", json={"question": "calibration step number", "k": 5}
+        ).json()["results"]
+    )
+    assert "revision 2" in texts and "revision 1 " not in texts
