@@ -1,21 +1,93 @@
 """Stage 5, embeddings: one vector per distinct section and chunk text (kpack.ingest.vectors),
 cached by (model, content hash) across builds, so a rebuild embeds only new text.
+
+The texts are embedded in shards (kpack.ingest.shards): ``embeddings_shard_<i>`` embeds the
+texts whose content hash falls in range i, as its own step, so a distributed executor runs the
+shards on several workers (docs/deployment.md); ``embeddings`` gathers them and is the one
+writer of the embedding cache. The number of shards is KPACK_EMBED_SHARDS (default 4).
 """
 
 import time
 
 import pyarrow as pa
-from dagster import AssetExecutionContext, Output, asset
+import pyarrow.compute as pc
+from dagster import AssetExecutionContext, AssetIn, AssetsDefinition, Output, asset
 
 from assets.partitions import follow_upstream, packs_partitions
 from kpack.embedding import model_label
-from kpack.ingest.vectors import distinct_texts, embedding_column
+from kpack.ingest.shards import embed_shard, shard_count, shard_of
+from kpack.ingest.vectors import distinct_texts
 from resources.embedder import EmbedderResource
 from resources.pack_store import PackStore
 from resources.storage import ContentCacheResource
 
+CACHE_COLUMNS = ("content_hash", "embedding")
+SHARDS = shard_count()
+SHARD_NAMES = [f"embeddings_shard_{index}" for index in range(SHARDS)]
+
+
+def cache_namespace(model: str) -> str:
+    return f"embeddings/{model_label(model)}"
+
+
+def shard_asset(index: int) -> AssetsDefinition:
+    """The step that embeds shard ``index`` of the pack's texts."""
+
+    @asset(
+        name=SHARD_NAMES[index],
+        partitions_def=packs_partitions,
+        group_name="embed",
+        compute_kind="sentence-transformers",
+        automation_condition=follow_upstream,
+        metadata={"contract": "embedding_shard"},
+        description=f"Vectors of the texts in content-hash range {index + 1} of {SHARDS}.",
+    )
+    def embedding_shard(
+        context: AssetExecutionContext,
+        sections: pa.Table,
+        chunks: pa.Table,
+        embedder: EmbedderResource,
+        content_cache: ContentCacheResource,
+        pack_store: PackStore,
+    ) -> Output[pa.Table]:
+        started = time.perf_counter()
+        pack = context.partition_key
+        model = pack_store.config(pack).embedding_model
+        texts = {
+            h: text
+            for h, text in distinct_texts(sections, chunks).items()
+            if shard_of(h, SHARDS) == index
+        }
+        # The model is loaded on first use: a shard served from the cache never loads it.
+        result = embed_shard(
+            texts,
+            content_cache.load(cache_namespace(model), pack, CACHE_COLUMNS),
+            lambda batch: embedder.embed(batch, model),
+        )
+        return Output(
+            result.table,
+            metadata={
+                "shard": index,
+                "shards": SHARDS,
+                "texts": len(texts),
+                "embedded": result.embedded,
+                "cached": result.cached,
+                "embed_seconds": round(result.seconds, 3),
+                "texts_per_second": (
+                    round(result.embedded / result.seconds, 1) if result.embedded else 0.0
+                ),
+                "duration_s": round(time.perf_counter() - started, 3),
+            },
+        )
+
+    return embedding_shard
+
+
+embedding_shards = [shard_asset(index) for index in range(SHARDS)]
+
 
 @asset(
+    ins={name: AssetIn() for name in SHARD_NAMES},
     partitions_def=packs_partitions,
     group_name="embed",
     compute_kind="sentence-transformers",
@@ -24,56 +96,28 @@ from resources.storage import ContentCacheResource
 )
 def embeddings(
     context: AssetExecutionContext,
-    sections: pa.Table,
-    chunks: pa.Table,
-    embedder: EmbedderResource,
     content_cache: ContentCacheResource,
     pack_store: PackStore,
+    **shards: pa.Table,
 ) -> Output[pa.Table]:
     started = time.perf_counter()
     pack = context.partition_key
     model = pack_store.config(pack).embedding_model
-    namespace = f"embeddings/{model_label(model)}"
-    texts = distinct_texts(sections, chunks)
-    cached = content_cache.load(namespace, pack)
-    known: dict[str, int] = {}
-    if cached is not None:
-        known = {h: i for i, h in enumerate(cached["content_hash"].to_pylist()) if h in texts}
-    missing = [h for h in texts if h not in known]
-    reused = (
-        cached.take(pa.array(list(known.values()))).select(["content_hash", "embedding"])
-        if known
-        else None
-    )
-    embed_seconds = 0.0
-    if missing or reused is None:
-        # The model is loaded here, on first use: a rebuild served from the cache never
-        # loads it (see EmbedderResource).
-        embed_started = time.perf_counter()
-        fresh = embedder.embed([texts[h] for h in missing], model)
-        embed_seconds = time.perf_counter() - embed_started
-        fresh_table = pa.table({"content_hash": missing, "embedding": embedding_column(fresh)})
-        table = (
-            pa.concat_tables([reused, fresh_table.cast(reused.schema)])
-            if reused is not None
-            else fresh_table
-        )
-        dimension = embedder.dimension(model)
-    else:
-        table = reused
-        dimension = len(table["embedding"][0])
-    if missing or cached is None or cached.num_rows != table.num_rows:
-        content_cache.save(namespace, pack, table)
+    gathered = pa.concat_tables([shards[name] for name in SHARD_NAMES])
+    embedded = pc.sum(gathered["fresh"]).as_py() or 0
+    table = gathered.select(list(CACHE_COLUMNS))
+    if embedded:
+        # The cache becomes exactly this pack's texts: new vectors in, vanished texts out.
+        content_cache.save(cache_namespace(model), pack, table)
     return Output(
         table,
         metadata={
             "model": model_label(model),
-            "dimension": dimension,
-            "texts": len(texts),
-            "embedded": len(missing),
-            "cached": len(known),
-            "embed_seconds": round(embed_seconds, 3),
-            "texts_per_second": round(len(missing) / embed_seconds, 1) if missing else 0.0,
+            "dimension": len(table["embedding"][0]) if table.num_rows else 0,
+            "texts": table.num_rows,
+            "embedded": embedded,
+            "cached": table.num_rows - embedded,
+            "shards": SHARDS,
             "duration_s": round(time.perf_counter() - started, 3),
         },
     )

@@ -14,13 +14,16 @@ from dagster import (
     AssetExecutionContext,
     MaterializeResult,
     MetadataValue,
+    TableColumn,
+    TableRecord,
+    TableSchema,
     asset,
     asset_check,
 )
 
 from assets.partitions import packs_partitions
 from resources.pack_store import PackStore
-from retrieval.evaluation import (
+from retrieval.eval import (
     answer_score,
     evaluate,
     headline,
@@ -29,6 +32,7 @@ from retrieval.evaluation import (
     png_markdown,
     write_results,
 )
+from retrieval.eval.report import SUMMARY_COLUMNS
 
 PROFILES = ["baseline", "balanced", "max"]
 GATE_WARNING_SHARE = 0.4  # seed 001: above this the pack does not cover the questions
@@ -52,15 +56,38 @@ def eval_results(context: AssetExecutionContext, pack_store: PackStore) -> Mater
         metadata={
             "questions": len(questions),
             "invalid_lines": MetadataValue.json(problems),
+            # A table renders inline on the asset page; the Markdown copy is what kpack eval
+            # prints.
+            "summary_table": summary_table(results),
             "summary": MetadataValue.md(markdown_summary(results)),
             "chart": MetadataValue.md(png_markdown(paths["png"].read_bytes())),
             "results": MetadataValue.path(str(paths["json"])),
+            "hit@1": row["hit@1"],
             "hit@5": row["hit@5"],
-            "accuracy": answer_score(row),
+            "mrr": row["mrr"],
+            "answer_scoring": results["answer_scoring"],
+            "answer_score": answer_score(row),
             "gate_rate_in_domain": row["gate_rate_in_domain"],
             "best_threshold": results["calibration"]["best_threshold"],
         }
     )
+
+
+def summary_table(results: dict) -> MetadataValue:
+    """One row per condition (baseline, balanced, ...), the summary's columns."""
+    columns = [TableColumn("condition", "string")] + [
+        TableColumn(name, "float") for name in SUMMARY_COLUMNS
+    ]
+    rows = [
+        TableRecord(
+            {
+                "condition": condition,
+                **{c: results["summary"][condition][c] for c in SUMMARY_COLUMNS},
+            }
+        )
+        for condition in results["conditions"]
+    ]
+    return MetadataValue.table(rows, schema=TableSchema(columns))
 
 
 def _latest_two(pack_store: PackStore, pack: str) -> list[dict]:

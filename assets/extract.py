@@ -17,7 +17,7 @@ from kpack.ingest.extraction import (
     extraction_cache_namespace,
     merge_extractions,
 )
-from kpack.llm import Usage
+from kpack.llm import API_KEY_ENV, Usage
 from resources.llm import ClaudeResource
 from resources.pack_store import PackStore
 from resources.storage import ContentCacheResource
@@ -33,7 +33,7 @@ def _claude_extractions(
     """Extractions by section content hash through the pack's cache; usage and failures."""
     pack = context.partition_key
     namespace = extraction_cache_namespace(model)
-    table = cache.load(namespace, pack)
+    table = cache.load(namespace, pack, ("key", "value"))
     cached = (
         dict(zip(table["key"].to_pylist(), table["value"].to_pylist(), strict=True))
         if table is not None
@@ -72,9 +72,7 @@ def extractions(
     rows = sections.to_pylist()
     use_claude = config.extraction == "claude" or (config.extraction == "auto" and claude.available)
     if config.extraction == "claude" and not claude.available:
-        raise Failure(
-            f"kg_config.json asks for Claude extraction but ${claude.api_key_env} is not set"
-        )
+        raise Failure(f"kg_config.json asks for Claude extraction but ${API_KEY_ENV} is not set")
     by_hash, usage, failures = ({}, Usage(), 0)
     if use_claude:
         by_hash, usage, failures = _claude_extractions(

@@ -1,5 +1,7 @@
 """Stage 1, fetched_pages: every URL of urls.txt fetched once, its main content kept.
 
+Seed lines (``URL depth=N``) and sitemap URLs expand into the pages they reach
+(kpack.ingest.crawl); a plain line is that page only.
 A URL that fails is a row with its error; the build goes on (kpack.ingest.pages). Rebuilds are
 incremental: the stage reads its own previous output for the pack (through the shared storage,
 see resources.storage.IntermediatesResource) and makes every request conditional on the stored
@@ -23,7 +25,8 @@ from dagster import (
 )
 
 from assets.partitions import packs_partitions
-from kpack.ingest.pages import CHANGE_KINDS, page_row, stored_pages, validators
+from kpack.ingest.crawl import crawl
+from kpack.ingest.pages import CHANGE_KINDS, stored_pages
 from resources.fetcher import FetcherResource
 from resources.pack_store import PackStore
 from resources.storage import IntermediatesResource
@@ -53,14 +56,10 @@ def fetched_pages(
         )
     config = pack_store.config(pack)
     stored = stored_pages(intermediates.previous("fetched_pages", pack))
-    responses = fetcher.fetch_all(
-        [s.url for s in sources], config.fetch, pack_store.file_roots(pack), validators(stored)
-    )
-    fetched_at = datetime.now(UTC)
-    rows = [
-        page_row(source, response, stored.get(source.url), fetched_at)
-        for source, response in zip(sources, responses, strict=True)
-    ]
+    with fetcher.fetcher(config.fetch, pack_store.file_roots(pack)) as pages_fetcher:
+        rows, crawl_report = crawl(sources, pages_fetcher, config.crawl, stored, datetime.now(UTC))
+    for problem in crawl_report.problems:
+        context.log.warning(problem)
     failures = [
         {"line": r["line_no"], "url": r["url"], "error": r["error"]} for r in rows if r["error"]
     ]
@@ -83,6 +82,8 @@ def fetched_pages(
             "invalid_lines": MetadataValue.json([str(p) for p in problems]),
             "redirected": sum(1 for r in rows if r["redirects"]),
             "bytes": sum(len(r["body"] or "") for r in rows),
+            **crawl_report.metadata(),
+            "robots_refused": MetadataValue.json(crawl_report.robots_refused[:200]),
             "preview": MetadataValue.md(_preview(rows)),
             "duration_s": round(time.perf_counter() - started, 3),
         },

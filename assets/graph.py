@@ -43,10 +43,11 @@ from dagster import (
 
 from assets.partitions import follow_upstream, packs_partitions
 from kpack.changes import inputs_fingerprint, page_changes
-from kpack.contracts import FTS_INDEXES, KUZU_NODES, KUZU_RELS, VECTOR_INDEXES
+from kpack.contracts import FTS_INDEXES, VECTOR_INDEXES
 from kpack.embedding import model_label
 from kpack.errors import PackNotReady
-from kpack.graphdb import opened, write_graph
+from kpack.graph import chunk_mentions
+from kpack.graphdb import graph_counts, opened, write_graph
 from kpack.store import verify_version, version_number, write_articles
 from resources.pack_store import PackStore
 
@@ -106,6 +107,7 @@ def rel_tables(
         "HAS_ENTITY": article_entities.select(["article_url", "entity_id"]),
         "HAS_FACT": facts.select(["article_url", "fact_id"]),
         "ENTITY_RELATION": relations.select(["source_id", "target_id", "relation", "context"]),
+        "MENTIONS": chunk_mentions(chunks, entity_mentions),
     }
 
 
@@ -127,17 +129,6 @@ def _damage_of(version: Path | None) -> str | None:
     except PackNotReady as exc:
         return str(exc)
     return None
-
-
-def graph_counts(conn) -> dict[str, int]:
-    counts = {}
-    for table in KUZU_NODES:
-        counts[table.name] = conn.execute(f"MATCH (n:{table.name}) RETURN count(n)").get_next()[0]
-    for table in KUZU_RELS:
-        counts[table.name] = conn.execute(
-            f"MATCH ()-[r:{table.name}]->() RETURN count(r)"
-        ).get_next()[0]
-    return counts
 
 
 class _NothingToGateFilter(logging.Filter):

@@ -28,11 +28,11 @@ from dagster import (
     asset_check,
 )
 
-from assets.graph import graph_counts, pack_graph
+from assets.graph import pack_graph
 from assets.partitions import follow_upstream, packs_partitions
 from kpack.config import PackConfig
 from kpack.embedding import model_label
-from kpack.graphdb import opened
+from kpack.graphdb import graph_counts, opened
 from kpack.llm import estimate_cost_usd, model_prices
 from kpack.skill import skill_inputs, skill_markdown
 from kpack.store import verify_version

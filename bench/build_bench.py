@@ -173,7 +173,7 @@ def embedded_texts(workspace: Path, pack: str) -> list[str]:
     """The texts the build embedded, in its order, rebuilt from its Parquet intermediates."""
     import pyarrow.parquet as pq
 
-    from assets.embed import distinct_texts
+    from kpack.ingest.vectors import distinct_texts
 
     storage = workspace / "storage"
     sections = pq.read_table(storage / "sections" / f"{pack}.parquet")

@@ -8,7 +8,7 @@
 2. The 702 unanswerable questions: how often the gate refuses them (and, for contrast, the
    answerable ones), and whether the offline answer ever states a sentence that is not in the
    retrieved passages.
-3. The pack's own eval (retrieval.evaluation) on the demo pack and the Python docs pack, with
+3. The pack's own eval (retrieval.eval) on the demo pack and the Python docs pack, with
    the question files packs/demo/eval/questions.jsonl and bench/python_docs_questions.jsonl.
 
     .venv/bin/python bench/eval_bench.py --workdir /work/bench-workspace
@@ -34,19 +34,21 @@ import numpy as np  # noqa: E402
 from bench.corpora import DEFAULT_SQUAD, load_squad  # noqa: E402
 from kpack.contracts import passage_text  # noqa: E402
 from retrieval.agent import KnowledgeGraphAgent  # noqa: E402
-from retrieval.candidates import bm25_search  # noqa: E402
-from retrieval.evaluation import (  # noqa: E402
+from retrieval.candidates import keyword_passages  # noqa: E402
+from retrieval.eval import (  # noqa: E402
     Question,
     evaluate,
-    first_hit_rank,
-    hit_at,
     load_questions,
     markdown_summary,
-    mean_reciprocal_rank,
-    normalize_text,
     write_results,
 )
-from retrieval.pack import open_pack  # noqa: E402
+from retrieval.eval.metrics import (  # noqa: E402
+    first_hit_rank,
+    hit_at,
+    mean_reciprocal_rank,
+    normalize_text,
+)
+from retrieval.reader import open_pack  # noqa: E402
 from retrieval.synthesis import NO_CONTEXT_ANSWER  # noqa: E402
 
 OUT = REPO / "bench" / "out"
@@ -116,7 +118,7 @@ def retrieval_table(pack_folder: Path, questions: list[Question]) -> dict:
 
     conditions = {
         "vector (Kuzu HNSW)": lambda q: vector_agent.search(q, k=DEPTH),
-        "bm25 (Kuzu FTS)": lambda q: as_dicts(bm25_search(pack, q, DEPTH)),
+        "bm25 (Kuzu FTS)": lambda q: as_dicts(keyword_passages(pack, q, DEPTH)),
         "hybrid (RRF)": lambda q: hybrid_agent.search(q, k=DEPTH),
         "balanced profile": lambda q: balanced_agent.search(q, k=DEPTH),
         "peer: bm25s": bm25s_search,
@@ -172,7 +174,7 @@ def unanswerable_table(
 def context_text(agent: KnowledgeGraphAgent, result: dict) -> str:
     """The text of the context sections the answer was built from, normalised."""
     used = {(c["title"], c["section"]) for c in result["citations"]}
-    pack = agent.pack
+    pack = open_pack(agent.source)
     texts = [
         s.content
         for s in pack.sections.values()

@@ -16,7 +16,15 @@ from rich.table import Table
 from rich.text import Text
 
 from kpack import settings
-from kpack.packs import PackError, list_packs, parse_urls, read_manifest, validate_pack_name
+from kpack.config import PROFILE_NAMES
+from kpack.packs import (
+    PackError,
+    list_packs,
+    parse_urls,
+    read_manifest,
+    read_urls_text,
+    validate_pack_name,
+)
 
 console = Console()
 err = Console(stderr=True)
@@ -29,10 +37,7 @@ def cmd_new(args: argparse.Namespace) -> int:
         raise PackError(f"pack {name!r} already exists at {folder}")
     lines = list(args.url or [])
     if args.urls_file:
-        try:
-            lines += Path(args.urls_file).read_text().splitlines()
-        except OSError as exc:
-            raise PackError(f"cannot read --urls-file: {exc}") from exc
+        lines += read_urls_text(Path(args.urls_file)).splitlines()
     if not lines:
         raise PackError("give at least one --url or a --urls-file")
     sources, problems = parse_urls("\n".join(lines), folder)
@@ -222,6 +227,13 @@ def _explain(result: dict, related: list[dict]) -> None:
             Text(c["dropped"] or ""),
         )
     console.print(table)
+    kept = sorted(
+        (c for c in trace.get("candidates", []) if c.get("rank")), key=lambda c: c["rank"]
+    )
+    if kept:
+        console.print("[bold]Why the kept passages rank where they do[/]")
+    for c in kept:
+        console.print(f"  {c['rank']}. {c['heading']}: {c['why']}", markup=False, highlight=False)
     timings = ", ".join(f"{k} {v:.1f}" for k, v in result["timings_ms"].items())
     console.print(f"[dim]timings ms: {timings}[/]")
     console.print("\n[bold]Context pack[/]")
@@ -237,17 +249,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """kpack eval PACK [...]; kpack eval generate PACK --n N."""
     import json
 
-    from retrieval.evaluation import (
+    from retrieval.eval import (
+        check_profiles,
         evaluate,
         load_questions,
         markdown_summary,
+        write_query_settings,
         write_results,
         write_threshold,
     )
-    from retrieval.pack import resolve_folder
+    from retrieval.reader import resolve_folder
 
     if args.target == "generate":
         return _eval_generate(args)
+    profiles = check_profiles([p.strip() for p in args.profiles.split(",") if p.strip()])
     folder = resolve_folder(args.target)
     questions, problems = load_questions(
         Path(args.questions) if args.questions else folder / "eval" / "questions.jsonl", folder
@@ -256,21 +271,25 @@ def cmd_eval(args: argparse.Namespace) -> int:
         err.print(f"[yellow]skipped[/] {escape(problem)}")
     if not questions:
         raise PackError("no valid question to evaluate")
-    profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
-    with console.status("evaluating") as status:
-        results = evaluate(
-            folder,
-            questions,
-            profiles,
-            use_llm=not args.no_llm,
-            judge_model=args.judge_model,
-            progress=lambda condition, i, n: status.update(f"{condition}: question {i + 1}/{n}"),
-        )
+    results = evaluate(
+        folder,
+        questions,
+        profiles,
+        use_llm=not args.no_llm,
+        judge_model=args.judge_model,
+        progress=_eval_progress,
+        calibrate_graph_weights=args.write_config,
+    )
     paths = write_results(results, folder / "eval" / "results")
     if args.write_config:
         best = results["calibration"]["best_threshold"]
+        graph = results["calibration"]["graph"]
+        write_query_settings(folder, graph["chosen"])
         console.print(
-            f"context_confidence_threshold = {best} written to {write_threshold(folder, best)}"
+            f"context_confidence_threshold = {best} written to {write_threshold(folder, best)}; "
+            f"graph settings {graph['chosen']} ({graph['why']}) too; "
+            f"queries use them once `kpack build {folder.name}` has published them",
+            markup=False,
         )
     if args.json:
         print(json.dumps(results, indent=2, default=str))
@@ -280,22 +299,45 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval_progress(condition: str, number: int, total: int, record: dict) -> None:
+    """One line per question on stderr (plain when piped): how it went and how long it took."""
+    if record["gated"]:
+        outcome = "gated"
+    elif record["out_of_domain"]:
+        outcome = "answered (out of domain)"
+    elif record["hit_rank"]:
+        outcome = f"hit at {record['hit_rank']}"
+    else:
+        outcome = "no hit" if record["retrieved"] else "answered"
+    total_ms = record["timings_ms"].get("total", 0.0)
+    err.print(
+        f"{condition} {number}/{total}: {outcome}, {total_ms:.0f} ms - {record['question'][:60]}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
 def _eval_generate(args: argparse.Namespace) -> int:
     from kpack.llm import ClaudeClient
-    from retrieval.evaluation import generate_questions
-    from retrieval.pack import open_pack
+    from retrieval.eval import candidate_sections, generate_questions
+    from retrieval.reader import reading
 
     if not args.pack:
         raise PackError("usage: kpack eval generate PACK --n N")
-    pack = open_pack(args.pack)
-    sections = [
-        (s.article_url, s.heading, s.content) for s in pack.sections.values() if s.word_count >= 40
-    ]
-    written = generate_questions(pack.folder, sections, args.n, ClaudeClient())
+    with reading(args.pack) as reader:
+        generated = generate_questions(
+            reader.folder, candidate_sections(reader), args.n, ClaudeClient()
+        )
+    if not generated.written:
+        raise PackError(f"no candidate question was written: {generated.why_none()}")
     console.print(
-        f"wrote {len(written)} candidate questions to {pack.folder / 'eval' / 'candidates.jsonl'}; "
-        "review them, then add the good ones to eval/questions.jsonl"
+        f"wrote {len(generated.written)} candidate questions to {generated.path}; "
+        "review them, then add the good ones to eval/questions.jsonl",
+        highlight=False,
     )
+    if generated.failures:
+        err.print(f"skipped sections: {generated.why_none()}", markup=False, highlight=False)
     return 0
 
 
@@ -630,6 +672,50 @@ def _add_serving_commands(sub: argparse._SubParsersAction) -> None:
     check.set_defaults(run=cmd_validate)
 
 
+def cmd_push(args: argparse.Namespace) -> int:
+    from kpack.remote import push, storage_path
+
+    with console.status(f"uploading {args.name} to {storage_path()}"):
+        pointer = push(args.name)
+    console.print(
+        f"pushed {pointer['pack']} version {pointer['version']} to "
+        f"{escape(str(storage_path()))} ({pointer['bytes'] / 2**20:.1f} MiB); "
+        f"other machines get it with [bold]kpack pull {pointer['pack']}[/]",
+        highlight=False,
+    )
+    return 0
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    from kpack.remote import pull, storage_path
+
+    with console.status(f"downloading {args.name} from {storage_path()}"):
+        result = pull(args.name)
+    if not result.downloaded:
+        console.print(
+            f"{result.pack} is already at the shared store's version "
+            f"(v{result.source_version}, local version {result.version})",
+            highlight=False,
+        )
+        return 0
+    console.print(
+        f"pulled {result.pack} v{result.source_version} ({result.bytes / 2**20:.1f} MiB, "
+        f"verified) as local version {result.version}",
+        highlight=False,
+    )
+    return 0
+
+
+def _add_store_commands(sub: argparse._SubParsersAction) -> None:
+    """push, pull: published packs in the shared store (KPACK_STORAGE, see kpack.remote)."""
+    push = sub.add_parser("push", help="upload the published version to the shared store")
+    push.add_argument("name")
+    push.set_defaults(run=cmd_push)
+    pull = sub.add_parser("pull", help="install the shared store's version of a pack here")
+    pull.add_argument("name")
+    pull.set_defaults(run=cmd_pull)
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="kpack", description=__doc__)
     sub = root.add_subparsers(dest="command", required=True)
@@ -655,12 +741,12 @@ def parser() -> argparse.ArgumentParser:
     search.add_argument("question")
     search.add_argument("--k", type=int, default=5)
     search.add_argument("--json", action="store_true")
-    search.add_argument("--profile", choices=["baseline", "balanced", "max"])
+    search.add_argument("--profile", choices=PROFILE_NAMES)
     search.set_defaults(run=cmd_search)
     ask = sub.add_parser("query", help="answer a question from a pack, with citations")
     ask.add_argument("name")
     ask.add_argument("question")
-    ask.add_argument("--profile", choices=["baseline", "balanced", "max"])
+    ask.add_argument("--profile", choices=PROFILE_NAMES)
     ask.add_argument("--no-llm", action="store_true", help="extractive answer, no API call")
     ask.add_argument(
         "--explain", action="store_true", help="show the retrieval trace and context pack"
@@ -677,7 +763,11 @@ def parser() -> argparse.ArgumentParser:
     ev.add_argument("--profiles", default="baseline,balanced,max")
     ev.add_argument("--no-llm", action="store_true", help="score answers without an API key")
     ev.add_argument("--judge-model", default="claude-haiku-4-5")
-    ev.add_argument("--write-config", action="store_true", help="store the best gate threshold")
+    ev.add_argument(
+        "--write-config",
+        action="store_true",
+        help="store the best gate threshold and graph settings in kg_config.json",
+    )
     ev.add_argument("--json", action="store_true")
     ev.add_argument("--n", type=int, default=20, help="with 'generate': how many questions")
     ev.set_defaults(run=cmd_eval)
@@ -695,6 +785,7 @@ def parser() -> argparse.ArgumentParser:
     ui.add_argument("--port", type=int, default=3000)
     ui.set_defaults(run=cmd_ui)
     _add_serving_commands(sub)
+    _add_store_commands(sub)
     return root
 
 

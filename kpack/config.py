@@ -11,6 +11,7 @@ so a reader answers with the settings its version was built with.
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import re
 from pathlib import Path
@@ -82,6 +83,31 @@ class FetchConfig(_Settings):
     )
 
 
+class CrawlConfig(_Settings):
+    """How seed lines (``URL depth=N``) and sitemap URLs of urls.txt expand into pages."""
+
+    max_pages: int = Field(
+        1000,
+        ge=1,
+        description="most pages a pack holds; the crawl adds no page past it (the pages "
+        "urls.txt lists one by one are always kept)",
+    )
+    include: tuple[str, ...] = Field(
+        (),
+        strict=False,
+        description="URL patterns a crawled page must match, shell-style ('*' matches any "
+        "text, '/' included); empty: the seed's host and folder",
+    )
+    exclude: tuple[str, ...] = Field(
+        (),
+        strict=False,
+        description="URL patterns no crawled page may match, e.g. '*/genindex*'",
+    )
+    respect_robots: bool = Field(
+        True, description="obey each host's robots.txt for the pages a crawl discovers"
+    )
+
+
 class QueryConfig(_Settings):
     """How questions are answered (retrieval). ``None`` means: the profile's value."""
 
@@ -110,6 +136,29 @@ class QueryConfig(_Settings):
     few_shot_examples: int | None = Field(
         None, ge=0, description="FewShotManager: examples in a prompt (None: the profile's)"
     )
+    # The graph stages (retrieval.graph); `kpack eval PACK --write-config` calibrates them on
+    # the pack's own questions, and a pack without questions gets these defaults, chosen on the
+    # shared benchmarks.
+    graph_damping: float = Field(
+        0.5,
+        gt=0.0,
+        lt=1.0,
+        description="graph retrieval: personalized PageRank's damping, the chance a walk from "
+        "the question's entities and first-hop hits takes one more step through the graph",
+    )
+    graph_expand: int = Field(
+        3,
+        ge=0,
+        description="graph second hop: how many of the best passages each get a bridge placed "
+        "after them (a passage of another article one entity away); 0: none",
+    )
+    graph_bridge_threshold: float = Field(
+        0.0,
+        ge=0.0,
+        description="graph second hop: the score a bridge needs (similarity to the question "
+        "+ 0.5 x share of the question's missing terms it has + 0.2 if it is the article "
+        "about the bridge entity)",
+    )
     cross_encoder_model: str = Field(
         "cross-encoder/ms-marco-MiniLM-L-12-v2", description="CrossEncoderReranker's model"
     )
@@ -125,6 +174,7 @@ class QueryConfig(_Settings):
     enable_multi_query: bool | None = None
     enable_hybrid: bool | None = None
     enable_quality_filter: bool | None = None
+    enable_graph: bool | None = None
 
     @model_validator(mode="after")
     def _known_profile(self) -> QueryConfig:
@@ -157,6 +207,7 @@ class PackConfig(_Settings):
         description="cron (UTC) on which pack_refresh_schedule rebuilds the pack; '' never",
     )
     fetch: FetchConfig = Field(default_factory=FetchConfig)
+    crawl: CrawlConfig = Field(default_factory=CrawlConfig)
     query: QueryConfig = Field(default_factory=QueryConfig)
 
     @model_validator(mode="after")
@@ -190,11 +241,23 @@ def parse_config(raw: object, where: str = CONFIG_FILE) -> PackConfig:
 
 
 def load_config(folder: Path) -> PackConfig:
-    """The pack's kg_config.json (defaults when there is none)."""
+    """The pack's kg_config.json (defaults when there is none).
+
+    Parsed once per version of the file: every stage of a build asks for the settings, and
+    they are read and validated once (the cache key is the file's identity, size and mtime,
+    so an edit is seen at once).
+    """
     path = folder / CONFIG_FILE
-    if not path.is_file():
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
         return PackConfig()
-    return parse_config(_read_json(path), str(path))
+    return _parsed(str(path), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(path: str, _inode: int, _size: int, _mtime_ns: int) -> PackConfig:
+    return parse_config(_read_json(Path(path)), path)
 
 
 def _read_json(path: Path) -> object:
@@ -250,11 +313,12 @@ def settings_reference() -> str:
     for title, model, prefix in (
         ("Build", PackConfig, ""),
         ("fetch", FetchConfig, "fetch."),
+        ("crawl", CrawlConfig, "crawl."),
         ("query", QueryConfig, "query."),
     ):
         lines += [f"## {title}", "", "| key | default | meaning |", "| --- | --- | --- |"]
         for name, field in model.model_fields.items():
-            if name in ("fetch", "query"):
+            if name in ("fetch", "crawl", "query"):
                 continue
             default = field.get_default(call_default_factory=True)
             meaning = field.description or "on/off override of the profile's stage"

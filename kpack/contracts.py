@@ -18,6 +18,13 @@ I32 = pa.int32()
 F64 = pa.float64()
 EMBEDDING = pa.list_(pa.float32())
 
+# How a page came into the pack (kpack.ingest.crawl), on its fetched_pages row and its Article.
+CRAWL_COLUMNS = (
+    ("seed", STR),  # the urls.txt URL (page, seed or sitemap) the page came from
+    ("expansion_depth", I32),  # link hops from the seed (0: the seed or a sitemap's page)
+    ("expansion_state", STR),  # listed | expanded | discovered | failed
+)
+
 PARQUET_SCHEMAS: dict[str, pa.Schema] = {
     "fetched_pages": pa.schema(
         [
@@ -39,6 +46,7 @@ PARQUET_SCHEMAS: dict[str, pa.Schema] = {
             ("title_hint", STR),
             ("body", STR),  # main content: cleaned HTML, or Markdown/plain text
             ("error", STR),
+            *CRAWL_COLUMNS,
         ]
     ),
     "articles": pa.schema(
@@ -50,6 +58,7 @@ PARQUET_SCHEMAS: dict[str, pa.Schema] = {
             ("word_count", I32),
             ("section_count", I32),
             ("content_hash", STR),
+            *CRAWL_COLUMNS,
         ]
     ),
     "sections": pa.schema(
@@ -112,6 +121,11 @@ PARQUET_SCHEMAS: dict[str, pa.Schema] = {
         ]
     ),
     "embeddings": pa.schema([("content_hash", STR), ("embedding", EMBEDDING)]),
+    # One embedding step's share of the embeddings (kpack.ingest.shards); fresh: encoded by
+    # this build, not reused from the cache.
+    "embedding_shard": pa.schema(
+        [("content_hash", STR), ("embedding", EMBEDDING), ("fresh", pa.bool_())]
+    ),
     "pagerank": pa.schema([("url", STR), ("pagerank", F64), ("pagerank_raw", F64)]),
 }
 
@@ -190,6 +204,8 @@ KUZU_RELS = (
     RelTable(
         "ENTITY_RELATION", "Entity", "Entity", kuzu_columns("relations", "relation", "context")
     ),
+    # The entity-passage graph (kpack.graph): which passage names which entity.
+    RelTable("MENTIONS", "Chunk", "Entity"),
 )
 
 # Index names the query side uses.

@@ -54,6 +54,18 @@ def opened(db_path: Path, read_only: bool = True) -> Iterator[kuzu.Connection]:
         db.close()
 
 
+def graph_counts(conn: kuzu.Connection) -> dict[str, int]:
+    """Rows of every node and relationship table, by table name."""
+    counts = {}
+    for table in KUZU_NODES:
+        counts[table.name] = conn.execute(f"MATCH (n:{table.name}) RETURN count(n)").get_next()[0]
+    for table in KUZU_RELS:
+        counts[table.name] = conn.execute(
+            f"MATCH ()-[r:{table.name}]->() RETURN count(r)"
+        ).get_next()[0]
+    return counts
+
+
 def load_graph(
     db_path: Path, nodes: dict[str, pa.Table], rels: dict[str, pa.Table], dim: int
 ) -> None:

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 EXTRACTION_PROMPT_VERSION = "extract-v1"
+API_KEY_ENV = "ANTHROPIC_API_KEY"
 SYNTHESIS_MODEL = "claude-opus-4-6"
 EXPANSION_MODEL = "claude-haiku-4-5"
 SYNTHESIS_MAX_TOKENS = 1024
@@ -140,7 +141,7 @@ class ClaudeClient:
         self,
         api_key: str | None = None,
         base_url: str | None = None,
-        api_key_env: str = "ANTHROPIC_API_KEY",
+        api_key_env: str = API_KEY_ENV,
         max_retries: int = 2,
         timeout_s: float = 60.0,
         enabled: bool = True,

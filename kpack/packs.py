@@ -11,7 +11,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from kpack import settings
 from kpack.errors import PackError
@@ -61,10 +61,29 @@ def normalize_url(url: str) -> str:
     return urlunsplit((parts.scheme.lower(), netloc, parts.path or "/", parts.query, ""))
 
 
+INDEX_PAGES = ("index.html", "index.htm")
+
+
+def page_key(url: str) -> str:
+    """The identity of a page: URLs with one key are one page. Beyond normalize_url, a web
+    page's trailing slash and final index.html are ignored (``guide/``, ``guide`` and
+    ``guide/index.html`` are one page)."""
+    parts = urlsplit(normalize_url(url))
+    path = parts.path
+    if parts.scheme in ("http", "https"):
+        for index in INDEX_PAGES:
+            path = path.removesuffix(index) if path.endswith("/" + index) else path
+        path = path.rstrip("/")
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+
 @dataclass(frozen=True)
 class Source:
     line_no: int
     url: str
+    # Link hops a crawl follows from this URL (a seed line ``URL depth=N``); None: this page
+    # only. A sitemap URL expands to its pages either way (kpack.ingest.crawl).
+    depth: int | None = None
 
 
 @dataclass(frozen=True)
@@ -77,20 +96,50 @@ class LineProblem:
         return f"urls.txt line {self.line_no}: {self.reason}: {self.line!r}"
 
 
+def read_urls_text(path: Path) -> str:
+    """A urls.txt file as text: UTF-8, a leading byte-order mark dropped. Other bytes are a
+    PackError naming the line, not a traceback."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise PackError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise PackError(
+            f"{path}: line {line} is not UTF-8 text (byte {data[exc.start]:#04x}); "
+            "save the file as UTF-8"
+        ) from None
+
+
+def read_urls(folder: Path) -> tuple[list[Source], list[LineProblem]]:
+    """The sources of a pack folder's urls.txt (see parse_urls)."""
+    return parse_urls(read_urls_text(folder / "urls.txt"), folder)
+
+
 def parse_urls(text: str, base_dir: Path) -> tuple[list[Source], list[LineProblem]]:
     """Parse urls.txt: one URL a line, '#' comments. Bad lines are reported, never fatal.
 
     ``file:relative/path`` is resolved against ``base_dir`` (the pack folder) so a pack that
-    ships with a project works wherever the project is checked out.
+    ships with a project works wherever the project is checked out. A file: path is a URL
+    path: a space is written %20 (``file:docs/my%20notes.md``) and a percent sign %25.
+
+    A line is one page, unless it is a seed: ``https://docs.example.com/guide/ depth=2``
+    crawls the in-content links of the page, two hops deep, within its scope (see
+    kpack.ingest.crawl, which also expands sitemap URLs).
     """
     sources: list[Source] = []
     problems: list[LineProblem] = []
     seen: dict[str, int] = {}
-    for line_no, raw in enumerate(text.splitlines(), start=1):
+    for line_no, raw in enumerate(text.removeprefix("\ufeff").splitlines(), start=1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        url, reason = resolve_url(line, base_dir)
+        target, *options = line.split()
+        depth, reason = seed_depth(options)
+        if reason is None:
+            url, reason = resolve_url(target, base_dir)
         if reason:
             problems.append(LineProblem(line_no, line, reason))
             continue
@@ -99,14 +148,34 @@ def parse_urls(text: str, base_dir: Path) -> tuple[list[Source], list[LineProble
             problems.append(LineProblem(line_no, line, f"duplicate of line {seen[key]}"))
             continue
         seen[key] = line_no
-        sources.append(Source(line_no, url))
+        sources.append(Source(line_no, url, depth))
     return sources, problems
+
+
+MAX_SEED_DEPTH = 20
+ONE_URL = "a line holds one URL and no spaces (write a space in a path as %20)"
+
+
+def seed_depth(options: list[str]) -> tuple[int | None, str | None]:
+    """The crawl depth the words after a line's URL ask for (``depth=N``), or the reason they
+    are invalid. No words: None, a page line."""
+    depth: int | None = None
+    for option in options:
+        key, equals, value = option.partition("=")
+        if not equals:
+            return None, ONE_URL
+        if key != "depth":
+            return None, f"unknown option {key!r} (a seed line is 'URL depth=N')"
+        if not value.isdigit() or int(value) > MAX_SEED_DEPTH:
+            return None, f"depth must be a whole number from 0 to {MAX_SEED_DEPTH}, got {value!r}"
+        depth = int(value)
+    return depth, None
 
 
 def resolve_url(line: str, base_dir: Path) -> tuple[str, str | None]:
     """The URL a urls.txt line names (file: paths made absolute), or the reason it is invalid."""
     if any(ch.isspace() for ch in line):
-        return line, "a line holds one URL and no spaces"
+        return line, ONE_URL
     try:
         parts = urlsplit(line)
         parts.port  # noqa: B018 (raises ValueError for a port that is not a number)
@@ -120,7 +189,7 @@ def resolve_url(line: str, base_dir: Path) -> tuple[str, str | None]:
     if scheme == "file":
         if parts.netloc not in ("", "localhost"):
             return line, "file URLs must not name a host"
-        path = Path(parts.path)
+        path = Path(unquote(parts.path))
         if not path.is_absolute():
             path = (base_dir / path).resolve()
         return path.as_uri(), None

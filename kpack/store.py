@@ -53,7 +53,7 @@ from kpack.packs import (
     Source,
     current_version,
     pack_dir,
-    parse_urls,
+    read_urls,
     versions_dir,
 )
 
@@ -89,7 +89,7 @@ class PackStoreOps:
 
     def sources(self, pack: str) -> tuple[list[Source], list[LineProblem]]:
         folder = self.folder(pack)
-        return parse_urls((folder / "urls.txt").read_text(), folder)
+        return read_urls(folder)
 
     def file_roots(self, pack: str) -> list[Path]:
         folder = self.folder(pack)

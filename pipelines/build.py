@@ -10,6 +10,7 @@ tags the run with it and records it for ``kpack status``.
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,11 +20,12 @@ from dagster import DagsterInstance
 from assets.partitions import packs_partitions
 from kpack import settings
 from kpack.config import load_config
-from kpack.packs import PackError, pack_dir, parse_urls, read_manifest
-from kpack.store import build_lock
+from kpack.packs import PackError, pack_dir, read_manifest, read_urls
+from kpack.store import PackStore, build_lock
 from pipelines.definitions import make_definitions
 from pipelines.jobs import JOB_NAME
 from pipelines.outcomes import fail_abandoned_runs, record_outcome
+from resources.pack_store import PARTITION_TAG
 
 BUILD_TAG = "kpack/build_id"
 
@@ -55,15 +57,20 @@ def build_pack(
     log_level: str = "INFO",
     resource_overrides: dict | None = None,
     force: bool = False,
+    executor: dict | None = None,
 ) -> BuildResult:
     """Materialize every stage for one pack. Raises PackError only when nothing can be built.
 
     ``force`` publishes a new version even when nothing changed since the current one.
+    ``executor``: None runs every step in this process; dagster-celery's executor config
+    (``{"broker": "redis://...", "backend": "redis://..."}``) runs each step on Celery workers,
+    which read KPACK_PACKS_DIR and KPACK_STORAGE themselves (``storage`` and
+    ``resource_overrides`` apply to in-process builds only; see pipelines.executors).
     """
     quiet_env()
     packs_dir = packs_dir or settings.packs_dir()
     folder = pack_dir(pack, packs_dir)
-    sources, problems = parse_urls((folder / "urls.txt").read_text(), folder)
+    sources, problems = read_urls(folder)
     if not sources:
         detail = "; ".join(str(p) for p in problems) or "the file is empty"
         raise PackError(f"pack {pack!r} has no valid URL in urls.txt ({detail})")
@@ -79,16 +86,27 @@ def build_pack(
     ).resolve_job_def(JOB_NAME)
     with build_lock(folder):
         fail_abandoned_runs(instance, pack)
-        result = job.execute_in_process(
-            partition_key=pack,
-            instance=instance,
-            tags={BUILD_TAG: build_id},
-            run_config={
-                "loggers": {"console": {"config": {"log_level": log_level}}},
-                "ops": {"pack_graph": {"config": {"force_publish": force}}},
-            },
-            raise_on_error=False,
-        )
+        run_config = {
+            "loggers": {"console": {"config": {"log_level": log_level}}},
+            "ops": {"pack_graph": {"config": {"force_publish": force}}},
+        }
+        if executor is None:
+            result = job.execute_in_process(
+                partition_key=pack,
+                instance=instance,
+                tags={BUILD_TAG: build_id},
+                run_config=run_config,
+                raise_on_error=False,
+            )
+        else:
+            # Opt-in: every step a Celery task (pipelines.executors, docs/deployment.md).
+            from pipelines.executors import execute_distributed
+
+            result = execute_distributed(
+                instance, executor, run_config, {BUILD_TAG: build_id, PARTITION_TAG: pack}
+            )
+            # The launcher held the lock for the run, so it also drops an unpublished staging.
+            shutil.rmtree(PackStore(packs_dir).staging(pack, result.run_id), ignore_errors=True)
         summary = record_outcome(instance, instance.get_run_by_id(result.run_id), packs_dir)
     stage_metadata = {
         event.asset_key.path[-1]: {

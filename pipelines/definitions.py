@@ -1,5 +1,6 @@
 """The code location `dagster dev` (workspace.yaml) and `kpack build` load."""
 
+import os
 from pathlib import Path
 
 from dagster import Definitions, load_asset_checks_from_modules, load_assets_from_modules
@@ -13,7 +14,7 @@ from pipelines.schedules import pack_refresh_schedule
 from pipelines.sensors import pack_sources_sensor
 from resources.embedder import EmbedderResource
 from resources.fetcher import FetcherResource
-from resources.llm import ClaudeResource
+from resources.llm import claude_resource
 from resources.pack_store import PackStore
 from resources.storage import (
     ContentCacheResource,
@@ -34,7 +35,7 @@ def make_resources(packs_dir: Path, storage: str) -> dict:
         "pack_store": PackStore(packs_dir=str(packs_dir)),
         "fetcher": FetcherResource(),
         "embedder": EmbedderResource(),
-        "claude": ClaudeResource(),
+        "claude": claude_resource(dict(os.environ)),
     }
 
 

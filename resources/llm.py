@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from dagster import ConfigurableResource, InitResourceContext
+from dagster import ConfigurableResource, EnvVar, InitResourceContext
 from pydantic import PrivateAttr
 
-from kpack.llm import ClaudeClient, ExtractionFailed, Usage
+from kpack.llm import API_KEY_ENV, ClaudeClient, Usage
 
 
 class ClaudeResource(ConfigurableResource):
-    """The API key is read from ``api_key_env`` at execution time, never from run config."""
+    """Claude for extraction. ``api_key`` is bound to ``EnvVar("ANTHROPIC_API_KEY")`` in the
+    code location (see :func:`claude_resource`), so the UI and run config show the variable's
+    name, never the secret; unset, the client falls back to the environment at execution."""
 
-    api_key_env: str = "ANTHROPIC_API_KEY"
+    api_key: str | None = None
     base_url: str | None = None
     max_retries: int = 3
     timeout_s: float = 60.0
@@ -20,9 +22,12 @@ class ClaudeResource(ConfigurableResource):
     _client: ClaudeClient | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
-        self._client = ClaudeClient(
+        self._client = self._make_client()
+
+    def _make_client(self) -> ClaudeClient:
+        return ClaudeClient(
+            api_key=self.api_key,
             base_url=self.base_url,
-            api_key_env=self.api_key_env,
             max_retries=self.max_retries,
             timeout_s=self.timeout_s,
         )
@@ -30,9 +35,7 @@ class ClaudeResource(ConfigurableResource):
     @property
     def client(self) -> ClaudeClient:
         if self._client is None:  # used outside a Dagster run (tests, scripts)
-            self._client = ClaudeClient(
-                base_url=self.base_url, api_key_env=self.api_key_env, max_retries=self.max_retries
-            )
+            self._client = self._make_client()
         return self._client
 
     @property
@@ -46,4 +49,12 @@ class ClaudeResource(ConfigurableResource):
         return self.client.extract(model, title, text, self.max_tokens)
 
 
-__all__ = ["ClaudeResource", "ExtractionFailed", "Usage"]
+def claude_resource(environ: dict[str, str]) -> ClaudeResource:
+    """The deployment's Claude resource: the key through EnvVar when the variable is set.
+
+    Without it (offline builds) nothing is bound: an EnvVar of an unset variable is a
+    configuration error in Dagster, and a pack without a key builds with the offline extractor.
+    """
+    if environ.get(API_KEY_ENV):
+        return ClaudeResource(api_key=EnvVar(API_KEY_ENV))
+    return ClaudeResource()

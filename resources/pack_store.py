@@ -30,6 +30,9 @@ from kpack.store import PackStoreOps
 
 PARTITION_TAG = "dagster/partition"
 PROCESS_TAG = "kpack/build_process"  # host:pid:start time of the process holding the lock
+# A run whose steps execute on workers (pipelines.executors): its launcher holds the lock for
+# the whole run and removes its staging folder, so no step does either.
+DISTRIBUTED_TAG = "kpack/distributed"
 # Steps that only read the published pack: a run of nothing else builds nothing and takes no lock.
 READ_ONLY_STEPS = ("eval_results",)
 
@@ -43,7 +46,7 @@ class PackStore(ConfigurableResource, PackStoreOps):
     def setup_for_execution(self, context: InitResourceContext) -> None:
         run = context.dagster_run
         pack = run.tags.get(PARTITION_TAG) if run else None
-        if pack is None or not builds(run.step_keys_to_execute):
+        if pack is None or DISTRIBUTED_TAG in run.tags or not builds(run.step_keys_to_execute):
             return
         self.begin_build(pack)  # raises "already being built" when another process holds it
         self._building = pack

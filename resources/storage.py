@@ -1,50 +1,83 @@
 """Shareable storage for intermediates: a partitioned Parquet IO manager and a content cache.
 
-Both take a base location that is a local folder or any URI pyarrow's filesystems accept
-(``s3://bucket/prefix``, ``gs://...``), so moving the intermediates off one machine is a
-configuration change. Writes go to a temporary name first and are moved into place, so a killed
-step never leaves a truncated Parquet file behind.
+Both sit on one base location (KPACK_STORAGE, see kpack.remote): a local folder, or
+``s3://bucket/prefix`` (any universal_pathlib URL), so moving the intermediates off one machine
+is a configuration change. The IO manager is Dagster's UPathIOManager, so every step of a run,
+wherever it executes (another process, a Celery worker, a Kubernetes pod), reads and writes the
+same files. A write is whole or absent: locally a temporary name renamed into place, on an
+object store one upload (kpack.remote.write_atomically), so a killed step never leaves a
+truncated Parquet file behind. A file damaged anyway (a full disk, a copy
+cut short, bytes overwritten) is a cache miss where the file is a cache (previous fetch,
+embeddings, extractions): it is recomputed, and the build goes on.
 """
 
 from __future__ import annotations
 
-import uuid
-from pathlib import Path
+import logging
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from dagster import ConfigurableIOManager, ConfigurableResource, InputContext, OutputContext
+from dagster import (
+    ConfigurableIOManagerFactory,
+    ConfigurableResource,
+    InitResourceContext,
+    InputContext,
+    OutputContext,
+    UPathIOManager,
+)
+from upath import UPath
 
 from kpack import contracts
+from kpack.remote import storage_path, write_atomically
+
+log = logging.getLogger(__name__)
+
+
+class DamagedFile(Exception):
+    """A Parquet file that exists but cannot be read."""
 
 
 class ParquetStore:
     """Reads and writes Parquet files under one base location, local or remote."""
 
-    def __init__(self, base: str):
-        if "://" not in base:
-            base = str(Path(base).resolve())
-        self.fs, self.root = pafs.FileSystem.from_uri(base)
+    def __init__(self, base: str | UPath):
+        self.root = base if isinstance(base, UPath) else storage_path(base)
 
-    def path(self, *parts: str) -> str:
-        return "/".join([self.root.rstrip("/"), *parts])
-
-    def exists(self, *parts: str) -> bool:
-        return self.fs.get_file_info(self.path(*parts)).type == pafs.FileType.File
+    def path(self, *parts: str) -> UPath:
+        return self.root.joinpath(*parts)
 
     def read(self, *parts: str) -> pa.Table | None:
-        if not self.exists(*parts):
+        """The table, or None when there is no file; DamagedFile when it cannot be read."""
+        return read_parquet(self.path(*parts))
+
+    def read_cache(self, *parts: str) -> pa.Table | None:
+        """Like read, but a damaged file is a miss (logged): what it held is recomputed and
+        written over it."""
+        try:
+            return self.read(*parts)
+        except DamagedFile as exc:
+            log.warning("%s; treating it as a cache miss", exc)
             return None
-        return pq.read_table(self.path(*parts), filesystem=self.fs)
 
     def write(self, table: pa.Table, *parts: str) -> str:
-        final = self.path(*parts)
-        self.fs.create_dir(final.rsplit("/", 1)[0], recursive=True)
-        temp = f"{final}.tmp-{uuid.uuid4().hex}"
-        pq.write_table(table, temp, filesystem=self.fs, compression="zstd")
-        self.fs.move(temp, final)
-        return final
+        path = self.path(*parts)
+        write_parquet(table, path)
+        return str(path)
+
+
+def read_parquet(path: UPath) -> pa.Table | None:
+    """The table at ``path``, or None when there is no file; DamagedFile when it cannot be read."""
+    try:
+        with path.open("rb") as handle:
+            return pq.read_table(handle)
+    except FileNotFoundError:
+        return None
+    except (pa.ArrowException, OSError) as exc:
+        raise DamagedFile(f"{path} is damaged ({str(exc)[:200]})") from None
+
+
+def write_parquet(table: pa.Table, path: UPath) -> None:
+    write_atomically(path, lambda handle: pq.write_table(table, handle, compression="zstd"))
 
 
 def partition_parts(asset: str, partition: str | None) -> tuple[str, str]:
@@ -52,39 +85,47 @@ def partition_parts(asset: str, partition: str | None) -> tuple[str, str]:
     return asset, f"{partition or 'all'}.parquet"
 
 
-class PartitionedParquetIOManager(ConfigurableIOManager):
-    """Stores each asset partition at ``<base_path>/<asset>/<partition>.parquet``.
+class ParquetUPathIOManager(UPathIOManager):
+    """Each asset partition at ``<base>/<asset>/<partition>.parquet`` (UPathIOManager's layout).
 
     Outputs are conformed to the asset's declared schema (kpack.contracts) on the way in, so a
     contract violation fails the step that produced it, not the one that reads it.
     """
 
-    base_path: str
+    extension = ".parquet"  # partitions are pack names: never a path separator or ".."
 
-    def _store(self) -> ParquetStore:
-        return ParquetStore(self.base_path)
+    def make_directory(self, path: UPath) -> None:
+        # write_atomically makes local folders; an object store has none to make.
+        pass
 
-    @staticmethod
-    def _parts(context: OutputContext | InputContext) -> tuple[str, ...]:
-        name = context.asset_key.path[-1]
-        partition = context.asset_partition_key if context.has_asset_partitions else None
-        return partition_parts(name, partition)
+    def dump_to_path(self, context: OutputContext, obj: pa.Table | list[dict], path: UPath):
+        # An asset declares its contract by name, or in its metadata when several assets
+        # share one (the embedding shards).
+        contract = (context.definition_metadata or {}).get("contract", context.asset_key.path[-1])
+        table = contracts.conform(contract, obj)
+        write_parquet(table, path)
+        context.add_output_metadata({"rows": table.num_rows})
 
-    def handle_output(self, context: OutputContext, obj: pa.Table | list[dict]) -> None:
-        name, file = self._parts(context)
-        table = contracts.conform(name, obj)
-        path = self._store().write(table, name, file)
-        context.add_output_metadata({"rows": table.num_rows, "path": path})
-
-    def load_input(self, context: InputContext) -> pa.Table:
-        parts = self._parts(context)
-        table = self._store().read(*parts)
+    def load_from_path(self, context: InputContext, path: UPath) -> pa.Table:
+        try:
+            table = read_parquet(path)
+        except DamagedFile as exc:
+            raise DamagedFile(f"{exc}: build the pack again to recompute it") from None
         if table is None:
+            asset = context.asset_key.path[-1]
             raise FileNotFoundError(
-                f"{'/'.join(parts)} is not in {self.base_path}: materialize "
-                f"{parts[0]} for this pack first"
+                f"{path} does not exist: materialize {asset} for this pack first"
             )
         return table
+
+
+class PartitionedParquetIOManager(ConfigurableIOManagerFactory):
+    """The IO manager of every build stage, on ``base_path`` (a folder or s3://bucket/prefix)."""
+
+    base_path: str
+
+    def create_io_manager(self, context: InitResourceContext) -> ParquetUPathIOManager:
+        return ParquetUPathIOManager(storage_path(self.base_path))
 
 
 class IntermediatesResource(ConfigurableResource):
@@ -98,8 +139,9 @@ class IntermediatesResource(ConfigurableResource):
     base_path: str
 
     def previous(self, asset: str, partition: str) -> pa.Table | None:
-        """The table as last materialized, or None if this partition never was."""
-        return ParquetStore(self.base_path).read(*partition_parts(asset, partition))
+        """The table as last materialized, or None if this partition never was (or its file is
+        damaged)."""
+        return ParquetStore(self.base_path).read_cache(*partition_parts(asset, partition))
 
 
 class ContentCacheResource(ConfigurableResource):
@@ -119,8 +161,13 @@ class ContentCacheResource(ConfigurableResource):
         safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in namespace)
         return "_cache", safe, f"{pack}.parquet"
 
-    def load(self, namespace: str, pack: str) -> pa.Table | None:
-        return self._store().read(*self._parts(namespace, pack))
+    def load(self, namespace: str, pack: str, columns: tuple[str, ...]) -> pa.Table | None:
+        """The cached table, or None when there is none, its file is damaged or it lacks one
+        of ``columns`` (written by an older version)."""
+        table = self._store().read_cache(*self._parts(namespace, pack))
+        if table is None or not set(columns) <= set(table.column_names):
+            return None
+        return table
 
     def save(self, namespace: str, pack: str, table: pa.Table) -> None:
         self._store().write(table, *self._parts(namespace, pack))

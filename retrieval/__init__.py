@@ -1,33 +1,59 @@
 """Answering questions from a built pack.
 
-import retrieval
-retrieval.query("demo", "How is a pack published?")          # answer, sources, citations...
-retrieval.search("demo", "How is a pack published?", k=5)     # ranked passages only
-retrieval.context_pack("demo", "How is a pack published?")    # related articles, with why
+    import retrieval
+    retrieval.query("demo", "How is a pack published?")          # answer, sources, citations...
+    retrieval.search("demo", "How is a pack published?", k=5)     # ranked passages only
+    retrieval.context_pack("demo", "How is a pack published?")    # related articles, with why
+
+Results are the seed's dict (and list of dicts) that also render in Jupyter and turn into
+DataFrames (``result.to_frame()``). Importing this package is cheap: the database, the
+embedding model and pandas are loaded when first needed.
 """
 
 from __future__ import annotations
 
+import os
+import threading
+from collections import OrderedDict
 from pathlib import Path
 
-from retrieval.agent import PROFILES, KnowledgeGraphAgent
-from retrieval.pack import PackNotReady, open_pack
+from kpack.errors import PackNotReady
+from retrieval.agent import KnowledgeGraphAgent
+from retrieval.profiles import PROFILES
+from retrieval.reader import PackReader, close_all, open_pack, reading, resolve_folder
 from retrieval.related_articles import context_pack as related_articles
+from retrieval.results import QueryResult, SearchResults
 
-_agents: dict[tuple, KnowledgeGraphAgent] = {}
+MAX_CACHED_AGENTS = 32
+_agents: OrderedDict[tuple, KnowledgeGraphAgent] = OrderedDict()
+_agents_lock = threading.Lock()
 
 
 def agent(
-    pack: str | Path, profile: str | None = None, use_llm: bool = True, **options
+    pack: str | Path, profile: str | None = None, use_llm: bool = True, **options: object
 ) -> KnowledgeGraphAgent:
-    """A cached agent per pack version and settings: the second query pays no start-up."""
-    opened = open_pack(pack)
-    key = (str(opened.version_dir), profile, use_llm, tuple(sorted(options.items())))
-    if key not in _agents:
-        _agents[key] = KnowledgeGraphAgent(
-            opened.folder, profile=profile, use_llm=use_llm, **options
-        )
-    return _agents[key]
+    """A cached agent per pack and settings (it follows the pack's current version), so the
+    second query pays no start-up. The API key is part of the key: a new key, a new client."""
+    folder = resolve_folder(pack)
+    key = (
+        folder,
+        profile,
+        use_llm,
+        os.environ.get("ANTHROPIC_API_KEY") if use_llm else None,
+        os.environ.get("ANTHROPIC_BASE_URL"),
+        tuple(sorted(options.items())),
+    )
+    with _agents_lock:
+        cached = _agents.get(key)
+        if cached is not None:
+            _agents.move_to_end(key)
+            return cached
+    made = KnowledgeGraphAgent(folder, profile=profile, use_llm=use_llm, **options)
+    with _agents_lock:
+        _agents[key] = made
+        while len(_agents) > MAX_CACHED_AGENTS:
+            _agents.popitem(last=False)
+    return made
 
 
 def query(
@@ -36,29 +62,35 @@ def query(
     profile: str | None = None,
     use_llm: bool = True,
     max_results: int = 5,
-    **options,
-) -> dict:
+    **options: object,
+) -> QueryResult:
     return agent(pack, profile, use_llm, **options).query(question, max_results=max_results)
 
 
 def search(
-    pack: str | Path, question: str, k: int = 5, profile: str | None = None, **options
-) -> list[dict]:
+    pack: str | Path, question: str, k: int = 5, profile: str | None = None, **options: object
+) -> SearchResults:
     return agent(pack, profile, use_llm=False, **options).search(question, k=k)
 
 
 def context_pack(pack: str | Path, seed: str, limit: int = 5) -> list[dict]:
     """Related articles for a question, a URL of the pack or an article title, with why."""
-    return related_articles(open_pack(pack), seed, limit)
+    with reading(pack) as reader:
+        return related_articles(reader, seed, limit)
 
 
 __all__ = [
     "PROFILES",
     "KnowledgeGraphAgent",
     "PackNotReady",
+    "PackReader",
+    "QueryResult",
+    "SearchResults",
     "agent",
+    "close_all",
     "context_pack",
     "open_pack",
     "query",
+    "reading",
     "search",
 ]

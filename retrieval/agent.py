@@ -1,110 +1,28 @@
-"""KnowledgeGraphAgent: the query pipeline of seeds 000-004 over a published pack.
+"""KnowledgeGraphAgent: the seed's public facade over a pack, running a profile's stages.
 
-    question -> [multi-query] -> vector (+BM25) search -> dedupe -> confidence gate
-             -> [cross-encoder] -> [GraphReranker] -> [MultiDocSynthesizer] -> quality filter
-             -> [few-shot] -> synthesis (Claude, or extractive without a key)
+    agent = KnowledgeGraphAgent("packs/demo/pack.db", profile="balanced")
+    agent.query("How is a pack built?")   # the seed's dict, plus citations, timings_ms, trace
+    agent.search("How is a pack built?")  # ranked passages, no gate and no answer
 
-Every stage is timed and every candidate keeps the scores each stage gave it (``trace``).
+The agent holds no pipeline logic: it resolves the profile and settings against the pack
+version it reads (retrieval.profiles.plan) and runs the stages over a Query
+(retrieval.query). An agent made from a pack name or folder reads the pack's current version
+at every call, so it answers from a newly published version without being rebuilt; one made
+from a PackReader stays on that version.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
+from kpack.llm import ClaudeClient, LLMError
+from retrieval.profiles import Plan, plan
+from retrieval.query import Query, check_k, clean_question, run
+from retrieval.reader import PackReader, reading, resolve_folder
+from retrieval.results import QueryResult, SearchResults, query_result, search_results
+from retrieval.synthesis import answer_without_pack, api_failure_note
 
-from kpack.config import load_config
-from kpack.contracts import VECTOR_INDEXES
-from kpack.embedding import model_label
-from kpack.llm import EXPANSION_MODEL, SYNTHESIS_MODEL, ClaudeClient
-from kpack.packs import PackError
-from retrieval.candidates import Candidate, bm25_search, deduplicate, fuse, vector_search
-from retrieval.fewshot import FewShotManager
-from retrieval.multidoc import ContextSection, MultiDocSynthesizer
-from retrieval.pack import OpenPack, open_pack
-from retrieval.quality import QUALITY_THRESHOLD, quality_score
-from retrieval.rerank import CrossEncoderReranker, GraphReranker
-from retrieval.synthesis import (
-    NO_CONTEXT_ANSWER,
-    alternative_phrasings,
-    extractive_answer,
-    synthesize,
-    synthesize_minimal,
-)
-
-MAX_QUESTION_CHARS = 8000
-# What the response's cypher_query reports: the vector queries every question runs.
-VECTOR_CYPHER_SUMMARY = "; ".join(
-    f"CALL QUERY_VECTOR_INDEX('{label}', '{index}', $v, $k)"
-    for label, index in VECTOR_INDEXES.items()
-)
-TOGGLES = (
-    "use_enhancements",
-    "enable_reranker",
-    "enable_multidoc",
-    "enable_fewshot",
-    "enable_cross_encoder",
-    "enable_multi_query",
-    "enable_hybrid",
-    "enable_quality_filter",
-)
-PROFILES: dict[str, dict[str, bool]] = {
-    "baseline": dict.fromkeys(TOGGLES, False) | {"enable_hybrid": True},
-    "balanced": dict.fromkeys(TOGGLES, True)
-    | {"enable_cross_encoder": False, "enable_multi_query": False},
-    "max": dict.fromkeys(TOGGLES, True),
-}
-PROFILE_ALIASES = {"maximum": "max", "max_quality": "max", "default": "balanced"}
-SETTINGS = {  # kg_config.json "query" keys besides the toggles, with their defaults
-    "profile": "balanced",
-    "context_confidence_threshold": None,  # None: the class constant
-    "reranker_alpha": 0.7,
-    "reranker_beta": 0.3,
-    "num_docs": 5,
-    "sections_per_doc": 3,
-    "few_shot_examples": 3,
-    "cross_encoder_model": "cross-encoder/ms-marco-MiniLM-L-12-v2",
-    "synthesis_model": SYNTHESIS_MODEL,
-    "expansion_model": EXPANSION_MODEL,
-}
-
-
-def clean_question(question: object) -> str:
-    if not isinstance(question, str) or not question.strip():
-        raise PackError("the question is empty")
-    if len(question) > MAX_QUESTION_CHARS:
-        raise PackError(
-            f"the question is {len(question):,} characters long; the limit is {MAX_QUESTION_CHARS:,}"
-        )
-    return " ".join(question.split())
-
-
-def query_config(pack: OpenPack) -> dict:
-    config = load_config(pack.folder)
-    configured = model_label(config.embedding_model)
-    if configured != pack.model_name:
-        raise PackError(
-            f"pack {pack.name!r} was built with {pack.model_name} but kg_config.json names "
-            f"{configured}: rebuild the pack (kpack build {pack.name}) or restore the setting"
-        )
-    return config.query.model_dump(exclude_none=True, exclude_unset=True)
-
-
-class Stopwatch:
-    def __init__(self) -> None:
-        self.timings: dict[str, float] = {}
-        self.started = time.perf_counter()
-        self._last = self.started
-
-    def lap(self, stage: str) -> None:
-        now = time.perf_counter()
-        self.timings[stage] = round(self.timings.get(stage, 0.0) + (now - self._last) * 1000, 3)
-        self._last = now
-
-    def total(self) -> dict[str, float]:
-        return {**self.timings, "total": round((time.perf_counter() - self.started) * 1000, 3)}
+SEARCH_PHASES = ("retrieve", "rank")
 
 
 class KnowledgeGraphAgent:
@@ -114,266 +32,96 @@ class KnowledgeGraphAgent:
 
     def __init__(
         self,
-        db_path: str | Path,
+        db_path: str | Path | PackReader,
         anthropic_api_key: str | None = None,
         profile: str | None = None,
         use_llm: bool = True,
         anthropic_base_url: str | None = None,
-        **options,
-    ):
-        self.pack = open_pack(db_path)
-        config = query_config(self.pack)
-        name = PROFILE_ALIASES.get(
-            profile or config.get("profile", "balanced"),
-            profile or config.get("profile", "balanced"),
+        **options: object,
+    ) -> None:
+        self.source: Path | PackReader = (
+            db_path if isinstance(db_path, PackReader) else resolve_folder(db_path)
         )
-        if name not in PROFILES:
-            raise PackError(f"unknown profile {name!r} (use {', '.join(PROFILES)})")
-        unknown = sorted(set(options) - set(SETTINGS) - set(TOGGLES))
-        if unknown:
-            raise PackError(f"unknown options {unknown}")
-        self.profile = name
-        self.settings = {**SETTINGS, **PROFILES[name], **config, **options}
-        if self.settings["context_confidence_threshold"] is None:
-            self.settings["context_confidence_threshold"] = type(self).CONTEXT_CONFIDENCE_THRESHOLD
+        self.requested_profile = profile
+        self.options = options
         self.llm = ClaudeClient(anthropic_api_key, anthropic_base_url, enabled=use_llm)
-        self.reranker = GraphReranker(
-            self.settings["reranker_alpha"], self.settings["reranker_beta"]
+        self._plans: tuple[PackReader, Plan] | None = None
+        with reading(self.source) as reader:  # a bad profile, option or pack fails here
+            self._plan(reader)
+
+    def _plan(self, reader: PackReader) -> Plan:
+        """The plan for this reader's version (kept until the agent reads another version)."""
+        cached = self._plans
+        if cached is None or cached[0] is not reader:
+            threshold = type(self).CONTEXT_CONFIDENCE_THRESHOLD
+            cached = (
+                reader,
+                plan(reader.config.query, self.requested_profile, self.options, threshold),
+            )
+            self._plans = cached
+        return cached[1]
+
+    @property
+    def settings(self) -> dict:
+        """The query settings in force for the version last read, with the profile name."""
+        assert self._plans is not None
+        return self._plans[1].settings.model_dump()
+
+    @property
+    def profile(self) -> str:
+        assert self._plans is not None
+        return self._plans[1].profile.name
+
+    @property
+    def stages(self) -> list[str]:
+        """The names of the stages a query runs, in order."""
+        assert self._plans is not None
+        return [stage.name for stage in self._plans[1].stages]
+
+    def _new_query(self, reader: PackReader, question: str, k: int, **extra: object) -> Query:
+        active = self._plan(reader)
+        return Query(
+            text=clean_question(question),
+            k=check_k(k),
+            reader=reader,
+            settings=active.settings,
+            llm=self.llm,
+            depth=check_k(k) * active.depth_factor,
+            **extra,  # type: ignore[arg-type]
         )
-        self.multidoc = MultiDocSynthesizer(
-            self.settings["num_docs"], self.settings["sections_per_doc"]
-        )
-        self.few_shot = FewShotManager(self.pack, self.settings["few_shot_examples"])
-        self.cross_encoder = CrossEncoderReranker(self.settings["cross_encoder_model"])
 
-    def on(self, toggle: str) -> bool:
-        enhanced = self.settings["use_enhancements"] or toggle in (
-            "enable_hybrid",
-            "use_enhancements",
-        )
-        return bool(self.settings[toggle]) and enhanced
-
-    # -- retrieval -------------------------------------------------------------------------
-
-    def retrieve(
-        self, question: str, k: int, clock: Stopwatch, trace: dict
-    ) -> tuple[list[Candidate], np.ndarray, float | None]:
-        """Ranked passages, the question's vector, and the best cosine similarity seen."""
-        queries = [question]
-        if self.on("enable_multi_query"):
-            if self.llm.available:
-                queries += alternative_phrasings(
-                    self.llm, self.settings["expansion_model"], question
-                )
-            trace["queries"] = queries
-            clock.lap("multi_query")
-        vectors = self.pack.embed(queries)
-        clock.lap("embed")
-        depth = k * 2 if self.on("enable_cross_encoder") else k
-        rankings: list[list[Candidate]] = []
-        for text, vector in zip(queries, vectors, strict=True):
-            rankings.append(vector_search(self.pack, text, vector, depth))
-            clock.lap("vector_search")
-            if self.on("enable_hybrid"):
-                rankings.append(bm25_search(self.pack, text, depth))
-                clock.lap("bm25_search")
-        if self.on("enable_hybrid"):
-            candidates = fuse(*rankings)
-            self._fill_similarities(candidates, vectors[0])
-            top = max((c.rrf or 0.0 for c in candidates), default=0.0) or 1.0
-            for candidate in candidates:
-                candidate.fused = (candidate.rrf or 0.0) / top
-        else:
-            candidates = deduplicate([c for ranking in rankings for c in ranking])
-        clock.lap("dedupe")
-        max_similarity = max(
-            (c.similarity for c in candidates if c.similarity is not None), default=None
-        )
-        return candidates, vectors[0], max_similarity
-
-    def _fill_similarities(self, candidates: list[Candidate], vector: np.ndarray) -> None:
-        """BM25-only hits have no cosine similarity yet; the gate and reranker need one."""
-        for candidate in candidates:
-            if candidate.similarity is None:
-                row = self.pack.chunk_row.get(candidate.passage_id)
-                candidate.similarity = (
-                    float(self.pack.chunk_vectors[row] @ vector) if row is not None else 0.0
-                )
-
-    def rank(
-        self, question: str, candidates: list[Candidate], k: int, clock: Stopwatch, trace: dict
-    ) -> list[Candidate]:
-        if self.on("enable_cross_encoder"):
-            try:
-                candidates = self.cross_encoder.rerank(question, candidates, k)
-            except (OSError, ValueError) as exc:
-                trace["cross_encoder_error"] = f"{self.cross_encoder.model_name}: {exc}"[:300]
-            clock.lap("cross_encoder")
-        if self.on("enable_reranker"):
-            candidates = self.reranker.rerank(candidates)
-            clock.lap("graph_rerank")
-        return candidates[:k]
-
-    def search(self, question: str, k: int = 5) -> list[dict]:
-        question = clean_question(question)
-        clock, trace = Stopwatch(), {}
-        candidates, _, _ = self.retrieve(question, k, clock, trace)
-        ranked = self.rank(question, candidates, k, clock, trace)
-        return [
-            {
-                "title": c.title,
-                "url": c.article_url,
-                "heading": c.heading,
-                "text": c.text,
-                "score": c.combined if c.combined is not None else (c.rrf or c.similarity),
-                **{
-                    f: getattr(c, f)
-                    for f in (
-                        "similarity",
-                        "bm25",
-                        "rrf",
-                        "pagerank",
-                        "cross_encoder",
-                        "passage_id",
-                    )
-                },
-            }
-            for c in ranked
-        ]
-
-    # -- answering -------------------------------------------------------------------------
-
-    def query(
-        self,
-        question: str,
-        max_results: int = 5,
-        exclude_examples: Callable[[dict], bool] | None = None,
-    ) -> dict:
-        question = clean_question(question)
+    def query(self, question: str, max_results: int = 5, exclude_examples=None) -> QueryResult:
+        """Answer with citations; ``exclude_examples(example) -> True`` withholds a few-shot
+        example (the evaluation's hold-out)."""
         usage_before = self.llm.usage.as_dict()
-        clock, trace = (
-            Stopwatch(),
-            {"profile": self.profile, "threshold": self.settings["context_confidence_threshold"]},
-        )
-        candidates, vector, max_similarity = self.retrieve(question, max_results, clock, trace)
-        trace["max_similarity"] = max_similarity
-        cypher = VECTOR_CYPHER_SUMMARY
-        if not candidates:
-            answer = self._synthesize_answer_minimal(question)
-            return self._response(answer, [], "vector_fallback", cypher, clock, trace, usage_before)
-        if max_similarity is None or max_similarity < self.settings["context_confidence_threshold"]:
-            for candidate in candidates:
-                candidate.dropped = "confidence gate"
-            trace["candidates"] = [c.trace() for c in candidates]
-            clock.lap("gate")
-            answer = self._synthesize_answer_minimal(question)
-            return self._response(
-                answer, [], "confidence_gated_fallback", cypher, clock, trace, usage_before
+        with reading(self.source) as reader:
+            query = self._new_query(
+                reader, question, max_results, exclude_examples=exclude_examples
             )
-        clock.lap("gate")
-        ranked = self.rank(question, candidates, max_results, clock, trace)
-        kept = {c.passage_id for c in ranked}
-        for candidate in candidates:
-            if candidate.passage_id not in kept:
-                candidate.dropped = candidate.dropped or "below top k"
-        if self.on("enable_multidoc"):
-            context = self.multidoc.retrieve(self.pack, vector, ranked).sections
-            clock.lap("multidoc")
-        else:
-            context = [
-                ContextSection(
-                    c.section_id,
-                    c.article_url,
-                    c.title,
-                    c.heading,
-                    c.text,
-                    c.similarity or 0.0,
-                    c.pagerank,
-                    "retrieved",
+            run(query, self._plan(reader).stages)
+            return query_result(query, self._usage_since(usage_before))
+
+    def search(self, question: str, k: int = 5) -> SearchResults:
+        """The k best passages: the profile's retrieval and ranking stages only."""
+        with reading(self.source) as reader:
+            query = self._new_query(reader, question, k)
+            stages = [s for s in self._plan(reader).stages if s.phase in SEARCH_PHASES]
+            return search_results(run(query, stages))
+
+    def answer_without_pack(self, question: str) -> QueryResult:
+        """Claude's answer with no pack content (what the pack adds is measured against it);
+        the same response keys, ``query_type`` ``no_pack``."""
+        usage_before = self.llm.usage.as_dict()
+        with reading(self.source) as reader:
+            query = self._new_query(reader, question, 1)
+            query.query_type = "no_pack"
+            try:
+                query.answer = answer_without_pack(
+                    self.llm, query.settings.synthesis_model, query.text
                 )
-                for c in ranked
-            ]
-        context = self._quality_filter(question, context, ranked, trace)
-        clock.lap("quality_filter")
-        examples = []
-        if self.on("enable_fewshot"):
-            examples = self.few_shot.get_examples(question, vector, exclude_examples)
-            trace["few_shot_questions"] = [e["question"] for e in examples]
-            clock.lap("few_shot")
-        trace["candidates"] = [c.trace() for c in candidates]
-        trace["context"] = [
-            {
-                "title": s.title,
-                "heading": s.heading,
-                "similarity": s.similarity,
-                "quality": s.quality,
-                "via": s.via,
-            }
-            for s in context
-        ]
-        if not context:
-            answer = NO_CONTEXT_ANSWER
-        elif self.llm.available:
-            answer = synthesize(
-                self.llm, self.settings["synthesis_model"], question, context, examples
-            )
-        else:
-            answer = extractive_answer(question, context)
-        clock.lap("synthesis")
-        return self._response(answer, context, "vector_search", cypher, clock, trace, usage_before)
+            except LLMError as exc:
+                query.answer = api_failure_note(exc)
+            return query_result(query, self._usage_since(usage_before))
 
-    def _quality_filter(
-        self, question: str, context: list[ContextSection], ranked: list[Candidate], trace: dict
-    ) -> list[ContextSection]:
-        for section in context:
-            section.quality = quality_score(section.text, question)
-        for candidate in ranked:
-            candidate.quality = quality_score(candidate.text, question)
-        if not self.on("enable_quality_filter"):
-            return context
-        kept = [s for s in context if s.quality >= QUALITY_THRESHOLD]
-        if not kept and context:
-            # The filter removes noise around an answer; it must not remove the only answer
-            # (a short section can be exactly what was asked: "Releases are cut every Tuesday").
-            kept = [max(context, key=lambda s: s.similarity)]
-        trace["quality_filtered"] = [f"{s.title} > {s.heading}" for s in context if s not in kept]
-        return kept
-
-    def _synthesize_answer_minimal(self, question: str) -> str:
-        if not self.llm.available:
-            return NO_CONTEXT_ANSWER
-        return synthesize_minimal(self.llm, self.settings["synthesis_model"], question)
-
-    def _response(
-        self,
-        answer: str,
-        context: list[ContextSection],
-        query_type: str,
-        cypher: str,
-        clock: Stopwatch,
-        trace: dict,
-        usage_before: dict,
-    ) -> dict:
-        sources = list(dict.fromkeys(s.title for s in context))
-        urls = list(dict.fromkeys(s.article_url for s in context))
-        section_ids = [s.section_id for s in context]
-        entities = list(
-            {e["name"]: e for url in urls for e in self.pack.article_entities.get(url, [])}.values()
-        )[:10]
-        facts = [fact for sid in section_ids for fact in self.pack.section_facts.get(sid, [])][:10]
-        clock.lap("response")
-        usage = {k: v - usage_before[k] for k, v in self.llm.usage.as_dict().items()}
-        return {
-            "answer": answer,
-            "sources": sources,
-            "entities": entities,
-            "facts": facts,
-            "cypher_query": cypher,
-            "query_type": query_type,
-            "token_usage": usage,
-            "citations": [
-                {"title": s.title, "url": s.article_url, "section": s.heading} for s in context
-            ],
-            "timings_ms": clock.total(),
-            "trace": trace,
-        }
+    def _usage_since(self, before: dict[str, int]) -> dict[str, int]:
+        return {k: v - before[k] for k, v in self.llm.usage.as_dict().items()}

@@ -6,16 +6,14 @@ Every candidate is a passage (a Chunk) and keeps the scores and reasons each sta
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from kpack.contracts import FTS_INDEXES, VECTOR_INDEXES, chunk_id
+from retrieval.quality import words
 from retrieval.query import Candidate, Query, stage
 from retrieval.reader import PackReader
 
 RRF_K = 60
-FTS_TERM = re.compile(r"[A-Za-z0-9_]+")
 VECTOR_CYPHER = (
     "CALL QUERY_VECTOR_INDEX('{label}', '{index}', $v, $k) "
     "RETURN node.{key} AS id, node.section_id AS sid, distance ORDER BY distance"
@@ -27,7 +25,9 @@ FTS_CYPHER = (
 KEYS = {"Chunk": "chunk_id", "Section": "section_id"}
 
 
-def passage(reader: PackReader, passage_id: str, section_id: str, phrasing: str) -> Candidate | None:
+def passage(
+    reader: PackReader, passage_id: str, section_id: str, phrasing: str
+) -> Candidate | None:
     """A passage (chunk) with its article's title, heading and PageRank, read from memory."""
     section = reader.sections.get(section_id)
     if section is None:
@@ -78,7 +78,7 @@ def nearest_passages(
 
 def keyword_passages(reader: PackReader, phrasing: str, k: int) -> list[Candidate]:
     """BM25 top-k chunks for the words of a phrasing (none for a phrasing without words)."""
-    terms = " ".join(FTS_TERM.findall(phrasing))
+    terms = " ".join(words(phrasing))
     if not terms:
         return []
     cypher = FTS_CYPHER.format(label="Chunk", index=FTS_INDEXES["Chunk"], key=KEYS["Chunk"])
@@ -165,7 +165,9 @@ def fuse(query: Query) -> None:
             if candidate.similarity is None:
                 row = query.reader.chunk_row.get(candidate.passage_id)
                 vectors = query.reader.chunk_vectors
-                candidate.similarity = float(vectors[row] @ query.vector) if row is not None else 0.0
+                candidate.similarity = (
+                    float(vectors[row] @ query.vector) if row is not None else 0.0
+                )
                 candidate.reasons.append(
                     f"similarity {candidate.similarity:.3f} from its stored vector"
                 )

@@ -20,7 +20,10 @@ def alternative_phrasings(llm: ClaudeClient, model: str, question: str, n: int =
     """Up to n rewordings of the question; none when the call fails (retrieval goes on)."""
     try:
         text = llm.complete(
-            model, "You rewrite search queries.", EXPANSION_PROMPT.format(n=n, question=question), 256
+            model,
+            "You rewrite search queries.",
+            EXPANSION_PROMPT.format(n=n, question=question),
+            256,
         )
     except LLMError:
         return []

@@ -12,21 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from retrieval.candidates import Candidate
-from retrieval.pack import OpenPack
-
-
-@dataclass
-class ContextSection:
-    section_id: str
-    article_url: str
-    title: str
-    heading: str
-    text: str
-    similarity: float
-    pagerank: float
-    via: str  # retrieved | linked
-    quality: float | None = None
+from retrieval.query import Candidate, ContextSection, Query
+from retrieval.reader import PackReader
 
 
 @dataclass
@@ -36,11 +23,16 @@ class MultiDocContext:
 
 
 class MultiDocSynthesizer:
-    def __init__(self, num_docs: int = 5, sections_per_doc: int = 3):
+    """As a stage it replaces the passages of the context with whole sections of up to
+    ``num_docs`` articles (the query's settings)."""
+
+    name, phase, toggle = "multidoc", "context", "enable_multidoc"
+
+    def __init__(self, num_docs: int = 5, sections_per_doc: int = 3) -> None:
         self.num_docs, self.sections_per_doc = num_docs, sections_per_doc
 
     def retrieve(
-        self, pack: OpenPack, question_vector: np.ndarray, candidates: list[Candidate]
+        self, reader: PackReader, question_vector: np.ndarray, candidates: list[Candidate]
     ) -> MultiDocContext:
         totals: dict[str, float] = {}
         for candidate in candidates:
@@ -49,31 +41,36 @@ class MultiDocSynthesizer:
         ranked = sorted(totals, key=lambda url: -totals[url])[: self.num_docs]
         via = dict.fromkeys(ranked, "retrieved")
         if ranked and len(ranked) < self.num_docs:
-            for url in self._linked(pack, ranked):
+            for url in self._linked(reader, ranked):
                 if len(via) >= self.num_docs:
                     break
                 via.setdefault(url, "linked")
         context = MultiDocContext(articles=list(via))
         for url in via:
-            context.sections.extend(self._best_sections(pack, url, question_vector, via[url]))
+            context.sections.extend(self._best_sections(reader, url, question_vector, via[url]))
         return context
 
-    def _linked(self, pack: OpenPack, urls: list[str]) -> list[str]:
-        linked = {n for url in urls for n in pack.neighbors.get(url, []) if n not in urls}
-        return sorted(linked, key=lambda u: (-pack.articles[u].pagerank, u))[: self.num_docs]
+    def __call__(self, query: Query) -> None:
+        settings = query.settings
+        synthesizer = MultiDocSynthesizer(settings.num_docs, settings.sections_per_doc)
+        query.context = synthesizer.retrieve(query.reader, query.vector, query.candidates).sections
+
+    def _linked(self, reader: PackReader, urls: list[str]) -> list[str]:
+        linked = {n for url in urls for n in reader.neighbors.get(url, []) if n not in urls}
+        return sorted(linked, key=lambda u: (-reader.articles[u].pagerank, u))[: self.num_docs]
 
     def _best_sections(
-        self, pack: OpenPack, url: str, question_vector: np.ndarray, via: str
+        self, reader: PackReader, url: str, question_vector: np.ndarray, via: str
     ) -> list[ContextSection]:
-        indexes = pack.sections_of.get(url, [])
+        indexes = reader.sections_of.get(url, [])
         if not indexes:
             return []
-        similarities = pack.section_vectors[indexes] @ question_vector
+        similarities = reader.section_vectors[indexes] @ question_vector
         order = np.argsort(-similarities)[: self.sections_per_doc]
-        article = pack.articles[url]
+        article = reader.articles[url]
         chosen = []
         for position in order:
-            section = pack.sections[pack.section_ids[indexes[position]]]
+            section = reader.sections[reader.section_ids[indexes[position]]]
             chosen.append(
                 ContextSection(
                     section.section_id,

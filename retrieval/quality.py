@@ -1,4 +1,5 @@
-"""Content quality scoring (seed 000): drops stubs and off-topic sections from the context."""
+"""Content quality scoring (seed 000): drops stubs and off-topic sections from the context,
+and the one way retrieval cuts a text into search terms."""
 
 from __future__ import annotations
 
@@ -6,10 +7,16 @@ import re
 from functools import lru_cache
 
 from kpack.text import STOPWORDS
+from retrieval.query import Query
 
 QUALITY_THRESHOLD = 0.3
 MIN_WORDS = 20
 WORD = re.compile(r"[a-z0-9_]+")
+
+
+def words(text: str) -> list[str]:
+    """The words of a text, lower-cased: letters, digits and underscores."""
+    return WORD.findall(text.lower())
 
 
 def terms(text: str) -> frozenset[str]:
@@ -20,7 +27,7 @@ def terms(text: str) -> frozenset[str]:
 def text_profile(text: str) -> tuple[int, frozenset[str]]:
     """(word count, content terms) of a text. Pack texts repeat across queries, so each is
     scanned once per process."""
-    return len(text.split()), frozenset(w for w in WORD.findall(text.lower()) if w not in STOPWORDS)
+    return len(text.split()), frozenset(w for w in words(text) if w not in STOPWORDS)
 
 
 def quality_score(content: str, question: str) -> float:
@@ -37,3 +44,28 @@ def quality_score(content: str, question: str) -> float:
     overlap = len(wanted & content_terms) / len(wanted) if wanted else 0.0
     keyword_score = min(0.2, overlap * 0.2)
     return min(1.0, length_score + keyword_score)
+
+
+class QualityFilter:
+    """Stage: scores the context and the kept passages, and drops context sections below the
+    threshold (0.3), but never the only one: a short section can be exactly what was asked
+    ("Releases are cut every Tuesday")."""
+
+    name, phase, toggle = "quality_filter", "context", "enable_quality_filter"
+
+    def __init__(self, threshold: float = QUALITY_THRESHOLD) -> None:
+        self.threshold = threshold
+
+    def __call__(self, query: Query) -> None:
+        for candidate in query.candidates:
+            candidate.quality = quality_score(candidate.text, query.text)
+            candidate.reasons.append(f"quality {candidate.quality:.2f}")
+        for section in query.context:
+            section.quality = quality_score(section.text, query.text)
+        kept = [s for s in query.context if (s.quality or 0.0) >= self.threshold]
+        if not kept and query.context:
+            kept = [max(query.context, key=lambda s: s.similarity)]
+        query.notes["quality_filtered"] = [
+            f"{s.title} > {s.heading}" for s in query.context if s not in kept
+        ]
+        query.context = kept

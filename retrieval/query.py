@@ -92,6 +92,7 @@ class Candidate:
     combined: float | None = None
     found_by: str = ""  # the query phrasing that found it
     dropped: str | None = None  # why a later stage removed it
+    rank: int | None = None  # its place among the passages kept (top_k), from 1
     reasons: list[str] = field(default_factory=list)  # each stage's word on its rank
 
     @property

@@ -16,7 +16,7 @@ the latest), so a long-lived process does not keep superseded or pruned versions
 Two things keep a long-lived reader lean: the Kuzu connection is reopened every
 ``RECYCLE_AFTER_QUERIES`` statements (QUERY_VECTOR_INDEX keeps about 200 KB per call natively
 until its connection closes), and the reader's threads are sized for a machine it shares with
-other readers: ``KPACK_READER_THREADS`` (default ``min(2, cores)``) for Kuzu and torch.
+other readers: ``KPACK_READER_THREADS`` (default 1) for Kuzu and for embedding.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import threading
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,18 +35,21 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kpack import settings as kpack_settings
-from kpack.config import PackConfig
 from kpack.errors import PackError, PackNotReady
 from kpack.packs import current_version, pack_dir
+from kpack.remote import ensure_local
 
 if TYPE_CHECKING:
     import kuzu
+
+    from kpack.config import PackConfig
 
 log = logging.getLogger(__name__)
 
 RECYCLE_AFTER_QUERIES = 500
 RETIRE_GRACE_S = 120.0
 THREADS_ENV = "KPACK_READER_THREADS"
+DEFAULT_THREADS = 1
 FEW_SHOT_FILE = "few_shot_examples.json"
 QUESTIONS_FILE = Path("eval") / "questions.jsonl"
 
@@ -71,30 +73,19 @@ class SectionInfo:
 
 
 def reader_threads() -> int:
-    """Threads one reader may use: KPACK_READER_THREADS, else min(2, cores).
+    """Threads one reader may use for Kuzu and for embedding: KPACK_READER_THREADS, else 1.
 
     Several query processes on a small machine each starting one thread per core slow every
-    one of them down (issue 9: p50 285 ms with 4 readers on 2 cores, 47 ms with 1 thread each).
+    one of them down (issue 9: p50 285 ms with 4 readers on 2 cores, 47 ms with 1 thread
+    each; embedding one question on a loaded 2-core machine: 0.07 s with one BLAS thread,
+    0.4 to 2.6 s with two). A question is too small a job to gain from more.
     """
     raw = os.environ.get(THREADS_ENV, "").strip()
     if not raw:
-        return min(2, os.cpu_count() or 1)
+        return DEFAULT_THREADS
     if not raw.isdigit() or int(raw) < 1:
         raise PackError(f"{THREADS_ENV} must be a whole number of at least 1; got {raw!r}")
     return int(raw)
-
-
-_torch_threads_set = False
-
-
-def _limit_torch_threads(threads: int) -> None:
-    """Once per process, when the embedding model (and so torch) is loaded."""
-    global _torch_threads_set
-    if not _torch_threads_set:
-        import torch
-
-        torch.set_num_threads(threads)
-        _torch_threads_set = True
 
 
 def pack_folder_of(db_path: str | Path) -> str | Path:
@@ -117,6 +108,8 @@ def resolve_folder(pack: str | Path) -> Path:
         if not (folder / "urls.txt").is_file():
             raise PackError(f"{folder} is not a pack folder (it has no urls.txt)")
         return folder.resolve()
+    # A pack published only in the shared store (KPACK_STORAGE) is pulled here first.
+    ensure_local(text, kpack_settings.packs_dir())
     return pack_dir(text, kpack_settings.packs_dir())
 
 
@@ -223,6 +216,8 @@ class PackReader:
 
     def _read_config(self) -> PackConfig:
         """The settings this version was built with (its manifest's ``config``)."""
+        from kpack.config import PackConfig
+
         try:
             return PackConfig.model_validate(self.manifest.get("config") or {})
         except ValueError as exc:
@@ -308,16 +303,9 @@ class PackReader:
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Unit vectors of texts, by the model this version was built with."""
-        from kpack.embedding import encode, load_model
+        from retrieval.encoder import encoder_for
 
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        with warnings.catch_warnings():
-            # tqdm's "IProgress not found" (a red box in Jupyter without ipywidgets) is about a
-            # progress bar that model loading does not need.
-            warnings.filterwarnings("ignore", message="IProgress not found")
-            model = load_model(self.model_name)
-        _limit_torch_threads(self.threads)
-        return encode(model, texts)
+        return encoder_for(self.model_name).encode(texts, self.threads)
 
     def query(self, cypher: str, params: dict | None = None) -> list[list]:
         """Run one read statement (threads of a process share the connection, one at a time)."""

@@ -18,31 +18,29 @@ context pack.
 
 from __future__ import annotations
 
-import re
-
-from retrieval.candidates import vector_search
-from retrieval.pack import OpenPack
+from retrieval.candidates import nearest_passages
+from retrieval.quality import words
+from retrieval.reader import PackReader
 
 MIN_SCORE = 3
-TOKEN = re.compile(r"[a-z0-9]+")
 
 
 def _tokens(text: str) -> set[str]:
-    return set(TOKEN.findall(text.lower()))
+    return set(words(text))
 
 
 def _jaccard(a: set[str], b: set[str]) -> float:
     return len(a & b) / len(a | b) if a and b else 0.0
 
 
-def _seed_article(pack: OpenPack, seed: str) -> str | None:
+def _seed_article(pack: PackReader, seed: str) -> str | None:
     if seed in pack.articles:
         return seed
     by_title = {a.title.lower(): url for url, a in pack.articles.items()}
     return by_title.get(seed.strip().lower())
 
 
-def context_pack(pack: OpenPack, seed: str, limit: int = 5) -> list[dict]:
+def context_pack(pack: PackReader, seed: str, limit: int = 5) -> list[dict]:
     """Rows of {url, title, score, why}, best first, for a question, URL or article title."""
     seed_url = _seed_article(pack, seed)
     seed_text = pack.articles[seed_url].title if seed_url else seed
@@ -55,7 +53,7 @@ def context_pack(pack: OpenPack, seed: str, limit: int = 5) -> list[dict]:
         scores[url] = scores.get(url, 0) + points
         why.setdefault(url, []).append(reason)
 
-    hits = vector_search(pack, seed_text, pack.embed([seed_text])[0], 10, labels=("Section",))
+    hits = nearest_passages(pack, seed_text, pack.embed([seed_text])[0], 10, labels=("Section",))
     top_articles = list(dict.fromkeys(h.article_url for h in hits if h.article_url != seed_url))[:3]
     for rank, url in enumerate(top_articles, start=1):
         add(url, 5, f"vector top-{rank}")
@@ -76,7 +74,7 @@ def context_pack(pack: OpenPack, seed: str, limit: int = 5) -> list[dict]:
         for (url,) in linked:
             add(url, 1, "links to/from the seed article")
     else:
-        words = _tokens(seed)
+        seed_words = _tokens(seed)
         seed_entities = {
             r[0]
             for r in pack.query(
@@ -89,7 +87,7 @@ def context_pack(pack: OpenPack, seed: str, limit: int = 5) -> list[dict]:
         named_articles = [
             url
             for url, a in pack.articles.items()
-            if _tokens(a.title) and _tokens(a.title) <= words
+            if _tokens(a.title) and _tokens(a.title) <= seed_words
         ]
         for named in named_articles:
             add(named, 1, f"named in the seed: {pack.articles[named].title}")
@@ -127,7 +125,7 @@ def context_pack(pack: OpenPack, seed: str, limit: int = 5) -> list[dict]:
 
 def _phrases(text: str, longest: int = 4) -> set[str]:
     """Every run of 1-4 words of the text, lower-cased: candidate entity names."""
-    words = TOKEN.findall(text.lower())
+    found = words(text)
     return {
-        " ".join(words[i : i + n]) for n in range(1, longest + 1) for i in range(len(words) - n + 1)
+        " ".join(found[i : i + n]) for n in range(1, longest + 1) for i in range(len(found) - n + 1)
     }

@@ -1,25 +1,24 @@
-"""Answers: Claude synthesis over quoted passages, or an extractive answer without a key.
+"""The answer stage: Claude synthesis over quoted passages, or an extractive answer.
 
 Retrieved text is passed to Claude inside <passage> elements as data, and the system prompt
 says so: a page that says "ignore your instructions" is a quotation, not an instruction. The
-offline answer only ever quotes sentences of the passages, so it cannot assert anything the
-pack does not say.
+offline (extractive) answer only ever quotes sentences of the passages, so it cannot assert
+anything the pack does not say. It is the answer without a key, and the answer when the API
+refuses or fails, prefixed with why, so a bad key never leaves a user with no answer.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from functools import lru_cache
 from html import escape
 
 from kpack.llm import ClaudeClient, LLMError
 from kpack.text import prose_lines, split_sentences
-from retrieval.multidoc import ContextSection
 from retrieval.quality import terms
+from retrieval.query import ContextSection, Query, stage
 
-API_ERROR_ANSWER = "Unable to answer: API error."
 NO_CONTEXT_ANSWER = "The pack has no passage that answers this question."
 CONTEXT_WORDS_PER_SECTION = 350
 EXTRACTIVE_SENTENCES = 3
@@ -34,11 +33,6 @@ SYNTHESIS_SYSTEM = (
 MINIMAL_PROMPT = (
     "The knowledge pack for this query contained no relevant content.\n"
     "Answer the following question using your own expertise:\n\nQuestion: {question}"
-)
-EXPANSION_PROMPT = (
-    "Write {n} alternative phrasings of the search question below that use different "
-    "vocabulary but ask for the same information. Reply with one phrasing per line and nothing "
-    "else.\n\nQuestion: {question}"
 )
 
 
@@ -68,40 +62,40 @@ def build_prompt(question: str, sections: list[ContextSection], examples: list[d
     return "\n".join(parts)
 
 
-def synthesize(
-    llm: ClaudeClient,
-    model: str,
-    question: str,
-    sections: list[ContextSection],
-    examples: list[dict],
-) -> str:
+def answer_without_pack(llm: ClaudeClient, model: str, question: str) -> str:
+    """Claude alone, told the pack had nothing relevant (the gate's fallback, and the
+    evaluation's no-pack condition). Raises LLMError when the API does not answer."""
+    return llm.complete(
+        model, "You are a knowledgeable assistant.", MINIMAL_PROMPT.format(question=question)
+    )
+
+
+def api_failure_note(error: LLMError) -> str:
+    return f"The Claude API did not answer ({error}); offline answer below:"
+
+
+@stage("synthesis", "answer")
+def synthesize(query: Query) -> None:
+    """Claude over the context (with the few-shot examples), else the extractive answer."""
+
+    def offline() -> str:
+        if query.fell_back or not query.context:
+            return NO_CONTEXT_ANSWER
+        return extractive_answer(query.text, query.context)
+
+    if not query.llm.available or (not query.context and not query.fell_back):
+        query.answer = offline()
+        return
+    model = query.settings.synthesis_model
     try:
-        return llm.complete(model, SYNTHESIS_SYSTEM, build_prompt(question, sections, examples))
-    except LLMError:
-        return API_ERROR_ANSWER
-
-
-def synthesize_minimal(llm: ClaudeClient, model: str, question: str) -> str:
-    try:
-        return llm.complete(
-            model, "You are a knowledgeable assistant.", MINIMAL_PROMPT.format(question=question)
-        )
-    except LLMError:
-        return API_ERROR_ANSWER
-
-
-def alternative_phrasings(llm: ClaudeClient, model: str, question: str, n: int = 2) -> list[str]:
-    try:
-        text = llm.complete(
-            model,
-            "You rewrite search queries.",
-            EXPANSION_PROMPT.format(n=n, question=question),
-            256,
-        )
-    except LLMError:
-        return []
-    lines = [re.sub(r"^\s*(?:\d+[.)]|[-*])\s*", "", line).strip() for line in text.splitlines()]
-    return [line for line in lines if line and line.lower() != question.lower()][:n]
+        if query.fell_back:
+            query.answer = answer_without_pack(query.llm, model, query.text)
+        else:
+            prompt = build_prompt(query.text, query.context, query.examples)
+            query.answer = query.llm.complete(model, SYNTHESIS_SYSTEM, prompt)
+    except LLMError as exc:
+        query.notes["llm_error"] = str(exc)
+        query.answer = f"{api_failure_note(exc)}\n\n{offline()}"
 
 
 @lru_cache(maxsize=16384)

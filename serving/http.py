@@ -46,6 +46,10 @@ log = logging.getLogger("kpack.serve")
 MAX_BODY_BYTES = 64 * 1024  # a question of 8,000 characters is at most 32 KiB of UTF-8
 VERSION_HEADER = "X-Kpack-Version"
 Profile = Literal["baseline", "balanced", "max"]
+# Module level: annotations are strings here (postponed), and FastAPI resolves them from the
+# module's globals, never from a function's locals.
+BEARER = HTTPBearer(auto_error=False, description="the server's --token / KPACK_API_TOKEN")
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]
 
 
 class QueryRequest(BaseModel):
@@ -242,11 +246,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 
 def _bearer_check(token: str | None) -> Callable[..., Awaitable[None]]:
-    scheme = HTTPBearer(auto_error=False, description="the server's --token / KPACK_API_TOKEN")
-
-    async def check(
-        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(scheme)],
-    ) -> None:
+    async def check(credentials: Credentials) -> None:
         if token is None:
             return
         # compare_digest: the time taken must not tell how much of a guess was right.

@@ -128,6 +128,7 @@ def create_server(packs_dir: Path | None = None) -> PacksServer:
         question: Question,
         profile: Literal["baseline", "balanced", "max"] | None = None,
         use_llm: bool = True,
+        k: K = 5,
     ) -> dict[str, Any]:
         """Answer a question from a pack, with citations. Claude writes the answer when the
         server has ANTHROPIC_API_KEY; without one the answer quotes the pack's sentences,
@@ -136,7 +137,11 @@ def create_server(packs_dir: Path | None = None) -> PacksServer:
         with _tool_errors():
             folder = catalog.pack_folder(pack, root)
             result = retrieval.query(
-                folder, catalog.clean_question(question), profile=profile, use_llm=use_llm
+                folder,
+                catalog.clean_question(question),
+                profile=profile,
+                use_llm=use_llm,
+                max_results=k,
             )
         return {
             "pack": pack,

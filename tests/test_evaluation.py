@@ -1,29 +1,42 @@
-"""The evaluation harness: metrics by hand, the leak-free few-shot guarantee, the asset, the judge."""
+"""The evaluation harness: metrics by hand, the leak-free few-shot guarantee, the asset, the
+judge, the CLI's progress and its clear errors."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from dagster import DagsterInstance, materialize
 
 from assets.evaluate import accuracy_not_dropped, eval_results, gate_rarely_refuses_in_domain
+from kpack.cli import main
+from kpack.errors import PackError
+from kpack.llm import ClaudeClient
 from resources.pack_store import PackStore
-from retrieval.evaluation import (
+from retrieval.eval import (
     Question,
     best_threshold,
     calibrate,
-    contains_answer,
+    candidate_sections,
+    chart_png,
     evaluate,
-    first_hit_rank,
-    hit_at,
+    generate_questions,
     leak_filter,
     load_questions,
+    load_results,
+    summary_frame,
+    write_threshold,
+)
+from retrieval.eval.metrics import (
+    contains_answer,
+    first_hit_rank,
+    hit_at,
     mean_reciprocal_rank,
     percentile,
     token_f1,
-    write_threshold,
 )
+from retrieval.reader import reading
 from tests.conftest import TEST_FETCH, build, write_pack
 from tests.loopback import fake_anthropic_server
 
@@ -88,16 +101,23 @@ def test_answer_metrics_and_percentiles_match_hand_computed_values():
 
 def test_question_file_reports_bad_lines_with_their_numbers(tmp_path):
     path = tmp_path / "questions.jsonl"
+    long_line = json.dumps({"question": "why " * 2500})
     path.write_text(
         '{"question": "ok?", "gold_urls": ["file:docs/a.md"]}\nnot json\n{"question": ""}\n'
         '{"question": "x", "answers": "not a list"}\n{"question": "y", "colour": "red"}\n'
+        f"{long_line}\n" + '{"question": "also ok?"}\n'
     )
     questions, problems = load_questions(path, tmp_path)
-    assert [q.question for q in questions] == ["ok?"]
+    assert [q.question for q in questions] == ["ok?", "also ok?"]
     assert questions[0].gold_urls == [(tmp_path / "docs" / "a.md").as_uri()]
     assert [p.split(":")[0] for p in problems] == [
-        f"questions.jsonl line {n}" for n in (2, 3, 4, 5)
+        f"questions.jsonl line {n}" for n in (2, 3, 4, 5, 6)
     ]
+    assert "10,000 characters long; the limit is 8,000" in problems[-1]
+
+    path.write_bytes(b'{"question": "ok?"}\n{"question": "caf\xe9?"}\n')
+    with pytest.raises(PackError, match=r"not UTF-8 text \(line 2, byte 37\); save it as UTF-8"):
+        load_questions(path, tmp_path)
 
 
 @pytest.fixture(scope="module")
@@ -149,13 +169,17 @@ def test_judge_scores_with_another_model_and_a_failure_is_not_a_zero(eval_pack, 
     assert judged and {b["model"] for b in judged} == {"claude-haiku-4-5"}
     balanced = results["summary"]["balanced"]
     assert results["conditions"] == ["balanced", "no_pack"]
-    assert balanced["accuracy"] == 1.0 and balanced["judge_failures"] == 0
+    assert balanced["judge_accuracy"] == 1.0 and balanced["judge_failures"] == 0
+    assert "accuracy" not in balanced  # containment and judge accuracy, each by its name
     assert results["answer_scoring"] == "judge:claude-haiku-4-5"
 
     with fake_anthropic_server(fail_with=500) as broken:
         failed = evaluate(eval_pack, questions, ["balanced"], anthropic_base_url=broken.base)
     row = failed["summary"]["balanced"]
-    assert row["judge_failures"] == 3 and row["accuracy"] is None  # failures, not zeros
+    assert row["judge_failures"] == 3 and row["judge_accuracy"] is None  # failures, not zeros
+    # The answers themselves fell back to the offline answer, saying why.
+    answers = [r["answer"] for r in failed["questions"]["balanced"]]
+    assert all(a.startswith("The Claude API did not answer") for a in answers)
     with pytest.raises(ValueError, match="also answers"):
         evaluate(
             eval_pack,
@@ -181,6 +205,9 @@ def test_eval_results_asset_materializes_with_summary_chart_and_checks(eval_pack
     metadata = result.asset_materializations_for_node("eval_results")[0].metadata
     assert metadata["questions"].value == 4
     assert "| balanced |" in metadata["summary"].value
+    table = metadata["summary_table"].value
+    assert [r.data["condition"] for r in table.records] == ["baseline", "balanced", "max"]
+    assert metadata["answer_scoring"].value == "containment+token_f1"
     assert metadata["chart"].value.startswith("![evaluation chart](data:image/png;base64,")
     runs = list((eval_pack / "eval" / "results").glob("*"))
     assert {p.suffix for p in runs} == {".json", ".md", ".png"}
@@ -199,18 +226,80 @@ def test_eval_results_asset_materializes_with_summary_chart_and_checks(eval_pack
 
 
 def test_generate_writes_candidate_questions_through_claude_and_needs_a_key(eval_pack, monkeypatch):
-    from kpack.llm import ClaudeClient
-    from retrieval.evaluation import generate_questions
-    from retrieval.pack import open_pack
-
-    pack = open_pack(eval_pack)
-    sections = [(s.article_url, s.heading, s.content) for s in pack.sections.values()]
+    with reading(eval_pack) as reader:
+        sections = candidate_sections(reader, min_words=1)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     with pytest.raises(ValueError, match="needs ANTHROPIC_API_KEY"):
         generate_questions(eval_pack, sections, 2, ClaudeClient())
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-not-real")
     with fake_anthropic_server() as fake:
-        written = generate_questions(eval_pack, sections, 2, ClaudeClient(base_url=fake.base))
+        generated = generate_questions(eval_pack, sections, 2, ClaudeClient(base_url=fake.base))
+    written = generated.written
     assert len(written) == 2 and written[0]["ground_truth"] == "WIDGET_HOME"
     candidates, problems = load_questions(eval_pack / "eval" / "candidates.jsonl", eval_pack)
     assert not problems and len(candidates) == 2 and candidates[0].gold_urls
+
+
+def test_generate_that_writes_nothing_says_why(eval_pack, monkeypatch, capsys):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-not-real")
+    with reading(eval_pack) as reader:
+        sections = candidate_sections(reader, min_words=1)
+    with fake_anthropic_server(fail_with=401) as fake:
+        refused = generate_questions(eval_pack, sections, 2, ClaudeClient(base_url=fake.base))
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base)
+        code = main(["eval", "generate", str(eval_pack), "--n", "2"])
+    assert refused.written == [] and refused.path is None
+    assert "the Claude API did not answer" in refused.why_none() and "401" in refused.why_none()
+    assert "(2x)" in refused.why_none()
+    # The test site's sections are short: the command says so instead of writing 0 questions.
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2
+    assert "no candidate question was written: the pack has no section of 40 words" in err
+
+
+def test_kpack_eval_shows_progress_per_question_and_compares_profiles(
+    eval_pack, monkeypatch, capsys
+):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    code = main(["eval", str(eval_pack), "--profiles", "baseline,balanced", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0
+    progress = [line for line in err.splitlines() if line.startswith(("baseline", "balanced"))]
+    assert len(progress) == 2 * len(QUESTIONS)
+    assert re.match(r"baseline 1/4: hit at \d+, \d+ ms - Which environment variable", progress[0])
+    assert progress[-1].startswith("balanced 4/4: gated")
+    results = json.loads(out)
+    summary = results["summary"]
+    assert summary["baseline"]["judge_accuracy"] is None
+    assert summary["baseline"]["containment"] is not None
+    # The report compares the conditions side by side, as a table and as a chart.
+    frame = summary_frame(results)
+    assert list(frame.index) == ["baseline", "balanced"]
+    assert {"hit@1", "hit@5", "mrr", "containment", "gate_rate_in_domain"} <= set(frame.columns)
+    saved = sorted((eval_pack / "eval" / "results").glob("*.json"))[-1]
+    assert load_results(saved)["conditions"] == ["baseline", "balanced"]
+    assert chart_png(results).startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--profiles", ""], "no profile to evaluate"),
+        (["--profiles", " , "], "no profile to evaluate"),
+        (["--profiles", "baseline,turbo"], "unknown profile 'turbo'"),
+    ],
+)
+def test_kpack_eval_rejects_bad_options_clearly(eval_pack, capsys, argv, message):
+    code = main(["eval", str(eval_pack), "--no-llm", *argv])
+    out, err = capsys.readouterr()
+    assert code == 2 and message in " ".join(err.split()) and "Traceback" not in out + err
+
+
+def test_kpack_eval_of_a_question_file_that_is_not_utf8_is_a_clear_error(
+    eval_pack, tmp_path, capsys
+):
+    questions = tmp_path / "latin1.jsonl"
+    questions.write_bytes('{"question": "Où est le cache?"}\n'.encode("latin-1"))
+    code = main(["eval", str(eval_pack), "--no-llm", "--questions", str(questions)])
+    _, err = capsys.readouterr()
+    assert code == 2 and "is not UTF-8 text (line 1" in " ".join(err.split())

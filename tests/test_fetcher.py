@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import socket
 import time
 from pathlib import Path
 
@@ -15,11 +17,14 @@ from kpack.ingest.fetch import (
     HostThrottle,
     Validators,
     decode,
+    is_public_address,
     page_format,
 )
 from kpack.ingest.html import html_blocks, main_content
 from kpack.ingest.sections import split_sections
 from resources.fetcher import FetcherResource
+from tests.hostile_site import HostileHandler
+from tests.loopback import LoopbackServer
 
 CONFIG = FetchConfig(
     allow_private_hosts=True, timeout_s=1.0, retries=2, max_bytes=200_000, per_host_delay_s=0.0
@@ -304,3 +309,131 @@ def test_decode():
     assert decode("café".encode("cp1252"), None) == "café"
     with pytest.raises(FetchError, match="binary"):
         decode(b"GIF89a\x00\x00", "text/plain")
+
+
+@pytest.fixture(scope="module")
+def hostile():
+    with LoopbackServer(HostileHandler) as server:
+        yield server
+
+
+@pytest.mark.parametrize("path", ["/trickle-body.html", "/trickle-headers.html"])
+def test_a_trickling_server_is_cut_off_at_the_fetch_deadline(fetcher, hostile, path):
+    # Every byte arrives well within timeout_s, so only the overall deadline can stop it.
+    config = FetchConfig(**{**CONFIG.__dict__, "deadline_s": 1.5})
+    started = time.perf_counter()
+    response = fetch_one(fetcher, hostile.url(path), config)
+    elapsed = time.perf_counter() - started
+    assert response.text is None
+    assert response.error == "timed out: no complete answer within the fetch deadline of 1.5 s"
+    assert elapsed < 3.0
+
+
+def test_the_default_deadline_is_the_timeout_of_every_attempt(fetcher, hostile):
+    config = FetchConfig(**{**CONFIG.__dict__, "timeout_s": 0.5, "retries": 1})
+    started = time.perf_counter()
+    response = fetch_one(fetcher, hostile.url("/trickle-body.html"), config)
+    assert "fetch deadline of 1 s" in response.error
+    assert time.perf_counter() - started < 2.5
+
+
+def resolve_as(monkeypatch, name: str, *answers: str) -> list[str]:
+    """Make ``name`` resolve to ``answers[0]``, then to ``answers[1]``... (the last one for
+    good), in this process; other names resolve as usual. Returns the log of lookups."""
+    real = socket.getaddrinfo
+    asked: list[str] = []
+
+    def getaddrinfo(host, port, *args, **kwargs):
+        if host == name:
+            asked.append(host)
+            host = answers[min(len(asked), len(answers)) - 1]
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return asked
+
+
+def test_dns_rebinding_never_reaches_the_private_address(fetcher, site, monkeypatch):
+    # The name answers a public address first and loopback afterwards: a check that resolves
+    # separately from the connection passes, and the connection reaches the loopback site.
+    asked = resolve_as(monkeypatch, "docs.rebinding.test", "93.184.216.34", "127.0.0.1")
+    port = site.httpd.server_address[1]
+    strict = FetchConfig(timeout_s=1.0, retries=0)
+    response = fetch_one(fetcher, f"http://docs.rebinding.test:{port}/docs/rebound.html", strict)
+    assert response.text is None and response.error
+    assert "/docs/rebound.html" not in site.hits
+    assert asked == ["docs.rebinding.test"]  # resolved once; the checked address was used
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "127.0.0.1",
+        "10.1.2.3",
+        "169.254.169.254",
+        "100.64.0.1",  # shared address space (carrier-grade NAT)
+        "0.0.0.0",
+        "224.0.0.1",
+        "::1",
+        "fd00::1",
+        "::ffff:127.0.0.1",  # IPv4-mapped
+        "64:ff9b::7f00:1",  # NAT64 of 127.0.0.1
+        "64:ff9b::a00:1",  # NAT64 of 10.0.0.1
+        "2002:7f00:1::",  # 6to4 of 127.0.0.1
+    ],
+)
+def test_an_address_that_is_not_globally_routable_is_refused(fetcher, site, monkeypatch, address):
+    resolve_as(monkeypatch, "sneaky.test", address)
+    port = site.httpd.server_address[1]
+    strict = FetchConfig(timeout_s=1.0, retries=0)
+    response = fetch_one(fetcher, f"http://sneaky.test:{port}/docs/sneaky.html", strict)
+    assert response.error == (
+        f"refusing address {address} of 'sneaky.test': not globally routable "
+        "(set fetch.allow_private_hosts in kg_config.json to allow it)"
+    )
+    assert "/docs/sneaky.html" not in site.hits
+
+
+@pytest.mark.parametrize(
+    ("address", "public"),
+    [
+        ("8.8.8.8", True),
+        ("2606:4700::1111", True),
+        ("64:ff9b::808:808", True),  # NAT64 of a public address (DNS64 networks)
+        ("::ffff:8.8.8.8", True),
+        ("100.64.0.1", False),
+        ("64:ff9b::c0a8:1", False),  # NAT64 of 192.168.0.1
+        ("2002:c0a8:1::", False),  # 6to4 of 192.168.0.1
+        ("ff02::1", False),
+    ],
+)
+def test_is_public_address(address, public):
+    assert is_public_address(ipaddress.ip_address(address)) is public
+
+
+@pytest.mark.parametrize("path", ["/utf16-bom.html", "/utf16-charset.html"])
+def test_a_utf16_page_is_decoded_not_refused_as_binary(fetcher, hostile, path):
+    response = fetch_one(fetcher, hostile.url(path))
+    assert response.error is None, response.error
+    assert "the Zürich gasket" in response.text
+
+
+def test_decode_by_byte_order_mark_and_wide_charset():
+    text = "Zürich gasket"
+    assert decode(text.encode("utf-16"), None) == text
+    assert decode(text.encode("utf-16-be"), "text/html; charset=UTF-16BE") == text
+    assert decode(text.encode("utf-8-sig"), "text/html") == text
+    assert decode(text.encode("utf-32"), None) == text
+
+
+def test_through_a_proxy_the_name_is_still_checked_before_the_request(fetcher, site, monkeypatch):
+    # The loopback site stands in for an HTTP proxy from the environment: it would receive
+    # the request for the private name, and the proxy would resolve it.
+    resolve_as(monkeypatch, "intranet.test", "10.0.0.8")
+    monkeypatch.setenv("HTTP_PROXY", site.base)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    strict = FetchConfig(timeout_s=1.0, retries=0)
+    response = fetch_one(fetcher, "http://intranet.test/wiki.html", strict)
+    assert "refusing address 10.0.0.8 of 'intranet.test'" in response.error
+    assert not any("wiki.html" in path for path in site.hits)

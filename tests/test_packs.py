@@ -43,7 +43,7 @@ def test_parse_urls_keeps_good_lines_and_reports_bad_ones_with_line_numbers(tmp_
     ]
     assert [(p.line_no, p.reason) for p in problems] == [
         (4, "not a URL (expected http://, https:// or file:)"),
-        (5, "a line holds one URL and no spaces"),
+        (5, "a line holds one URL and no spaces (write a space in a path as %20)"),
         (6, "unsupported scheme 'ftp' (use http, https or file)"),
         (7, "URL has no host"),
         (8, "duplicate of line 2"),

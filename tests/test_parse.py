@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from kpack.ingest.html import html_blocks, main_content, markdown_blocks, page_links
-from kpack.ingest.sections import category_of, internal_links, split_sections
+from kpack.ingest.sections import category_of, internal_links, parse_pages, split_sections
+from tests.hostile_site import deep_page
 
 SITE = Path(__file__).parent / "site" / "docs"
 BASE = "https://docs.example.org/docs/"
@@ -295,3 +296,45 @@ def test_title_falls_back_to_title_tag_then_first_heading_then_url():
     assert split_sections(markdown_blocks(body), "Tag", "url name")[0] == "Tag"
     assert split_sections(markdown_blocks(body), None, "url name")[0] == "Setup"
     assert split_sections(markdown_blocks("just text here"), None, "url name")[0] == "url name"
+
+
+# Hostile pages
+
+
+def test_a_page_nested_5000_elements_deep_is_parsed_without_recursion_error():
+    _, body = main_content(deep_page())
+    blocks = list(html_blocks(body))
+    assert blocks == [
+        ("heading", 1, "Deep Page"),
+        ("text", 0, "The deepest paragraph explains the flange calibration of the deep widget."),
+    ]
+
+
+def test_deeply_nested_list_items_keep_one_marker_per_level():
+    depth = 3000
+    html = "<ul><li>" * depth + "deep item" + "</li></ul>" * depth
+    assert list(html_blocks(html)) == [("text", 0, "- " * depth + "deep item")]
+
+
+def test_an_empty_page_has_no_main_content():
+    assert main_content("<html><head><title>Empty</title></head><body></body></html>") == (
+        "Empty",
+        "",
+    )
+    assert main_content("<html><body><main> <img src='x.png'> </main></body></html>")[1] == ""
+
+
+def test_one_page_the_parser_cannot_read_fails_alone():
+    good = {
+        "url": "https://docs.example.org/a.html",
+        "final_url": "https://docs.example.org/a.html",
+        "format": "markdown",
+        "body": "# A\n\nSome text about gaskets.\n",
+        "title_hint": None,
+        "content_hash": "h",
+    }
+    unreadable = {**good, "url": "https://docs.example.org/b.html", "format": "html", "body": None}
+    parsed = parse_pages([unreadable, good])
+    assert [a["url"] for a in parsed.articles] == [good["url"]]
+    assert [f["url"] for f in parsed.failures] == [unreadable["url"]]
+    assert parsed.failures[0]["error"].startswith("TypeError")

@@ -12,15 +12,21 @@ import numpy as np
 import pytest
 
 import retrieval
+from kpack.cli import main
+from kpack.config import PROFILE_NAMES
 from kpack.contracts import section_of_chunk
 from kpack.packs import PackError
+from retrieval import reader as reader_module
 from retrieval.agent import KnowledgeGraphAgent
-from retrieval.candidates import Candidate
+from retrieval.fewshot import POOL_CACHE_KEY, FewShotManager
 from retrieval.multidoc import MultiDocSynthesizer
-from retrieval.pack import PackNotReady, open_pack
+from retrieval.profiles import PROFILES
 from retrieval.quality import quality_score
+from retrieval.query import Candidate
+from retrieval.reader import PackNotReady, checkout
 from retrieval.rerank import GraphReranker
-from retrieval.synthesis import API_ERROR_ANSWER
+from retrieval.results import QueryResult, SearchResults
+from retrieval.synthesis import NO_CONTEXT_ANSWER
 from tests.conftest import TEST_FETCH, build, write_pack
 from tests.loopback import fake_anthropic_server
 
@@ -138,7 +144,11 @@ def test_graph_reranker_promotes_the_authoritative_article():
 
 
 def test_multidoc_returns_at_most_five_articles_of_three_sections(pack, no_key):
-    opened = open_pack(pack)
+    with retrieval.reading(pack) as opened:
+        _check_multidoc(pack, opened)
+
+
+def _check_multidoc(pack, opened):
     vector = opened.embed([IN_DOMAIN])[0]
     agent = KnowledgeGraphAgent(pack)
     candidates = agent.search(IN_DOMAIN, k=5)
@@ -173,15 +183,25 @@ def _as_candidate(hit: dict) -> Candidate:
 
 
 def test_few_shot_uses_the_most_similar_examples_but_never_the_question_itself(pack, no_key):
-    agent = KnowledgeGraphAgent(pack, few_shot_examples=2)
     asked = "What does WIDGET_HOME do?"
-    vector = agent.pack.embed([asked])[0]
-    examples = agent.few_shot.get_examples(asked, vector)
+    with retrieval.reading(pack) as reader:
+        vector = reader.embed([asked])[0]
+        manager = FewShotManager(num_examples=2)
+        examples = manager.get_examples(reader, asked, vector)
+        excluded = manager.get_examples(
+            reader, "sprocket cache folder", vector, exclude=lambda e: e["id"] == "q2"
+        )
     assert len(examples) == 2 and asked not in [e["question"] for e in examples]
-    excluded = agent.few_shot.get_examples(
-        "sprocket cache folder", vector, exclude=lambda e: e["id"] == "q2"
-    )
     assert "q2" not in [e["id"] for e in excluded]
+
+
+def test_few_shot_examples_are_not_embedded_when_no_llm_writes_the_answer(pack, no_key):
+    retrieval.close_all()
+    result = retrieval.query(pack, IN_DOMAIN)
+    with retrieval.reading(pack) as reader:
+        assert POOL_CACHE_KEY not in reader.cache
+    assert result["trace"]["few_shot_questions"] == []
+    assert result["answer"] and "few_shot" in result["timings_ms"]
 
 
 def test_synthesis_through_the_sdk_passes_passages_as_quoted_data(pack, monkeypatch):
@@ -214,15 +234,32 @@ def test_multi_query_asks_haiku_for_two_phrasings_and_searches_all_three(pack, m
     assert result["token_usage"]["api_calls"] == 2
 
 
-def test_api_errors_answer_unable_and_never_raise(pack, monkeypatch):
+def test_api_errors_say_why_and_fall_back_to_the_offline_answer(pack, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-not-real")
     with fake_anthropic_server(fail_with=500) as fake:
         agent = KnowledgeGraphAgent(pack, anthropic_base_url=fake.base)
         agent.llm._client = agent.llm._client.with_options(max_retries=0)
         inside = agent.query(IN_DOMAIN)
         outside = agent.query(OUT_OF_DOMAIN)
-    assert inside["answer"] == outside["answer"] == API_ERROR_ANSWER
+    for result in (inside, outside):
+        assert result["answer"].startswith("The Claude API did not answer (")
+        assert "500" in result["answer"] and "offline answer below" in result["answer"]
+    assert "WIDGET_HOME" in inside["answer"] and "[Source: User Guide]" in inside["answer"]
+    assert outside["answer"].endswith(NO_CONTEXT_ANSWER)
     assert outside["query_type"] == "confidence_gated_fallback"
+    assert "500" in inside["trace"]["llm_error"]
+
+
+def test_a_rejected_key_says_so_and_answers_offline(pack, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-rejected-key-0000")
+    with fake_anthropic_server(fail_with=401) as fake:
+        result = KnowledgeGraphAgent(pack, anthropic_base_url=fake.base).query(IN_DOMAIN)
+    assert len(fake.requests) == 1  # a refused key is not retried
+    first_line = result["answer"].splitlines()[0]
+    assert "401" in first_line and "offline answer below" in first_line
+    assert "sk-rejected-key-0000" not in result["answer"]
+    assert "WIDGET_HOME" in result["answer"] and "[Source: User Guide]" in result["answer"]
+    assert result["query_type"] == "vector_search" and result["citations"]
 
 
 def test_cross_encoder_rescores_twice_as_many_candidates(pack, no_key):
@@ -242,8 +279,8 @@ def test_cross_encoder_rescores_twice_as_many_candidates(pack, no_key):
 
 
 def test_context_pack_explains_each_related_article(pack, no_key):
-    opened = open_pack(pack)
-    guide = next(url for url, a in opened.articles.items() if a.title == "User Guide")
+    with retrieval.reading(pack) as opened:
+        guide = next(url for url, a in opened.articles.items() if a.title == "User Guide")
     rows = retrieval.context_pack(pack, guide)
     assert rows and guide not in [r["url"] for r in rows]
     assert all(r["score"] >= 3 and r["why"] for r in rows)
@@ -263,31 +300,248 @@ def test_bad_input_is_a_clear_error(pack, workspace, no_key):
         retrieval.query("other", IN_DOMAIN)
     with pytest.raises(PackError, match="unknown profile"):
         KnowledgeGraphAgent(pack, profile="turbo")
+    with pytest.raises(PackError, match="unknown options"):
+        KnowledgeGraphAgent(pack, num_doc=3)
+    with pytest.raises(PackError, match="num_docs"):
+        KnowledgeGraphAgent(pack, num_docs="three")
+    for k in (0, -1, 10_000):
+        with pytest.raises(PackError, match=r"k \(--k\) must be a whole number from 1"):
+            retrieval.query(pack, IN_DOMAIN, max_results=k)
+        with pytest.raises(PackError, match=r"k \(--k\) must be a whole number from 1"):
+            retrieval.search(pack, IN_DOMAIN, k=k)
 
 
-def test_corrupt_pack_and_model_mismatch_are_clear_errors(pack, tmp_path, no_key):
+def test_kpack_query_with_k_0_or_bytes_that_are_not_utf8(pack, no_key, monkeypatch, capsys):
+    monkeypatch.setenv("KPACK_PACKS_DIR", str(pack.parent))
+    for k in ("0", "-3"):
+        assert main(["query", "widgets", IN_DOMAIN, "--k", k, "--no-llm"]) == 2
+        out, err = capsys.readouterr()
+        assert "must be a whole number from 1" in err and "Traceback" not in out + err
+    # A shell hands Python bytes that are not UTF-8 as surrogates (PEP 383).
+    mangled = os.fsdecode(b"Which environment variable sets the sprocket cache \xff\xfe?")
+    assert main(["query", "widgets", mangled, "--no-llm", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert "WIDGET_HOME" in result["answer"]
+    assert retrieval.search(pack, mangled, k=2)
+
+
+def test_corrupt_pack_is_a_clear_error(pack, tmp_path, no_key):
     broken = tmp_path / "broken"
     (broken / ".versions" / "v0001").mkdir(parents=True)
     (broken / "urls.txt").write_text("https://example.org/\n")
     (broken / ".versions" / "v0001" / "pack.db").write_bytes(b"not a database")
     (broken / ".versions" / "v0001" / "manifest.json").write_text("{}")
     os.symlink("v0001", broken / ".versions" / "current")
-    with pytest.raises(PackNotReady, match="cannot be opened"):
+    with pytest.raises(PackNotReady, match=r"version v0001 .*kpack build broken"):
         retrieval.query(broken, IN_DOMAIN)
 
+
+def test_settings_come_from_the_published_version_not_the_live_config(pack, no_key):
     config = pack / "kg_config.json"
     original = config.read_text()
     config.write_text(
-        json.dumps({**json.loads(original), "embedding_model": "BAAI/bge-base-en-v1.5"})
+        json.dumps(
+            {
+                **json.loads(original),
+                "embedding_model": "BAAI/bge-base-en-v1.5",
+                "query": {"context_confidence_threshold": 0.99, "profile": "baseline"},
+            }
+        )
     )
     try:
-        with pytest.raises(
-            PackError,
-            match=r"built with sentence-transformers/all-MiniLM-L6-v2 but .* BAAI/bge-base-en-v1.5",
-        ):
-            KnowledgeGraphAgent(pack)
+        retrieval.close_all()
+        agent = KnowledgeGraphAgent(pack)
+        result = agent.query(IN_DOMAIN)
     finally:
         config.write_text(original)
+    assert result["query_type"] == "vector_search"  # not the live 0.99 threshold
+    assert agent.profile == "balanced" and result["trace"]["threshold"] == 0.5
+    assert "WIDGET_HOME" in result["answer"]  # embedded with the version's model
+
+
+def test_a_profile_is_a_list_of_stages_and_each_candidate_says_why(pack, no_key):
+    assert tuple(PROFILES) == PROFILE_NAMES
+    balanced = KnowledgeGraphAgent(pack, profile="balanced")
+    assert balanced.stages == [s.name for s in PROFILES["balanced"].stages]
+    seed_order = [
+        "embed",
+        "vector_search",
+        "bm25_search",
+        "dedupe",
+        "gate",
+        "graph_rerank",
+        "top_k",
+        "multidoc",
+        "quality_filter",
+        "few_shot",
+        "synthesis",
+    ]
+    assert [name for name in balanced.stages if name in seed_order] == seed_order
+    # A toggle switches a stage off, or on where the first profile with it runs it.
+    with_cross = KnowledgeGraphAgent(pack, enable_cross_encoder=True, enable_fewshot=False)
+    gate = with_cross.stages.index("gate")
+    assert with_cross.stages[gate : gate + 3] == ["gate", "cross_encoder", "graph_rerank"]
+    assert "few_shot" not in with_cross.stages
+    plain = KnowledgeGraphAgent(pack, use_enhancements=False, enable_reranker=True)
+    assert plain.stages == [s.name for s in PROFILES["baseline"].stages]
+    # The seed's other configurations: wider or narrower context, other weights.
+    assert KnowledgeGraphAgent(pack, profile="latency_optimized").settings["num_docs"] == 3
+    coverage = KnowledgeGraphAgent(pack, profile="coverage_optimized")
+    assert (coverage.settings["num_docs"], coverage.settings["reranker_beta"]) == (7, 0.4)
+    assert KnowledgeGraphAgent(pack, profile="maximum").profile == "max"
+
+    result = balanced.query(IN_DOMAIN)
+    kept = [c for c in result["trace"]["candidates"] if not c["dropped"]]
+    assert kept and all("graph rerank #" in c["why"] for c in kept)
+    assert all("vector #" in c["why"] or "bm25 #" in c["why"] for c in kept)
+    dropped = [c for c in result["trace"]["candidates"] if c["dropped"] == "below top k"]
+    assert all("graph rerank #" in c["why"] for c in dropped)
+    # Without the stages that place passages after the reranker, its order is the order.
+    hits = retrieval.search(pack, IN_DOMAIN, k=3, profile="latency_optimized")
+    assert [h["why"].split("; ")[-1].split(":")[0] for h in hits] == [
+        "graph rerank #1",
+        "graph rerank #2",
+        "graph rerank #3",
+    ]
+
+
+def test_results_are_the_seed_dict_and_render_in_a_notebook(pack, no_key):
+    result = retrieval.query(pack, IN_DOMAIN)
+    assert isinstance(result, QueryResult) and isinstance(result, dict)
+    assert set(result) == SEED_KEYS | {"citations", "timings_ms", "trace"}
+    assert json.loads(json.dumps(result)) == result
+    html = result._repr_html_()
+    guide_url = next(c["url"] for c in result["citations"] if c["title"] == "User Guide")
+    assert f"<a href='{guide_url}' target='_blank'>[User Guide]</a>" in html  # clickable
+    assert "<b>Sources</b>" in html and "<b>Timings</b>" in html and "<b>Trace</b>" in html
+    assert "graph rerank #" in html  # the why of each candidate
+    markdown = result._repr_markdown_()
+    assert f"[[User Guide]]({guide_url})" in markdown and "| passage |" in markdown
+    # Rendering reads the dict only: a result loaded back from JSON renders the same.
+    assert QueryResult(json.loads(json.dumps(result)))._repr_html_() == html
+
+    passages = result.to_frame()
+    assert list(passages.index) == list(range(1, len(passages) + 1))
+    assert passages["dropped"].isna().all() and "why" in passages.columns
+    trace = result.to_frame("trace")
+    assert len(trace) == len(result["trace"]["candidates"]) > len(passages)
+    assert "total" in result.to_frame("timings").index
+
+    hits = retrieval.search(pack, IN_DOMAIN, k=3)
+    assert isinstance(hits, SearchResults) and len(hits) == 3
+    assert json.loads(json.dumps(hits)) == hits
+    assert hits._repr_html_().count("<tr>") == 4  # the header and three passages
+    frame = hits.to_frame()
+    assert list(frame["title"]) == [h["title"] for h in hits]
+
+
+def test_a_cross_encoder_that_cannot_load_is_tried_once_and_says_why(pack, no_key, caplog):
+    missing = "kpack-tests/no-such-cross-encoder"
+    agent = KnowledgeGraphAgent(pack, profile="max", cross_encoder_model=missing)
+    with caplog.at_level("WARNING", logger="retrieval.rerank"):
+        first = agent.query(IN_DOMAIN)
+        second = agent.query(OUT_OF_DOMAIN.replace("1998", "2002"))
+        third = agent.query(IN_DOMAIN)
+    warnings = [r for r in caplog.records if missing in r.getMessage()]
+    assert len(warnings) == 1  # tried once, said once
+    reason = first["trace"]["cross_encoder_error"]
+    assert "not in the local Hugging Face cache" in reason and "HF_HUB_OFFLINE" in reason
+    assert third["trace"]["cross_encoder_error"] == reason
+    assert third["query_type"] == "vector_search" and "WIDGET_HOME" in third["answer"]
+    assert third["timings_ms"]["cross_encoder"] < 50
+    assert second["query_type"] == "confidence_gated_fallback"
+
+
+CROSS_ENCODER_OFFLINE = """
+import sys, time, retrieval
+started = time.perf_counter()
+result = retrieval.query(sys.argv[1], sys.argv[2], profile="max", use_llm=False,
+                         cross_encoder_model="kpack-tests/not-cached-anywhere")
+print(round(time.perf_counter() - started, 1))
+print(result["trace"]["cross_encoder_error"])
+"""
+
+
+def test_an_uncached_cross_encoder_without_network_fails_fast_without_hf_hub_offline(pack):
+    # HF_HUB_OFFLINE unset and the hub unreachable (a closed loopback port stands for no
+    # network): one quick probe, no download attempt, no minutes of retries.
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
+    env["HF_ENDPOINT"] = "http://127.0.0.1:9"
+    env["HF_HOME"] = str(pack.parent / "hf-home")
+    child = subprocess.run(
+        [sys.executable, "-c", CROSS_ENCODER_OFFLINE, str(pack), IN_DOMAIN],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert child.returncode == 0, child.stderr[-2000:]
+    seconds, reason = child.stdout.strip().splitlines()
+    assert "127.0.0.1 cannot be reached" in reason, reason
+    assert child.stderr.count("cross-encoder unavailable") == 1
+    assert float(seconds) < 60
+
+
+def test_the_connection_is_recycled_and_threads_are_sized_for_a_shared_machine(
+    pack, no_key, monkeypatch
+):
+    monkeypatch.setattr(reader_module, "RECYCLE_AFTER_QUERIES", 3)
+    monkeypatch.setenv("KPACK_READER_THREADS", "1")
+    retrieval.close_all()
+    with retrieval.reading(pack) as reader:
+        assert reader.threads == 1
+        connections = set()
+        for _ in range(4):
+            assert "WIDGET_HOME" in retrieval.query(pack, IN_DOMAIN)["answer"]
+            connections.add(id(reader._conn))
+        assert len(connections) > 1  # a fresh connection every 3 statements
+    monkeypatch.setenv("KPACK_READER_THREADS", "many")
+    retrieval.close_all()
+    with pytest.raises(PackError, match="KPACK_READER_THREADS must be a whole number"):
+        retrieval.query(pack, IN_DOMAIN)
+    monkeypatch.delenv("KPACK_READER_THREADS")
+    retrieval.close_all()
+
+
+def test_questions_are_embedded_without_torch_exactly_as_the_build_embeds(pack, no_key):
+    from kpack.embedding import encode, load_model
+    from retrieval.encoder import NumpyBert, encoder_for
+
+    texts = [IN_DOMAIN, "x", "", "Ünïcödé ✓ 日本語 🎉", "WIDGET_HOME sets the cache. " * 80]
+    encoder = encoder_for("sentence-transformers/all-MiniLM-L6-v2")
+    assert isinstance(encoder, NumpyBert)  # the packaged model runs in numpy
+    built = encode(load_model("default"), texts)
+    assert np.abs(encoder.encode(texts, threads=1) - built).max() < 1e-5
+    child = subprocess.run(
+        [sys.executable, "-c", QUERY_WITHOUT_TORCH, str(pack), IN_DOMAIN],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert child.stdout.strip() == "vector_search []"
+
+
+QUERY_WITHOUT_TORCH = """
+import sys, retrieval
+result = retrieval.query(sys.argv[1], sys.argv[2], use_llm=False)
+heavy = ("torch", "sentence_transformers", "transformers", "sklearn", "anthropic")
+print(result["query_type"], sorted(m for m in heavy if m in sys.modules))
+"""
+
+
+IMPORT_PROBE = (
+    "import sys, retrieval; print(sorted(m for m in ('pandas', 'anthropic', 'matplotlib', "
+    "'pydantic', 'kuzu', 'torch') if m in sys.modules))"
+)
+
+
+def test_importing_retrieval_defers_every_heavy_module():
+    child = subprocess.run(
+        [sys.executable, "-c", IMPORT_PROBE], capture_output=True, text=True, timeout=120
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip() == "[]"
 
 
 QUERY_LOOP = """
@@ -301,6 +555,7 @@ print("ok")
 
 
 def test_queries_in_other_processes_keep_answering_during_a_rebuild(pack, site, no_key):
+    old = checkout(pack)  # a query in flight holds the version it started on
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     readers = [
         subprocess.Popen(
@@ -319,3 +574,12 @@ def test_queries_in_other_processes_keep_answering_during_a_rebuild(pack, site, 
     for reader, (out, err) in zip(readers, outputs, strict=True):
         assert reader.returncode == 0 and out.strip() == "ok", err[-2000:]
     assert np.isclose(retrieval.query(pack, IN_DOMAIN)["trace"]["max_similarity"], 0.0) is np.False_
+
+    # This process now reads v0002; the v0001 reader stays open for its query in flight...
+    current = retrieval.open_pack(pack)
+    assert (current.version, old.version) == (2, 1) and not old.closed
+    assert old.query("MATCH (a:Article) RETURN count(a)")[0][0] == len(old.articles)
+    old.release()  # ...and is closed when that query ends
+    assert old.closed and not current.closed
+    with pytest.raises(PackNotReady, match="replaced by a newer version"):
+        old.query("MATCH (a:Article) RETURN count(a)")

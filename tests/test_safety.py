@@ -18,7 +18,6 @@ import pytest
 from dagster import DagsterInstance
 
 import retrieval
-import retrieval.pack
 from kpack.packs import PackError
 from pipelines.build import build_pack
 from resources.llm import ClaudeResource
@@ -72,8 +71,7 @@ build_pack("killed", packs_dir=Path(packs), storage=storage,
 
 def answer(folder: Path) -> dict:
     """An extractive answer read from disk afresh (the per-process caches dropped)."""
-    retrieval._agents.clear()
-    retrieval.pack._open.clear()
+    retrieval.close_all()
     result = retrieval.query(folder, QUESTION, use_llm=False)
     return {k: result[k] for k in ("answer", "sources", "entities", "facts", "query_type")}
 
@@ -196,7 +194,7 @@ def test_the_api_key_never_appears_in_logs_manifests_parquet_or_errors(
 # Names that may be interpolated into Cypher: schema constants from kpack.contracts and module
 # constants, never values that come from a user, a page or a pack.
 CYPHER_CONSTANTS = re.compile(
-    r"^(table\.name|label|index|extension|columns|DAMPING|"
+    r"^((table|t)\.name|label|index|extension|columns|[A-Z][A-Z0-9_]*|"
     r"(VECTOR|FTS)_INDEXES\['[A-Za-z]+'\]|"
     r"self\.(name|source|target)|cols|props|self\.columns\[0\]\[0\])$"
 )

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
+from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from itertools import pairwise
@@ -29,38 +31,176 @@ CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w{2,})\(\)")
 SNAKE = re.compile(r"(?<![\w.])[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?!\w|\.\w)")
 CAMEL = re.compile(r"(?<![\w.])[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+(?!\w|\.\w)")
 BOLD = re.compile(r"\*\*([^*\n]{2,60})\*\*")
-PROPER = re.compile(
-    r"(?<![\w.])[A-Z][a-z]+(?:(?:\s+(?:of|the|de|du|von|van|and|for))?\s+[A-Z][a-z]+)+"
-)
 DEFINITION = re.compile(
-    r"^(?:an?\s+|the\s+)?([^,.;:()]{2,60}?)\s+(?:is|are|was|were|refers to|means|denotes|"
+    r"^(?P<article>an?\s+|the\s+)?(?P<subject>[^,.;:()]{2,60}?)\s+(?:is|are|was|were|refers to|means|denotes|"
     r"describes|represents|returns|defaults to)\s+\S",
     re.IGNORECASE,
+)
+# A word of prose: letters and digits, with inner apostrophes, hyphens, dots or ampersands
+# ("O'Brien", "mom-and-pop", "U.S", "AT&T").
+WORD = re.compile(r"[^\W_]+(?:['’.\-&][^\W_]+)*")
+# A name written like code: normalised as written (dots and underscores are part of it).
+CODE_LIKE = re.compile(r"\w[._]\w|_|\(\)$")
+# "Lilu (mythology)", "Python (programming language)": the qualifier is not part of the name.
+QUALIFIER = re.compile(r"\s*\([^()]*\)\s*$")
+POSSESSIVE = re.compile(r"['’]s$")
+# Lower-case words that may join the capitalised words of one name ("Bank of England").
+NAME_JOINERS = frozenset(
+    [
+        "of",
+        "the",
+        "de",
+        "du",
+        "des",
+        "del",
+        "der",
+        "di",
+        "da",
+        "von",
+        "van",
+        "la",
+        "le",
+        "and",
+        "for",
+    ]
+)
+# Capitalised words that are not names on their own.
+NOT_NAMES = STOPWORDS | frozenset(
+    [
+        "january",
+        "february",
+        "march",
+        "april",
+        "may",
+        "june",
+        "july",
+        "august",
+        "september",
+        "october",
+        "november",
+        "december",
+        "monday",
+        "tuesday",
+        "wednesday",
+        "thursday",
+        "friday",
+        "saturday",
+        "sunday",
+        "he",
+        "she",
+        "we",
+        "our",
+        "his",
+        "her",
+        "him",
+        "one",
+        "two",
+        "three",
+        "many",
+        "most",
+        "other",
+        "such",
+        "than",
+        "both",
+        "either",
+        "neither",
+        "not",
+        "no",
+        "yes",
+    ]
 )
 ABBREVIATIONS = {"e.g", "i.e", "etc", "vs", "cf"}
 FILE_SUFFIXES = (".md", ".html", ".htm", ".txt", ".json", ".rst", ".yaml", ".yml", ".toml", ".db")
 TYPE_PRIORITY = {"api": 0, "type": 1, "term": 2, "name": 3, "topic": 4, "concept": 5}
 MAX_RELATIONS_PER_SECTION = 12
 MAX_FACTS_PER_SECTION = 5
+# A pack title is matched in the text of other sections unless it is this common a phrase:
+# in more than this share of the sections (and more than MIN_TITLE_SECTIONS), it is a word,
+# not a name (the rule Wikipedia editors follow for links).
+MAX_TITLE_SHARE = 0.02
+MIN_TITLE_SECTIONS = 3
+MIN_TITLE_CHARS = 4
+MAX_NAME_WORDS = 8
+OPENERS = " \t\"'“‘([-*"  # what may come before the first word of a sentence
+
+
+def fold_word(word: str) -> str:
+    """One word as a name key: accents, case and a possessive don't matter; a lower-case plural
+    is its singular ("sprockets" -> "sprocket"; capitalised words are names: "Williams")."""
+    plain = unicodedata.normalize("NFKD", POSSESSIVE.sub("", word))
+    plain = "".join(c for c in plain if not unicodedata.combining(c))
+    key = plain.lower()
+    if plain.islower() and len(key) > 3:
+        if key.endswith("sses"):
+            key = key[:-2]
+        elif key.endswith("s") and not key.endswith(("ss", "us", "is")):
+            key = key[:-1]
+    return key
+
+
+def name_words(text: str) -> list[str]:
+    """The folded words of a name or a question, in order (see fold_word)."""
+    return [fold_word(w) for w in WORD.findall(text)]
 
 
 def normalize_entity(name: str) -> str:
-    """The dedup key: case, quotes, call parentheses and a leading article don't matter."""
-    key = name.replace("`", "").strip().strip("'\"").removesuffix("()").lower()
-    key = " ".join(key.split())
+    """The dedup key of an entity, so aliases meet: case, accents, quotes, punctuation, a
+    possessive, a lower-case plural, a qualifier in parentheses and a leading article don't
+    matter ("The Oberoi Group's" = "Oberoi Group"). Code names keep their dots and
+    underscores ("widget.frob()" -> "widget.frob")."""
+    text = name.replace("`", "").strip().strip("'\"“”‘’").removesuffix("()")
+    if CODE_LIKE.search(text):
+        key = " ".join(text.lower().split())
+    else:
+        key = " ".join(name_words(QUALIFIER.sub("", text) or text))
     for article in ("the ", "an ", "a "):
         key = key.removeprefix(article)
     return key.strip()
 
 
+def _names_a_term(definition: re.Match) -> bool:
+    """Whether a definitional sentence's subject is a term worth an entity: not a pronoun-like
+    opener ("Neither version ...") and not an anaphor ("The film was ...", "The single is ...":
+    one lower-case word after "the" refers back to something, it names nothing)."""
+    words = normalize_entity(definition.group("subject")).split()
+    anaphor = (
+        (definition.group("article") or "").strip().lower() == "the"
+        and len(words) == 1
+        and definition.group("subject").islower()
+    )
+    return 0 < len(words) <= 5 and words[0] not in NOT_NAMES and not anaphor
+
+
 def _proper_names(sentence: str) -> list[str]:
-    names = []
-    for match in PROPER.finditer(sentence):
-        words = match.group(0).split()
-        while words and words[0].lower() in STOPWORDS:
-            words = words[1:]
-        if len(words) >= 2:
-            names.append(" ".join(words))
+    """Runs of capitalised words ("Grace Krilanovich", "Bank of England"), and a single
+    capitalised word that does not open the sentence ("... the island of Oahu")."""
+    names: list[str] = []
+    run: list[re.Match] = []
+
+    def close() -> None:
+        opens_sentence = bool(run) and not sentence[: run[0].start()].strip(OPENERS)
+        while run and run[-1].group(0).lower() in NAME_JOINERS:
+            run.pop()
+        while run and run[0].group(0).lower() in NOT_NAMES:
+            run.pop(0)
+        if run and (len(run) > 1 or (not opens_sentence and len(run[0].group(0)) >= 3)):
+            names.append(sentence[run[0].start() : run[-1].end()])
+        run.clear()
+
+    for match in WORD.finditer(sentence):
+        word = match.group(0)
+        joined = bool(run) and sentence[run[-1].end() : match.start()].isspace()
+        if run and not joined:
+            close()
+        if word[0].isupper() or (run and word in NAME_JOINERS):
+            run.append(match)
+        elif run and word[0].isdigit() and run[-1].group(0)[0].isupper():
+            run.append(match)  # "Super Bowl 50", "BWV 1033"
+        else:
+            close()
+        if len(run) > MAX_NAME_WORDS:
+            close()
+    close()
     return names
 
 
@@ -105,15 +245,15 @@ def extract_offline(title: str, content: str) -> dict:
                 continue
             named = _sentence_entities(sentence)
             definition = DEFINITION.match(sentence.lstrip("- "))
-            subject = normalize_entity(definition.group(1)) if definition else None
+            subject = normalize_entity(definition.group("subject")) if definition else None
             for name, kind in named:
                 key = normalize_entity(name)
                 if key not in entities:
                     entities[key] = {"name": name, "type": kind, "description": ""}
             if definition and subject and 30 <= len(sentence) <= 400:
-                if subject not in entities and len(subject.split()) <= 5:
+                if subject not in entities and _names_a_term(definition):
                     entities[subject] = {
-                        "name": definition.group(1).replace("`", "").strip(),
+                        "name": definition.group("subject").replace("`", "").strip(),
                         "type": "term",
                         "description": "",
                     }
@@ -144,6 +284,52 @@ def extract_offline(title: str, content: str) -> dict:
         if _meaningful(normalize_entity(r["source"])) and _meaningful(normalize_entity(r["target"]))
     ]
     return {"entities": list(kept.values()), "relations": relations, "facts": facts}
+
+
+class TitleMatcher:
+    """Finds the pack's own article titles in text: on whole words, case as written, longest
+    title first, punctuation between words ignored ("Leland, North Carolina"). Titles too short,
+    written without a capital or a digit, or too common a phrase (see MAX_TITLE_SHARE) are not
+    names and are never matched."""
+
+    def __init__(self, titles: Iterable[str]) -> None:
+        self.by_words: dict[tuple[str, ...], str] = {}
+        for title in titles:
+            name = QUALIFIER.sub("", title).strip()
+            words = tuple(WORD.findall(name))
+            if (
+                len(name) >= MIN_TITLE_CHARS
+                and 0 < len(words) <= MAX_NAME_WORDS
+                and any(c.isupper() or c.isdigit() for c in name)
+                and not (len(words) == 1 and words[0].lower() in NOT_NAMES)
+            ):
+                self.by_words.setdefault(words, title)
+        self.first_words = {words[0] for words in self.by_words}
+        self.longest = max(map(len, self.by_words), default=0)
+
+    def find(self, text: str) -> list[str]:
+        """The titles named in a text, each once, in order of first mention."""
+        words = WORD.findall(text)
+        found: dict[str, None] = {}
+        at = 0
+        while at < len(words):
+            step = 1
+            if words[at] in self.first_words:
+                for length in range(min(self.longest, len(words) - at), 0, -1):
+                    title = self.by_words.get(tuple(words[at : at + length]))
+                    if title is not None:
+                        found[title] = None
+                        step = length
+                        break
+            at += step
+        return list(found)
+
+    def mentions(self, texts: list[str]) -> list[list[str]]:
+        """The titles each text names, less those named in too many of the texts."""
+        per_text = [self.find(text) for text in texts]
+        counts = Counter(title for titles in per_text for title in titles)
+        limit = max(MIN_TITLE_SECTIONS, MAX_TITLE_SHARE * len(texts))
+        return [[t for t in titles if counts[t] <= limit] for titles in per_text]
 
 
 def _meaningful(key: str) -> bool:
@@ -207,7 +393,9 @@ def claude_extractions(
 
 
 def merge_extractions(per_section: Iterable[tuple[dict, dict]]) -> dict[str, list[dict]]:
-    """Section-level extractions into pack-level tables, entities deduplicated by name."""
+    """Section-level extractions into pack-level tables, entities deduplicated by name (see
+    normalize_entity), with the pack's own article titles added as entities of the sections
+    that belong to them or name them."""
     entities: dict[str, dict] = {}
     mentions: set[tuple[str, str, str]] = set()
     relations: dict[tuple[str, str, str], dict] = {}
@@ -233,14 +421,26 @@ def merge_extractions(per_section: Iterable[tuple[dict, dict]]) -> dict[str, lis
                 known["description"] = description
         return key
 
-    for section, data in per_section:
+    pairs = list(per_section)
+    # The pack's own article titles are entities of both extractors: each section mentions
+    # its article's title, and every title its text names (the links a reader would follow).
+    titled = TitleMatcher(s["article_title"] or "" for s, _ in pairs).mentions(
+        [s["content"] for s, _ in pairs]
+    )
+    for (section, data), titles in zip(pairs, titled, strict=True):
         where = (section["article_url"], section["section_id"])
-        for item in data.get("entities", []):
-            key = entity(
+        named = [
+            (
                 str(item.get("name", "")),
                 str(item.get("type") or "concept"),
                 str(item.get("description") or ""),
             )
+            for item in data.get("entities", [])
+        ]
+        named += [(section["article_title"] or "", "topic", "")]
+        named += [(title, "name", "") for title in titles]
+        for name, kind, description in named:
+            key = entity(name, kind, description)
             if key and (*where, key) not in mentions:
                 mentions.add((*where, key))
                 entities[key]["mention_count"] += 1

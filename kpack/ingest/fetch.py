@@ -59,6 +59,8 @@ TEXT_TYPES = {
     "text/plain": "text",
     "text/x-rst": "text",
 }
+# Sitemaps: fetched as text only when asked for (Fetcher.fetch(..., xml=True)); XML is no page.
+XML_TYPES = {"application/xml", "text/xml"}
 MARKDOWN_SUFFIXES = (".md", ".markdown", ".mdown")
 HTML_SUFFIXES = (".html", ".htm", ".xhtml")
 
@@ -129,6 +131,14 @@ def page_format(content_type: str | None, url: str) -> str | None:
         return "html"
     if not mime and path.endswith((".txt", ".rst")):
         return "text"
+    return None
+
+
+def xml_format(content_type: str | None, url: str) -> str | None:
+    """ "xml" for an XML document (by its type, else its .xml name); None otherwise."""
+    mime = (content_type or "").split(";")[0].strip().lower()
+    if mime in XML_TYPES or (not mime and urlsplit(url).path.lower().endswith(".xml")):
+        return "xml"
     return None
 
 
@@ -213,27 +223,30 @@ def public_addresses(host: str, port: int | None) -> list[str]:
 
 class Deadline:
     """The end of one fetch: when it passes, the sockets the fetch reads are shut down, which
-    wakes a read blocked on a server that trickles its answer."""
+    wakes a read blocked on a server that trickles its answer. The timer starts with the first
+    socket watched, so a fetch that opens none (a file: URL) costs no thread."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
         self.ends_at = time.monotonic() + seconds
-        self.expired = False
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
-        self._timer.start()
+        self._timer: threading.Timer | None = None
+        self._fired = False  # the timer may wake a hair before ends_at
 
     @property
     def message(self) -> str:
         return f"timed out: no complete answer within the fetch deadline of {self.seconds:g} s"
 
+    @property
+    def expired(self) -> bool:
+        return self._fired or self.remaining() <= 0
+
     def remaining(self) -> float:
         return max(0.0, self.ends_at - time.monotonic())
 
     def check(self) -> None:
-        if self.expired or self.remaining() <= 0:
+        if self.expired:
             raise FetchError(self.message)
 
     def watch(self, sock: socket.socket | None) -> None:
@@ -241,16 +254,19 @@ class Deadline:
             return
         with self._lock:
             self._sockets.append(sock)
-            expired = self.expired
-        if expired:
-            _shut(sock)
+            if self._timer is None:
+                self._timer = threading.Timer(self.remaining(), self._expire)
+                self._timer.daemon = True
+                self._timer.start()
 
     def cancel(self) -> None:
-        self._timer.cancel()
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
 
     def _expire(self) -> None:
         with self._lock:
-            self.expired = True
+            self._fired = True
             sockets, self._sockets = self._sockets, []
         for sock in sockets:
             _shut(sock)
@@ -390,15 +406,18 @@ class Fetcher:
         config = self.config
         return config.deadline_s or config.timeout_s * (config.retries + 1)
 
-    def fetch(self, url: str, previous: Validators | None = None) -> FetchResponse:
+    def fetch(
+        self, url: str, previous: Validators | None = None, *, xml: bool = False
+    ) -> FetchResponse:
+        """One URL; ``xml`` also accepts an XML document (a sitemap) as text."""
         started = time.perf_counter()
         deadline = Deadline(self.deadline_s)
         _thread.scope = _Scope(deadline, self.config.allow_private_hosts)
         try:
             if urlsplit(url).scheme == "file":
-                response = self._fetch_file(url, previous)
+                response = self._fetch_file(url, previous, xml)
             else:
-                response = self._fetch_http(url, previous, deadline)
+                response = self._fetch_http(url, previous, deadline, xml)
         except (FetchError, ValueError) as exc:  # ValueError: a URL urllib cannot parse
             response = FetchResponse(url=url, final_url=url, error=str(exc))
         except requests.RequestException as exc:
@@ -419,7 +438,7 @@ class Fetcher:
         owner, repo, _, ref, *path = segments
         return f"{self.github_raw_base.rstrip('/')}/{owner}/{repo}/{ref}/{'/'.join(path)}"
 
-    def _fetch_file(self, url: str, previous: Validators | None) -> FetchResponse:
+    def _fetch_file(self, url: str, previous: Validators | None, xml: bool) -> FetchResponse:
         config, roots = self.config, self.file_roots
         path = Path(unquote(urlsplit(url).path)).resolve()
         if not any(path.is_relative_to(root.resolve()) for root in roots):
@@ -437,7 +456,7 @@ class Fetcher:
             )
         if path.stat().st_size > config.max_bytes:
             raise FetchError(f"page exceeds the size cap of {config.max_bytes} bytes")
-        fmt = page_format(None, url)
+        fmt = page_format(None, url) or (xml_format(None, url) if xml else None)
         if fmt is None:
             raise FetchError(f"unsupported file type {path.suffix or '(none)'} (not text)")
         etag = file_etag(path)
@@ -459,7 +478,7 @@ class Fetcher:
         return response
 
     def _fetch_http(
-        self, url: str, previous: Validators | None, deadline: Deadline
+        self, url: str, previous: Validators | None, deadline: Deadline, xml: bool
     ) -> FetchResponse:
         config = self.config
         target = self.rewrite_github_blob(url)
@@ -479,7 +498,7 @@ class Fetcher:
                 target = urljoin(target, response.headers["location"])
                 redirects.append(target)
                 continue
-            return self._read(url, target, redirects, response, deadline)
+            return self._read(url, target, redirects, response, deadline, xml)
         raise FetchError(f"more than {config.max_redirects} redirects")
 
     def _proxied(self, url: str) -> bool:
@@ -522,6 +541,7 @@ class Fetcher:
         redirects: list[str],
         response: requests.Response,
         deadline: Deadline,
+        xml: bool,
     ) -> FetchResponse:
         config = self.config
         with response:
@@ -541,6 +561,8 @@ class Fetcher:
                 result.not_modified = True
                 return result
             result.format = page_format(result.content_type, final_url)
+            if result.format is None and xml:
+                result.format = xml_format(result.content_type, final_url)
             if result.format is None:
                 result.error = f"unsupported content type {result.content_type!r} (not text)"
                 return result

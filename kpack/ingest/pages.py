@@ -12,7 +12,7 @@ from datetime import datetime
 
 import pyarrow as pa
 
-from kpack.contracts import content_hash
+from kpack.contracts import PARQUET_SCHEMAS, content_hash
 from kpack.ingest.fetch import FetchResponse, Validators
 from kpack.ingest.html import main_content
 from kpack.packs import Source
@@ -21,8 +21,9 @@ CHANGE_KINDS = ("new", "changed", "unchanged", "failed")
 
 
 def stored_pages(previous: pa.Table | None) -> dict[str, dict]:
-    """The successfully fetched rows of the previous fetch, by URL: what a 304 may reuse."""
-    if previous is None:
+    """The successfully fetched rows of the previous fetch, by URL: what a 304 may reuse.
+    A previous table of another schema (an older version wrote it) is no previous fetch."""
+    if previous is None or previous.schema.names != PARQUET_SCHEMAS["fetched_pages"].names:
         return {}
     return {row["url"]: row for row in previous.to_pylist() if row["error"] is None}
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from urllib.parse import unquote, urljoin, urlsplit
 
-from kpack.contracts import content_hash, passage_text, section_id
+from kpack.contracts import CRAWL_COLUMNS, content_hash, passage_text, section_id
 from kpack.ingest.html import Block, page_blocks, page_links
-from kpack.packs import normalize_url
+from kpack.packs import page_key
 
 
 def _heading_level(level: int) -> int:
@@ -133,6 +133,8 @@ def parse_page(page: dict) -> tuple[dict, list[dict], list[tuple[str, str]]]:
         "word_count": sum(s["word_count"] for s in sections),
         "section_count": len(sections),
         "content_hash": page["content_hash"],
+        # How the page came into the pack (kpack.ingest.crawl); absent on hand-made rows.
+        **{name: page.get(name) for name, _ in CRAWL_COLUMNS},
     }
     return article, sections, page_links(fmt, body)
 
@@ -159,14 +161,14 @@ def internal_links(articles: list[dict], raw_links: list[tuple[str, str, str, st
     the pack, once per (source, target) pair."""
     by_url: dict[str, str] = {}
     for article in articles:
-        by_url[normalize_url(article["url"])] = article["url"]
-        by_url[normalize_url(article["final_url"])] = article["url"]
+        by_url[page_key(article["url"])] = article["url"]
+        by_url[page_key(article["final_url"])] = article["url"]
     seen: set[tuple[str, str]] = set()
     links = []
     for source, base, href, text in raw_links:
         if not href or href.startswith(("#", "mailto:", "javascript:")):
             continue
-        target = by_url.get(normalize_url(urljoin(base, href)))
+        target = by_url.get(page_key(urljoin(base, href)))
         if target is None or target == source or (source, target) in seen:
             continue
         seen.add((source, target))

@@ -1,0 +1,159 @@
+"""Evaluation reports: the summary table (Markdown, DataFrame), the chart comparing the
+conditions side by side, and the result files under ``eval/results/``."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SUMMARY_COLUMNS = (
+    "hit@1",
+    "hit@5",
+    "hit@10",
+    "mrr",
+    "judge_accuracy",
+    "containment",
+    "token_f1",
+    "gate_rate_in_domain",
+    "gate_rate_out_of_domain",
+    "citation_rate",
+)
+CHART_METRICS = (
+    "hit@1",
+    "hit@5",
+    "mrr",
+    "answer",
+    "gate_rate_in_domain",
+    "gate_rate_out_of_domain",
+)
+CHART_LABELS = {
+    "mrr": "MRR",
+    "gate_rate_in_domain": "gated\n(in domain)",
+    "gate_rate_out_of_domain": "gated\n(out of domain)",
+}
+
+
+def headline(results: dict) -> dict:
+    """The summary row a run is judged by: balanced, else the first condition evaluated."""
+    summary = results["summary"]
+    return summary.get("balanced") or summary[results["conditions"][0]]
+
+
+def answer_score(row: dict) -> float | None:
+    """Judge accuracy when a judge ran, else answer containment (runs saved before the field
+    was named judge_accuracy have containment only)."""
+    judged = row.get("judge_accuracy")
+    return judged if judged is not None else row["containment"]
+
+
+def answer_score_name(results: dict) -> str:
+    return "judge accuracy" if results["answer_scoring"].startswith("judge:") else "containment"
+
+
+def markdown_summary(results: dict) -> str:
+    head = "| condition | " + " | ".join(SUMMARY_COLUMNS) + " | p50 ms | p95 ms |"
+    lines = [
+        f"Evaluation of pack `{results['pack']}` v{results['pack_version']} "
+        f"({results['answer_scoring']}), {results['evaluated_at']}",
+        "",
+        head,
+        "|" + "---|" * (len(SUMMARY_COLUMNS) + 3),
+    ]
+    for condition in results["conditions"]:
+        row = results["summary"][condition]
+        total = row["latency_ms"].get("total", {"p50": 0.0, "p95": 0.0})
+        cells = ["-" if row[c] is None else f"{row[c]:.3f}" for c in SUMMARY_COLUMNS]
+        lines.append(
+            f"| {condition} | "
+            + " | ".join(cells)
+            + f" | {total['p50']:.1f} | {total['p95']:.1f} |"
+        )
+    calibration = results["calibration"]
+    lines += [
+        "",
+        f"Gate threshold: current {calibration['current_threshold']}, best on these questions "
+        f"{calibration['best_threshold']} (balanced in-domain answered / out-of-domain refused).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def summary_frame(results: dict) -> pd.DataFrame:
+    """The summary table as a DataFrame: one row per condition (``.plot.bar()`` draws it)."""
+    import pandas as pd
+
+    rows = {
+        condition: {
+            **{c: results["summary"][condition][c] for c in SUMMARY_COLUMNS},
+            "p50_ms": results["summary"][condition]["latency_ms"].get("total", {}).get("p50"),
+        }
+        for condition in results["conditions"]
+    }
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("condition")
+
+
+def load_results(path: str | Path) -> dict:
+    """A saved results document (``eval/results/<time>.json``)."""
+    return json.loads(Path(path).read_text())
+
+
+def chart_png(results: dict) -> bytes:
+    """The conditions side by side (retrieval, answers, gate rates), and their p50 latency."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    conditions = results["conditions"]
+    summary = results["summary"]
+    figure, (left, right) = plt.subplots(
+        1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 1]}
+    )
+    width = 0.8 / len(conditions)
+    for offset, condition in enumerate(conditions):
+        row = summary[condition]
+        values = [
+            (answer_score(row) if metric == "answer" else row[metric]) or 0.0
+            for metric in CHART_METRICS
+        ]
+        positions = [i + (offset - (len(conditions) - 1) / 2) * width for i in range(len(values))]
+        left.bar(positions, values, width, label=condition)
+    labels = {**CHART_LABELS, "answer": answer_score_name(results)}
+    left.set_xticks(range(len(CHART_METRICS)), [labels.get(m, m) for m in CHART_METRICS])
+    left.set_ylim(0, 1.2)  # room above the bars for the legend
+    left.legend(loc="upper center", ncol=len(conditions), fontsize="small", frameon=False)
+    left.set_title("retrieval, answers and gate, per condition")
+    latency = [summary[c]["latency_ms"].get("total", {}).get("p50", 0.0) for c in conditions]
+    right.bar(conditions, latency, color="#DD8452")
+    right.set_title("p50 latency (ms)")
+    right.tick_params(axis="x", labelrotation=30)
+    figure.suptitle(f"{results['pack']} v{results['pack_version']} ({results['answer_scoring']})")
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100)
+    plt.close(figure)
+    return buffer.getvalue()
+
+
+def write_results(results: dict, folder: Path) -> dict[str, Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = results["evaluated_at"].replace(":", "").replace("-", "").replace("+0000", "Z")
+    paths = {
+        "json": folder / f"{stamp}.json",
+        "markdown": folder / f"{stamp}.md",
+        "png": folder / f"{stamp}.png",
+    }
+    paths["json"].write_text(json.dumps(results, indent=2, default=str))
+    paths["markdown"].write_text(markdown_summary(results))
+    paths["png"].write_bytes(chart_png(results))
+    return paths
+
+
+def png_markdown(png: bytes) -> str:
+    """The chart inline, so the Dagster UI shows it in the asset's metadata."""
+    return f"![evaluation chart](data:image/png;base64,{base64.b64encode(png).decode()})"

@@ -1,0 +1,185 @@
+"""The evaluation run: what a pack adds, measured without letting a question see its answer.
+
+Each question of ``eval/questions.jsonl`` runs under each condition (profiles, and "no_pack":
+the LLM alone, when a key is set), against one pack version held open for the whole run.
+Retrieval is scored by where the first relevant passage ranks; answers by a judge model with a
+key, else by containment and token F1 against the accepted answers. The few-shot pool never
+offers the graded question, nor any example with its id or its answer. Everything goes
+through the agent's public API (search, query, answer_without_pack).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from kpack.errors import PackError
+from kpack.llm import EXPANSION_MODEL, ClaudeClient, LLMError
+from retrieval.agent import KnowledgeGraphAgent
+from retrieval.eval.calibrate import best_threshold, calibrate
+from retrieval.eval.graph_calibration import calibrate_graph
+from retrieval.eval.metrics import (
+    HIT_DEPTHS,
+    contains_answer,
+    first_hit_rank,
+    normalize_text,
+    summarize,
+    token_f1,
+)
+from retrieval.eval.questions import Question
+from retrieval.fewshot import normalize_question
+from retrieval.reader import reading
+
+NO_PACK = "no_pack"
+JUDGE_SYSTEM = (
+    "You grade answers to questions about documentation. Compare the candidate answer with "
+    "the reference answer and reply with only an integer from 0 (wrong) to 10 (fully correct "
+    "and complete)."
+)
+FEW_SHOT_POLICY = (
+    "per-question hold-out: an example with the graded question's id, text or answer is never "
+    "offered"
+)
+# progress(condition, question number from 1, questions, the question's record)
+Progress = Callable[[str, int, int, dict], None]
+
+
+def leak_filter(question: Question) -> Callable[[dict], bool]:
+    """True for few-shot examples that would reveal the graded question's answer."""
+    asked = normalize_question(question.question)
+    answers = {normalize_text(a) for a in question.references}
+
+    def leaks(example: dict) -> bool:
+        return (
+            str(example.get("id")) == question.id
+            or normalize_question(example.get("question", "")) == asked
+            or normalize_text(str(example.get("answer", ""))) in answers
+        )
+
+    return leaks
+
+
+class Judge:
+    """Scores an answer 0-10 against the reference with a model that did not write it."""
+
+    def __init__(self, llm: ClaudeClient, model: str = EXPANSION_MODEL) -> None:
+        self.llm, self.model = llm, model
+
+    def score(self, question: str, reference: str, answer: str) -> int | None:
+        prompt = f"Question: {question}\nReference answer: {reference}\nCandidate answer: {answer}\nScore:"
+        try:
+            reply = self.llm.complete(self.model, JUDGE_SYSTEM, prompt, max_tokens=8)
+        except LLMError:
+            return None
+        match = re.search(r"\b(10|[0-9])\b", reply)
+        return int(match.group(1)) if match else None
+
+
+def check_profiles(profiles: list[str]) -> list[str]:
+    if not profiles:
+        raise PackError(
+            "no profile to evaluate: give --profiles a comma-separated list such as "
+            "baseline,balanced"
+        )
+    return profiles
+
+
+def evaluate(
+    pack: str | Path,
+    questions: list[Question],
+    profiles: list[str],
+    use_llm: bool = True,
+    judge_model: str = EXPANSION_MODEL,
+    anthropic_base_url: str | None = None,
+    progress: Progress | None = None,
+    calibrate_graph_weights: bool = False,
+) -> dict:
+    """Every question under every condition; returns the full results document (with the
+    graph settings' calibration, retrieval.eval.graph_calibration, when asked for)."""
+    check_profiles(profiles)
+    with reading(pack) as reader:
+        agents = {
+            p: KnowledgeGraphAgent(
+                reader, profile=p, use_llm=use_llm, anthropic_base_url=anthropic_base_url
+            )
+            for p in profiles
+        }
+        first = agents[profiles[0]]
+        conditions = list(profiles) + ([NO_PACK] if first.llm.available else [])
+        judge = None
+        if first.llm.available:
+            if judge_model in {a.settings["synthesis_model"] for a in agents.values()}:
+                raise PackError(f"the judge model {judge_model} also answers; choose another judge")
+            judge = Judge(ClaudeClient(base_url=anthropic_base_url), judge_model)
+        records: dict[str, list[dict]] = {c: [] for c in conditions}
+        for condition in conditions:
+            agent = agents.get(condition, first)
+            for number, question in enumerate(questions, start=1):
+                record = _run_one(agent, condition, question, judge)
+                records[condition].append(record)
+                if progress:
+                    progress(condition, number, len(questions), record)
+        threshold = first.settings["context_confidence_threshold"]
+        version = reader.version
+        graph = calibrate_graph(reader, questions) if calibrate_graph_weights else None
+    sweep = calibrate([(r["max_similarity"], r["out_of_domain"]) for r in records[profiles[0]]])
+    return {
+        "pack": reader.name,
+        "pack_version": version,
+        "evaluated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "answer_scoring": f"judge:{judge_model}" if judge else "containment+token_f1",
+        "few_shot_policy": FEW_SHOT_POLICY,
+        "conditions": conditions,
+        "summary": {c: summarize(records[c]) for c in conditions},
+        "calibration": {
+            "current_threshold": threshold,
+            "best_threshold": best_threshold(sweep, threshold),
+            "sweep": sweep,
+            "graph": graph,
+        },
+        "questions": records,
+    }
+
+
+def _run_one(
+    agent: KnowledgeGraphAgent, condition: str, question: Question, judge: Judge | None
+) -> dict:
+    record = {
+        "id": question.id,
+        "question": question.question,
+        "out_of_domain": question.out_of_domain,
+    }
+    if condition == NO_PACK:
+        passages: list[dict] = []
+        response = agent.answer_without_pack(question.question)
+    else:
+        passages = agent.search(question.question, k=max(HIT_DEPTHS))
+        response = agent.query(question.question, exclude_examples=leak_filter(question))
+    record.update(
+        answer=response["answer"],
+        query_type=response["query_type"],
+        gated=response["query_type"] == "confidence_gated_fallback",
+        max_similarity=response["trace"].get("max_similarity"),
+        cited=bool(response["citations"]) and "[Source:" in response["answer"],
+        citations=response["citations"],
+        retrieved=[
+            {"title": p["title"], "url": p["url"], "heading": p["heading"]} for p in passages
+        ],
+        hit_rank=first_hit_rank(passages, question)
+        if passages and not question.out_of_domain
+        else None,
+        timings_ms=response["timings_ms"],
+        tokens=response["token_usage"],
+        few_shot=response["trace"].get("few_shot_questions", []),
+    )
+    if question.references and not question.out_of_domain:
+        record["contains_answer"] = contains_answer(response["answer"], question.references)
+        record["token_f1"] = max(token_f1(response["answer"], r) for r in question.references)
+        if judge and question.ground_truth:
+            record["judge_score"] = judge.score(
+                question.question, question.ground_truth, response["answer"]
+            )
+            record["judge_failed"] = record["judge_score"] is None
+    return record

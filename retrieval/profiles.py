@@ -1,0 +1,245 @@
+"""Query profiles: an ordered list of stages, with the settings they run with.
+
+A profile is the pipeline written down: ``stages`` run in order over one Query
+(retrieval.query), and ``settings`` are the profile's values of the query settings that differ
+between profiles (seed 004's configuration matrix). Settings are combined in this order, each
+overriding the one before: the profile's, those the pack's ``kg_config.json`` set when the
+version was built (its manifest), then the caller's options.
+
+Adding a stage is a one-line change: write it (a function decorated with
+``retrieval.query.stage(name, phase, toggle)``, or a class with ``name``, ``phase`` and
+``toggle`` attributes and ``__call__(self, query)``), and add one line to the list of each
+profile that should run it, where it belongs in the order. A graph retrieval stage for
+balanced, for example, goes among balanced's retrieval stages, before ``fuse`` (this is how
+``GraphRetriever`` was added)::
+
+        Profile(
+            "balanced",
+            (
+                *SEARCH,
+                GraphRetriever(),  # <- the new stage
+                fuse,
+                ...
+
+A retrieval stage appends its ranked hits to ``query.rankings`` as ``(source, candidates)``
+(fuse merges every list by reciprocal rank fusion when keyword search took part); a rank stage
+reorders ``query.candidates``; a context stage rewrites ``query.context``; each appends to a
+candidate's ``reasons`` why it ranks where it does.
+
+The ``enable_*`` toggles of kg_config.json (and of the options) switch a profile's stages off,
+or switch on a stage the profile lacks: it is inserted where the first profile that has it
+runs it, after the same predecessors. ``use_enhancements: false`` keeps the stages every
+profile needs and hybrid search only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kpack.errors import PackError
+from retrieval.candidates import bm25_search, embed_question, fuse, vector_search
+from retrieval.expansion import MultiQueryExpander
+from retrieval.fewshot import FewShotManager
+from retrieval.gate import ConfidenceGate
+from retrieval.graph import GraphRetriever, SecondHop
+from retrieval.multidoc import MultiDocSynthesizer
+from retrieval.quality import QualityFilter
+from retrieval.query import Stage
+from retrieval.rerank import CrossEncoderReranker, GraphReranker, top_k
+from retrieval.synthesis import synthesize
+
+if TYPE_CHECKING:
+    # pydantic is imported on first use, which keeps `import retrieval` fast.
+    from kpack.config import QueryConfig
+
+TOGGLES = (
+    "use_enhancements",
+    "enable_reranker",
+    "enable_multidoc",
+    "enable_fewshot",
+    "enable_cross_encoder",
+    "enable_multi_query",
+    "enable_hybrid",
+    "enable_quality_filter",
+    "enable_graph",
+)
+# What use_enhancements=false keeps besides the stages without a toggle.
+NOT_AN_ENHANCEMENT = ("enable_hybrid",)
+ALIASES = {"maximum": "max", "max_quality": "max", "default": "balanced"}
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    stages: tuple[Stage, ...]
+    settings: dict[str, Any] = field(default_factory=dict)
+    summary: str = ""
+
+
+# The seed's balanced settings: every profile starts from these.
+BALANCED_SETTINGS = {
+    "num_docs": 5,
+    "sections_per_doc": 3,
+    "reranker_alpha": 0.7,
+    "reranker_beta": 0.3,
+    "few_shot_examples": 3,
+}
+
+# Stage runs that several profiles share; a profile lists them in its own order, so a stage
+# for one profile is still one line in that profile's list.
+SEARCH = (embed_question, vector_search, bm25_search)
+CONTEXT_AND_ANSWER = (MultiDocSynthesizer(), QualityFilter(), FewShotManager(), synthesize)
+
+PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in (
+        Profile(
+            "baseline",
+            (*SEARCH, fuse, ConfidenceGate(), top_k, synthesize),
+            BALANCED_SETTINGS
+            | {"num_docs": 1, "reranker_alpha": 1.0, "reranker_beta": 0.0, "few_shot_examples": 0},
+            "hybrid search, the gate, and an answer from the top passages",
+        ),
+        Profile(
+            "balanced",
+            (
+                *SEARCH,
+                GraphRetriever(),
+                fuse,
+                ConfidenceGate(),
+                GraphReranker(),
+                SecondHop(),
+                top_k,
+                *CONTEXT_AND_ANSWER,
+            ),
+            BALANCED_SETTINGS,
+            "plus graph reranking, multi-document context, quality filter, few-shot examples",
+        ),
+        Profile(
+            "max",
+            (
+                MultiQueryExpander(),
+                *SEARCH,
+                GraphRetriever(),
+                fuse,
+                ConfidenceGate(),
+                CrossEncoderReranker(),
+                GraphReranker(),
+                SecondHop(),
+                top_k,
+                *CONTEXT_AND_ANSWER,
+            ),
+            BALANCED_SETTINGS,
+            "balanced plus multi-query expansion and the cross-encoder",
+        ),
+        Profile(
+            "latency_optimized",
+            (*SEARCH, fuse, ConfidenceGate(), GraphReranker(), top_k, *CONTEXT_AND_ANSWER),
+            BALANCED_SETTINGS
+            | {"num_docs": 3, "reranker_alpha": 0.8, "reranker_beta": 0.2, "few_shot_examples": 2},
+            "balanced's stages over a smaller context: 3 articles, 2 examples",
+        ),
+        Profile(
+            "coverage_optimized",
+            (
+                MultiQueryExpander(),
+                *SEARCH,
+                fuse,
+                ConfidenceGate(),
+                GraphReranker(),
+                top_k,
+                *CONTEXT_AND_ANSWER,
+            ),
+            BALANCED_SETTINGS
+            | {"num_docs": 7, "reranker_alpha": 0.6, "reranker_beta": 0.4, "few_shot_examples": 5},
+            "multi-query expansion and a wider context: 7 articles, 5 examples, more authority",
+        ),
+    )
+}
+
+
+def profile_named(name: str) -> Profile:
+    canonical = ALIASES.get(name, name)
+    if canonical not in PROFILES:
+        raise PackError(f"unknown profile {name!r} (use {', '.join(PROFILES)})")
+    return PROFILES[canonical]
+
+
+def pipeline(profile: Profile, toggles: dict[str, bool]) -> tuple[Stage, ...]:
+    """The profile's stages with the toggles applied (see the module docstring)."""
+    stages = list(profile.stages)
+    if toggles.get("use_enhancements") is False:
+        stages = [s for s in stages if s.toggle is None or s.toggle in NOT_AN_ENHANCEMENT]
+    enhancements_off = toggles.get("use_enhancements") is False
+    for toggle, on in toggles.items():
+        if toggle == "use_enhancements" or (
+            on and enhancements_off and toggle not in NOT_AN_ENHANCEMENT
+        ):
+            continue  # the master switch wins over a stage's own
+        if not on:
+            stages = [s for s in stages if s.toggle != toggle]
+        elif not any(s.toggle == toggle for s in stages):
+            stages = _insert(stages, toggle)
+    return tuple(stages)
+
+
+def _insert(stages: list[Stage], toggle: str) -> list[Stage]:
+    """Add the stages switched on by ``toggle`` after the same predecessors as in the first
+    profile that runs them."""
+    for source in PROFILES.values():
+        order = list(source.stages)
+        added = [s for s in order if s.toggle == toggle]
+        if not added:
+            continue
+        for stage in added:
+            before = {s.name for s in order[: order.index(stage)]}
+            position = max((i + 1 for i, s in enumerate(stages) if s.name in before), default=0)
+            stages.insert(position, stage)
+        return stages
+    raise PackError(f"no stage is switched by {toggle!r}")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one agent runs against one pack version: the profile, the settings in force and
+    the stages with the toggles applied."""
+
+    profile: Profile
+    settings: QueryConfig
+    stages: tuple[Stage, ...]
+
+    @property
+    def depth_factor(self) -> int:
+        """How many times k passages retrieval fetches (a reranker that cuts to k wants more)."""
+        return max((getattr(s, "widens", 1) for s in self.stages), default=1)
+
+
+def option_names() -> frozenset[str]:
+    from kpack.config import QueryConfig
+
+    return frozenset(QueryConfig.model_fields) - {"profile"}
+
+
+def plan(
+    pack_settings: QueryConfig, profile: str | None, options: dict[str, Any], threshold: float
+) -> Plan:
+    """Combine the profile's settings, the pack's (those its version recorded as set) and the
+    call's options; ``threshold`` is the gate's when none of them sets one."""
+    from kpack.config import parse_config
+
+    unknown = sorted(set(options) - option_names())
+    if unknown:
+        raise PackError(f"unknown options {unknown} (known: {', '.join(sorted(option_names()))})")
+    chosen = profile_named(profile or pack_settings.profile)
+    pack_values = {
+        k: v for k, v in pack_settings.model_dump().items() if v is not None and k != "profile"
+    }
+    values = {**chosen.settings, **pack_values, **options}
+    toggles = {t: values.pop(t) for t in TOGGLES if values.get(t) is not None}
+    for toggle in TOGGLES:
+        values.pop(toggle, None)
+    settings = parse_config({"query": {**values, "profile": chosen.name}}, "query settings").query
+    if settings.context_confidence_threshold is None:  # a subclass's constant, unchecked
+        settings = settings.model_copy(update={"context_confidence_threshold": threshold})
+    return Plan(chosen, settings, pipeline(chosen, toggles))

@@ -1,0 +1,238 @@
+"""What queries and searches return: the seed's dict and list, which also render in Jupyter.
+
+``QueryResult`` is a dict with exactly the seed's keys (answer, sources, entities, facts,
+cypher_query, query_type, token_usage) plus citations, timings_ms and trace, so it indexes,
+compares and ``json.dumps`` like the plain dict; in a notebook it shows the answer with
+clickable citations, a sources table, the stage timings and the retrieval trace
+(``_repr_html_``, ``_repr_markdown_``), and ``to_frame()`` turns it into a pandas DataFrame.
+``SearchResults`` is the list of passage dicts of a search, likewise. Both render from their
+own contents only, so a result loaded back from JSON renders the same.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from html import escape
+from typing import TYPE_CHECKING, Literal
+
+from kpack.contracts import VECTOR_INDEXES
+from retrieval.query import Query
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# What the response's cypher_query reports: the vector queries every question runs.
+VECTOR_CYPHER_SUMMARY = "; ".join(
+    f"CALL QUERY_VECTOR_INDEX('{label}', '{index}', $v, $k)"
+    for label, index in VECTOR_INDEXES.items()
+)
+CITATION = re.compile(r"\[Source: ([^\]]+)\]")
+SCORE_COLUMNS = ("similarity", "bm25", "pagerank", "cross_encoder", "quality", "combined")
+SEARCH_FIELDS = ("similarity", "bm25", "rrf", "pagerank", "cross_encoder", "passage_id")
+
+
+def _number(value: object) -> str:
+    return "" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def _html_table(headers: list[str], rows: list[list[str]]) -> str:
+    """A table of cells that are already HTML."""
+    head = "".join(f"<th style='text-align:left'>{escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _md_cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(headers: list[str], rows: list[list[object]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _link(url: str, text: str) -> str:
+    return f"<a href='{escape(url, quote=True)}' target='_blank'>{escape(text)}</a>"
+
+
+class QueryResult(dict):
+    """The response of a query: the seed's dict, which also renders in Jupyter."""
+
+    def _urls(self) -> dict[str, str]:
+        return {c["title"]: c["url"] for c in reversed(self.get("citations", []))}
+
+    def _headline(self) -> str:
+        timings, usage = self.get("timings_ms", {}), self.get("token_usage", {})
+        trace = self.get("trace", {})
+        return (
+            f"{self.get('query_type')}, profile {trace.get('profile')}, "
+            f"{timings.get('total', 0):.0f} ms, {usage.get('api_calls', 0)} LLM calls"
+        )
+
+    def _answer_html(self) -> str:
+        urls = self._urls()
+        parts, last = [], 0
+        answer = str(self.get("answer", ""))
+        for match in CITATION.finditer(answer):
+            parts.append(escape(answer[last : match.start()]))
+            title = match.group(1)
+            label = f"[{title}]"
+            parts.append(_link(urls[title], label) if title in urls else escape(match.group(0)))
+            last = match.end()
+        parts.append(escape(answer[last:]))
+        return "".join(parts).replace("\n", "<br>")
+
+    def _trace_rows(self) -> list[dict]:
+        """Every candidate: the kept passages in their final order, then the dropped ones."""
+        rows = self.get("trace", {}).get("candidates", [])
+        return sorted(rows, key=lambda c: (c.get("rank") is None, c.get("rank") or 0))
+
+    def _repr_html_(self) -> str:
+        sources = [
+            [str(n), escape(c["title"]), escape(c["section"]), _link(c["url"], c["url"])]
+            for n, c in enumerate(self.get("citations", []), start=1)
+        ]
+        timings = [[escape(stage), f"{ms:.1f}"] for stage, ms in self.get("timings_ms", {}).items()]
+        trace = self.get("trace", {})
+        candidates = [
+            [_number(c.get("rank")), escape(c["heading"])]
+            + [_number(c.get(col)) for col in SCORE_COLUMNS]
+            + [escape(c.get("dropped") or ""), escape(c.get("why", ""))]
+            for c in self._trace_rows()
+        ]
+        threshold = trace.get("threshold")
+        best = trace.get("max_similarity")
+        return (
+            "<div class='kpack-query-result'>"
+            f"<p><b>Answer</b> <small>({escape(self._headline())})</small></p>"
+            f"<blockquote>{self._answer_html()}</blockquote>"
+            f"<details open><summary><b>Sources</b> ({len(sources)})</summary>"
+            + (_html_table(["#", "title", "section", "url"], sources) if sources else "<p>none</p>")
+            + "</details><details><summary><b>Timings</b> (ms)</summary>"
+            + _html_table(["stage", "ms"], timings)
+            + f"</details><details><summary><b>Trace</b>: {len(candidates)} candidates, gate "
+            f"threshold {escape(str(threshold))}, best similarity {_number(best)}</summary>"
+            + _html_table(["#", "passage", *SCORE_COLUMNS, "dropped", "why"], candidates)
+            + "</details></div>"
+        )
+
+    def _repr_markdown_(self) -> str:
+        urls = self._urls()
+        answer = CITATION.sub(
+            lambda m: f"[[{m.group(1)}]]({urls[m.group(1)]})" if m.group(1) in urls else m.group(0),
+            str(self.get("answer", "")),
+        )
+        sources = [
+            [n, c["title"], c["section"], c["url"]]
+            for n, c in enumerate(self.get("citations", []), start=1)
+        ]
+        timings = ", ".join(f"{k} {v:.1f}" for k, v in self.get("timings_ms", {}).items())
+        candidates = [
+            [c["heading"], *(_number(c.get(col)) for col in SCORE_COLUMNS), c.get("dropped") or ""]
+            for c in self._trace_rows()
+        ]
+        return "\n\n".join(
+            [
+                f"**Answer** ({self._headline()})",
+                answer,
+                "**Sources**",
+                _md_table(["#", "title", "section", "url"], sources) if sources else "none",
+                f"**Timings (ms)**: {timings}",
+                "**Trace**",
+                _md_table(["passage", *SCORE_COLUMNS, "dropped"], candidates),
+            ]
+        )
+
+    def to_frame(self, what: Literal["passages", "trace", "timings"] = "passages") -> pd.DataFrame:
+        """The ranked passages that were kept (``passages``), every candidate with its scores
+        and reasons (``trace``), or the stage timings (``timings``), as a DataFrame."""
+        import pandas as pd
+
+        if what == "timings":
+            return pd.DataFrame(
+                list(self.get("timings_ms", {}).items()), columns=["stage", "ms"]
+            ).set_index("stage")
+        rows = self._trace_rows()
+        if what == "passages":
+            rows = [r for r in rows if r.get("rank") is not None]
+        elif what != "trace":
+            raise ValueError(f"to_frame({what!r}): use 'passages', 'trace' or 'timings'")
+        frame = pd.DataFrame(rows)
+        frame.index = pd.RangeIndex(1, len(frame) + 1, name="row")
+        return frame.set_index("rank") if what == "passages" else frame
+
+
+class SearchResults(list):
+    """The passages of a search, best first: a list of dicts, which also renders in Jupyter."""
+
+    def _repr_html_(self) -> str:
+        rows = [
+            [
+                str(rank),
+                escape(hit["title"]),
+                escape(hit["heading"]),
+                _number(hit.get("score")),
+                _number(hit.get("similarity")),
+                _link(hit["url"], hit["url"]),
+                escape(" ".join(hit["text"].split())[:300]),
+            ]
+            for rank, hit in enumerate(self, start=1)
+        ]
+        headers = ["#", "title", "section", "score", "similarity", "url", "text"]
+        return f"<div class='kpack-search-results'>{_html_table(headers, rows)}</div>"
+
+    def _repr_markdown_(self) -> str:
+        rows = [
+            [rank, hit["title"], hit["heading"], _number(hit.get("score")), hit["url"]]
+            for rank, hit in enumerate(self, start=1)
+        ]
+        return _md_table(["#", "title", "section", "score", "url"], rows)
+
+    def to_frame(self) -> pd.DataFrame:
+        import pandas as pd
+
+        frame = pd.DataFrame(list(self))
+        frame.index = pd.RangeIndex(1, len(frame) + 1, name="rank")
+        return frame
+
+
+def query_result(query: Query, token_usage: dict[str, int]) -> QueryResult:
+    """The response of a finished query (the seed's keys, then citations, timings, trace)."""
+    started = time.perf_counter()
+    reader, context = query.reader, query.context
+    urls = list(dict.fromkeys(s.article_url for s in context))
+    entities = list(
+        {e["name"]: e for url in urls for e in reader.article_entities.get(url, [])}.values()
+    )[:10]
+    facts = [fact for s in context for fact in reader.section_facts.get(s.section_id, [])][:10]
+    result = QueryResult(
+        answer=query.answer,
+        sources=list(dict.fromkeys(s.title for s in context)),
+        entities=entities,
+        facts=facts,
+        cypher_query=VECTOR_CYPHER_SUMMARY,
+        query_type=query.query_type,
+        token_usage=token_usage,
+        citations=[{"title": s.title, "url": s.article_url, "section": s.heading} for s in context],
+    )
+    query.timings["response"] = round((time.perf_counter() - started) * 1000, 3)
+    result["timings_ms"] = {**query.timings, "total": query.elapsed_ms()}
+    result["trace"] = query.trace()
+    return result
+
+
+def search_results(query: Query) -> SearchResults:
+    return SearchResults(
+        {
+            "title": c.title,
+            "url": c.article_url,
+            "heading": c.heading,
+            "text": c.text,
+            "score": c.combined if c.combined is not None else (c.rrf or c.similarity),
+            **{name: getattr(c, name) for name in SEARCH_FIELDS},
+            "why": "; ".join(c.reasons),
+        }
+        for c in query.candidates
+    )

@@ -1,0 +1,191 @@
+"""Crawling from seed lines and sitemaps, against a generated docs site on 127.0.0.1."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from kpack.config import CrawlConfig, FetchConfig, parse_config
+from kpack.graphdb import opened
+from kpack.ingest.crawl import CrawlReport, crawl
+from kpack.ingest.fetch import Fetcher
+from kpack.packs import PackError, Source, current_version, page_key, parse_urls
+from tests.conftest import TEST_FETCH, build, write_pack
+from tests.docsite import DocSite, handler_for
+from tests.loopback import LoopbackServer
+
+FETCH = FetchConfig(**TEST_FETCH)
+
+
+@pytest.fixture
+def docsite():
+    site = DocSite(chapters=3, pages_per_chapter=3)
+    with LoopbackServer(handler_for(site)) as server:
+        site.base = server.base
+        yield site
+
+
+def run_crawl(
+    site: DocSite, urls_txt: str, config: CrawlConfig | None = None, stored: list[dict] = ()
+) -> tuple[dict[str, dict], CrawlReport]:
+    """The rows of a crawl by URL path, and its report."""
+    sources, problems = parse_urls(urls_txt, Path("."))
+    assert problems == []
+    with Fetcher(FETCH) as fetcher:
+        rows, report = crawl(
+            sources,
+            fetcher,
+            config or CrawlConfig(),
+            {r["url"]: r for r in stored},
+            datetime.now(UTC),
+        )
+    return {r["url"].removeprefix(site.base): r for r in rows}, report
+
+
+def keys(site: DocSite, paths) -> set[str]:
+    return {page_key(site.base + p) for p in paths}
+
+
+def test_seed_lines_parse_with_their_depth_and_bad_options_are_named(tmp_path: Path):
+    text = (
+        "https://docs.example.org/guide/ depth=2\n"
+        "https://docs.example.org/api.html\n"
+        "https://docs.example.org/a depth=two\n"
+        "https://docs.example.org/b scope=all\n"
+        "https://docs.example.org/c https://docs.example.org/d\n"
+        "https://docs.example.org/e depth=99\n"
+    )
+    sources, problems = parse_urls(text, tmp_path)
+    assert sources == [
+        Source(1, "https://docs.example.org/guide/", 2),
+        Source(2, "https://docs.example.org/api.html", None),
+    ]
+    assert [(p.line_no, p.reason) for p in problems] == [
+        (3, "depth must be a whole number from 0 to 20, got 'two'"),
+        (4, "unknown option 'scope' (a seed line is 'URL depth=N')"),
+        (5, "a line holds one URL and no spaces (write a space in a path as %20)"),
+        (6, "depth must be a whole number from 0 to 20, got '99'"),
+    ]
+
+
+def test_page_key_ignores_fragments_trailing_slashes_and_index_pages():
+    same = [
+        "https://Docs.Example.org:443/guide/",
+        "https://docs.example.org/guide",
+        "https://docs.example.org/guide/index.html#install",
+    ]
+    assert len({page_key(url) for url in same}) == 1
+    assert page_key("https://docs.example.org/guide?v=2") != page_key(same[0])
+
+
+def test_a_seed_crawls_its_scope_once_per_page_and_records_depth_seed_and_state(docsite):
+    rows, report = run_crawl(docsite, f"{docsite.base}/docs/ depth=2")
+    assert {page_key(docsite.base + p) for p in rows} == keys(docsite, docsite.page_paths())
+    assert rows["/docs/"]["expansion_depth"] == 0
+    assert rows["/docs/chapter-01/"]["expansion_depth"] == 1
+    assert rows["/docs/chapter-01/page-002.html"]["expansion_depth"] == 2
+    assert {r["seed"] for r in rows.values()} == {f"{docsite.base}/docs/"}
+    assert {r["expansion_state"] for r in rows.values() if r["expansion_depth"] < 2} == {"expanded"}
+    assert {r["expansion_state"] for r in rows.values() if r["expansion_depth"] == 2} == {
+        "discovered"
+    }
+    assert {r["line_no"] for r in rows.values()} == {1}
+    # robots.txt refused the private page; it was never requested.
+    assert report.robots_refused == [f"{docsite.base}/docs/private/secret.html"]
+    assert "/docs/private/secret.html" not in docsite.hits
+    # Off-scope links (another folder, another host) and navigation links are not followed.
+    assert report.off_scope == 2
+    assert "/blog/post.html" not in docsite.hits
+    assert "/nav-only.html" not in docsite.hits
+    # The alias names an already crawled page as canonical; the binary download is no page.
+    assert report.aliases == 1 and report.not_text == 1
+    assert "/docs/alias.html" not in rows and "/docs/logo.png" not in docsite.hits
+    # Loops (pages link back to their chapter and their neighbours) fetch each page once.
+    assert all(docsite.hits[p] == 1 for p in ("/docs/chapter-00/page-001.html", "/docs/"))
+    assert report.max_depth == 2 and report.pages == len(rows) == 13
+
+
+def test_depth_bounds_the_crawl_and_a_canonical_alias_brings_its_page(docsite):
+    rows, _ = run_crawl(docsite, f"{docsite.base}/docs/index.html depth=1")
+    # The chapters, and page 0 of chapter 0 through the alias whose canonical link names it.
+    expected = ["/docs/index.html"] + [docsite.chapter_path(c) for c in range(3)]
+    assert {page_key(docsite.base + p) for p in rows} == keys(
+        docsite, [*expected, docsite.page_path(0, 0)]
+    )
+    assert rows[docsite.page_path(0, 0)]["expansion_depth"] == 1
+
+
+def test_a_sitemap_index_expands_to_every_listed_page(docsite):
+    sitemap = f"{docsite.base}/docs/sitemap_index.xml"
+    rows, report = run_crawl(docsite, sitemap)
+    assert set(rows) == set(docsite.page_paths())
+    assert {(r["seed"], r["expansion_depth"], r["expansion_state"]) for r in rows.values()} == {
+        (sitemap, 0, "discovered")
+    }
+    assert report.sitemaps == 1 + 3
+
+
+def test_listed_pages_stay_listed_and_the_cap_limits_crawled_pages(docsite):
+    page = f"{docsite.base}{docsite.page_path(2, 2)}"
+    rows, report = run_crawl(
+        docsite, f"{page}\n{docsite.base}/docs/ depth=2", CrawlConfig(max_pages=5)
+    )
+    assert len(rows) == 5
+    assert rows[docsite.page_path(2, 2)]["expansion_state"] == "listed"
+    assert rows[docsite.page_path(2, 2)]["line_no"] == 1
+    assert report.capped > 0
+
+
+def test_include_and_exclude_patterns_replace_and_narrow_the_scope(docsite):
+    config = CrawlConfig(
+        include=(f"{docsite.base}/docs/*",), exclude=("*/chapter-01/*", "*/chapter-02/*")
+    )
+    rows, _ = run_crawl(docsite, f"{docsite.base}/docs/ depth=2", config)
+    assert not any("chapter-01" in p or "chapter-02" in p for p in rows)
+    assert docsite.page_path(0, 2) in rows
+
+
+def test_a_recrawl_is_conditional_and_only_a_changed_page_is_fetched_in_full(docsite):
+    seed = f"{docsite.base}/docs/ depth=2"
+    first, _ = run_crawl(docsite, seed)
+    full = docsite.full_answers
+    docsite.revisions[docsite.page_path(1, 1)] = 2
+    again, report = run_crawl(docsite, seed, stored=list(first.values()))
+    assert list(again) == list(first)  # the same pages, in the same order
+    # 304s for every unchanged page; the changed page and the alias (never stored) in full.
+    assert docsite.full_answers - full == 2
+    assert report.not_modified == len(first) - 1
+    changes = {p: r["change"] for p, r in again.items()}
+    assert changes.pop(docsite.page_path(1, 1)) == "changed"
+    assert set(changes.values()) == {"unchanged"}
+
+
+def test_crawl_settings_are_validated_with_the_key_named():
+    with pytest.raises(PackError, match=r"crawl\.max_pages"):
+        parse_config({"crawl": {"max_pages": 0}})
+    with pytest.raises(PackError, match=r"did you mean 'crawl\.exclude'"):
+        parse_config({"crawl": {"exclud": ["*"]}})
+
+
+def test_a_pack_built_from_one_seed_line_records_the_crawl_on_its_articles(workspace, docsite):
+    folder = write_pack(
+        workspace, "crawled", [f"{docsite.base}/docs/ depth=1"], {"fetch": TEST_FETCH}
+    )
+    result = build(workspace, "crawled")
+    assert result.outcome == "published", result.cause
+    fetch_meta = result.stage_metadata["fetched_pages"]
+    assert fetch_meta["crawl_pages"] == 5 and fetch_meta["crawl_robots_refused"] == 1
+    with opened(current_version(folder) / "pack.db", read_only=True) as conn:
+        rows = conn.execute(
+            "MATCH (a:Article) RETURN a.url, a.seed, a.expansion_depth, a.expansion_state "
+            "ORDER BY a.url"
+        ).get_all()
+    assert len(rows) == 5
+    assert {(r[1], r[3]) for r in rows if r[2] == 0} == {(f"{docsite.base}/docs/", "expanded")}
+    assert {r[3] for r in rows if r[2] == 1} == {"discovered"}
+
+    again = build(workspace, "crawled")
+    assert again.outcome == "unchanged"
+    assert again.stage_metadata["fetched_pages"]["not_modified"] == 5

@@ -1,0 +1,201 @@
+"""A damaged database or a full disk is an error with a clear message, never a crash.
+
+Kuzu answers some damaged database files with SIGSEGV and a full disk with a C++ terminate
+(rc 134), so these tests damage real pack files with real byte writes, fill a real (tmpfs)
+filesystem, and run the commands that read or build the pack in child processes: a crash
+there is a failed assertion, not a dead test run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import retrieval
+from kpack.errors import PackNotReady
+from kpack.store import VERIFIED, verify_version
+from tests.conftest import TEST_FETCH, build, write_pack
+
+PROJECT = Path(__file__).resolve().parent.parent
+PAGES = ["/docs/index.html", "/docs/guide.html", "/docs/readme.md"]
+QUESTION = "Which environment variable sets where the sprocket cache lives?"
+ANSWER = "WIDGET_HOME"
+REBUILD = "rebuild it with `kpack build widgets` or `kpack rollback widgets`"
+
+
+@pytest.fixture(scope="module")
+def two_versions(site, tmp_path_factory) -> Path:
+    """A workspace whose pack "widgets" has v0001 (kept) and v0002 (current)."""
+    root = tmp_path_factory.mktemp("damage")
+    write_pack(root, "widgets", [site.url(p) for p in PAGES], {"fetch": TEST_FETCH})
+    assert build(root, "widgets").published
+    assert build(root, "widgets", force=True).published
+    return root
+
+
+@pytest.fixture
+def pack_copy(two_versions, tmp_path) -> Path:
+    """This test's own copy of the workspace (packs, storage), free to damage."""
+    root = tmp_path / "copy"
+    shutil.copytree(two_versions, root, symlinks=True)
+    return root
+
+
+def kpack(root: Path, *argv: str) -> subprocess.CompletedProcess:
+    """The kpack command in a child process over the workspace ``root``."""
+    env = {
+        **os.environ,
+        "KPACK_PACKS_DIR": str(root / "packs"),
+        "KPACK_STORAGE": str(root / "storage"),
+        "DAGSTER_HOME": str(root / "dagster_home"),
+        "HF_HUB_OFFLINE": "1",
+        "COLUMNS": "200",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "kpack.cli", *argv],
+        cwd=PROJECT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode >= 0, f"kpack {argv} crashed ({done.returncode}): {done.stderr[-2000:]}"
+    return done
+
+
+def overwrite_bytes(path: Path, offset: int, count: int = 4096) -> None:
+    """Bytes in the middle of the file replaced, as a bad disk or a stray write would."""
+    with open(path.resolve(), "r+b") as handle:
+        handle.seek(offset)
+        before = handle.read(count)
+        handle.seek(offset)
+        handle.write(bytes(b ^ 0xA5 for b in before))
+
+
+def current_db(root: Path) -> Path:
+    return (root / "packs" / "widgets" / "pack.db").resolve()
+
+
+def test_a_damaged_database_is_refused_with_a_clear_error_instead_of_a_crash(pack_copy):
+    db = current_db(pack_copy)
+    # About a third into the file: bytes there made every Kuzu reader segfault (issue 9).
+    overwrite_bytes(db, db.stat().st_size // 3)
+    with pytest.raises(PackNotReady) as refused:
+        verify_version(db.parent)
+    assert str(refused.value) == (
+        f"pack 'widgets' version v0002 is damaged (checksum mismatch); {REBUILD}"
+    )
+    for command in (("query", "widgets", QUESTION, "--no-llm"), ("search", "widgets", QUESTION)):
+        done = kpack(pack_copy, *command)
+        message = " ".join(done.stderr.split())
+        assert done.returncode == 2, (command, done.returncode, done.stderr[-2000:])
+        assert "version v0002 is damaged (checksum mismatch)" in message
+        assert "Traceback" not in done.stderr
+    status = kpack(pack_copy, "status", "widgets")
+    assert status.returncode == 0
+    assert "damaged (checksum mismatch)" in " ".join(status.stdout.split())
+
+
+def test_a_truncated_database_is_refused_and_replaced_by_a_normal_build(pack_copy):
+    db = current_db(pack_copy)
+    published = db.stat().st_size
+    os.truncate(db, published // 2)
+    with pytest.raises(PackNotReady) as refused:
+        verify_version(db.parent)
+    assert str(refused.value) == (
+        f"pack 'widgets' version v0002 is damaged (pack.db is {published // 2} bytes, "
+        f"{published} were published); {REBUILD}"
+    )
+    # Nothing changed in the sources: without the check this build kept the damaged version
+    # as "unchanged". It must publish a new one, and never open the damaged file meanwhile.
+    done = kpack(pack_copy, "build", "widgets", "--no-progress")
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = pack_copy / "packs" / "widgets"
+    assert os.readlink(folder / ".versions" / "current") == "v0003"
+    verify_version(folder / ".versions" / "current")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["previous_version"] == 2
+    assert manifest["changes"]["unchanged"] == len(PAGES)  # compared via articles.json
+    answer = kpack(pack_copy, "query", "widgets", QUESTION, "--no-llm")
+    assert answer.returncode == 0 and ANSWER in answer.stdout
+
+
+def test_rollback_leaves_a_damaged_current_version(pack_copy):
+    overwrite_bytes(current_db(pack_copy), 8192)
+    done = kpack(pack_copy, "rollback", "widgets")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "rolled back from v0002 to v0001" in " ".join(done.stdout.split())
+    folder = pack_copy / "packs" / "widgets"
+    verify_version(folder / ".versions" / "current")
+    answer = kpack(pack_copy, "query", "widgets", QUESTION, "--no-llm")
+    assert answer.returncode == 0 and ANSWER in answer.stdout
+
+
+def test_the_full_hash_runs_once_per_file_state(pack_copy):
+    version = current_db(pack_copy).parent
+    marker = version / VERIFIED
+    assert json.loads(marker.read_text())["sha256"]  # written at publish: no hash on first open
+    marker.unlink()
+    verify_version(version)  # hashes, then remembers
+    remembered = json.loads(marker.read_text())
+    # A copy of the same bytes is another file state (inode, mtime): hashed again, and passes.
+    db = version / "pack.db"
+    shutil.copy2(db, version / "pack.db.copy")
+    os.replace(version / "pack.db.copy", db)
+    verify_version(version)
+    assert json.loads(marker.read_text())["inode"] != remembered["inode"]
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Path:
+    """tmp_path/packs on its own 64 MiB tmpfs (needs root; skipped with the reason if not)."""
+    mount = tmp_path / "packs"
+    mount.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs for the full-disk test: {mounted.stderr.strip()}")
+    yield mount
+    subprocess.run(["umount", "--lazy", str(mount)], check=True)
+
+
+def fill(folder: Path, leave_bytes: int) -> Path:
+    """A file that takes all the free space of ``folder``'s filesystem but ``leave_bytes``."""
+    filler = folder / "filler"
+    size = shutil.disk_usage(folder).free - leave_bytes
+    with open(filler, "wb") as handle:
+        block = b"\0" * (1 << 20)
+        while size > 0:
+            size -= handle.write(block[: min(size, len(block))])
+    return filler
+
+
+def test_a_full_disk_fails_the_build_cleanly_and_keeps_the_published_pack(
+    small_disk, site, tmp_path
+):
+    folder = write_pack(tmp_path, "full", [site.url(p) for p in PAGES], {"fetch": TEST_FETCH})
+    assert build(tmp_path, "full").published
+    filler = fill(small_disk, leave_bytes=1 << 20)
+
+    failed = build(tmp_path, "full", force=True)  # Kuzu aborted on this before (rc 134)
+    assert failed.outcome == "failed"
+    assert "no space left on device while writing the pack database" in failed.cause
+    assert not list((folder / ".versions").glob("staging*"))  # its staging folder is gone
+    last = json.loads((folder / ".versions" / "last_build.json").read_text())
+    assert last["outcome"] == "failed" and "no space left" in last["cause"]
+    assert os.readlink(folder / ".versions" / "current") == "v0001"
+    verify_version(folder / ".versions" / "current")
+    assert ANSWER in retrieval.query(folder, QUESTION, use_llm=False)["answer"]
+
+    filler.unlink()  # space again: the next build recovers, no --force, nothing to delete
+    again = build(tmp_path, "full")
+    assert again.success and again.outcome == "unchanged"
