@@ -35,6 +35,7 @@ from retrieval.eval import (
 from retrieval.eval.report import SUMMARY_COLUMNS
 
 PROFILES = ["baseline", "balanced", "max"]
+PLOTTED_METRICS = ("hit@1", "hit@5", "mrr", "containment", "judge_accuracy", "gate_rate_in_domain")
 GATE_WARNING_SHARE = 0.4  # seed 001: above this the pack does not cover the questions
 
 
@@ -69,8 +70,20 @@ def eval_results(context: AssetExecutionContext, pack_store: PackStore) -> Mater
             "answer_score": answer_score(row),
             "gate_rate_in_domain": row["gate_rate_in_domain"],
             "best_threshold": results["calibration"]["best_threshold"],
+            # One number per condition and metric: the asset page plots each across
+            # evaluations, so baseline vs balanced shows as lines without opening a dialog.
+            **condition_metrics(results),
         }
     )
+
+
+def condition_metrics(results: dict) -> dict[str, float]:
+    return {
+        f"{condition}/{metric}": value
+        for condition in results["conditions"]
+        for metric in PLOTTED_METRICS
+        if isinstance(value := results["summary"][condition].get(metric), int | float)
+    }
 
 
 def summary_table(results: dict) -> MetadataValue:

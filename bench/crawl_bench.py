@@ -44,8 +44,7 @@ HERE = Path(__file__).resolve()
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.docsite import DocSite, handler_for  # noqa: E402
-from tests.loopback import LoopbackServer  # noqa: E402
+from tests.docsite import bench_site, serve  # noqa: E402
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
@@ -117,6 +116,7 @@ def child_build(workspace: Path, pack: str) -> dict[str, Any]:
         "build_pack_s": round(build_s, 3),
         "fetch": {key: fetched.get(key) for key in CRAWL_STAGE_KEYS},
         "embedded": result.stage_metadata.get("embeddings", {}).get("embedded"),
+        "changes": (result.manifest or {}).get("changes"),
         "contents": pack_contents(version / "pack.db") if version else None,
     }
 
@@ -138,19 +138,12 @@ def main() -> None:
         emit(child_build(Path(args.child[0]), args.child[1]))
         return
 
-    site = DocSite(
-        chapters=args.chapters,
-        pages_per_chapter=args.pages_per_chapter,
-        sections_per_page=4,
-        words_per_section=110,
-    )
     with (
         tempfile.TemporaryDirectory(prefix="crawl_bench_") as tmp,
-        LoopbackServer(handler_for(site)) as server,
+        serve(bench_site(args.chapters, args.pages_per_chapter)) as site,
     ):
-        site.base = server.base
         workspace = Path(tmp)
-        write_pack(workspace, "crawled", [f"{server.base}/docs/ depth=2"])
+        write_pack(workspace, "crawled", [f"{site.base}/docs/ depth=2"])
         write_pack(workspace, "listed", site.page_urls())
         runs = {}
         for label, pack in (

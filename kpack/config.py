@@ -146,6 +146,12 @@ class QueryConfig(_Settings):
         description="graph retrieval: personalized PageRank's damping, the chance a walk from "
         "the question's entities and first-hop hits takes one more step through the graph",
     )
+    graph_weight: float = Field(
+        1.0,
+        ge=0.0,
+        description="graph retrieval: the weight of its PageRank list in the reciprocal rank "
+        "fusion with vector and BM25 search (each 1); 0: no PageRank list",
+    )
     graph_expand: int = Field(
         3,
         ge=0,
@@ -153,7 +159,7 @@ class QueryConfig(_Settings):
         "after them (a passage of another article one entity away); 0: none",
     )
     graph_bridge_threshold: float = Field(
-        0.0,
+        0.5,
         ge=0.0,
         description="graph second hop: the score a bridge needs (similarity to the question "
         "+ 0.5 x share of the question's missing terms it has + 0.2 if it is the article "

@@ -18,12 +18,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
-from scipy import sparse
 
 from kpack.ingest.extraction import name_words
+
+if TYPE_CHECKING:  # imported where used: `import retrieval` should not pay for them
+    import pyarrow as pa
+    from scipy import sparse
 
 MAX_LINKED_WORDS = 8  # longest entity name matched in a question, in words
 
@@ -35,6 +38,8 @@ def chunk_mentions(chunks: pa.Table, entity_mentions: pa.Table) -> pa.Table:
     entity's normalised name. An entity that no chunk spells out (a name an LLM paraphrased)
     is mentioned by every chunk of its section, so no mention is lost.
     """
+    import pyarrow as pa
+
     by_section: dict[str, list[tuple[str, str]]] = {}
     for chunk, section, text in zip(
         chunks["chunk_id"].to_pylist(),
@@ -128,6 +133,8 @@ def build_entity_graph(
     ``relations`` ((entity key, entity key)) at ``relation_weight``. Pairs naming an unknown
     passage, article or entity are skipped; a pair given twice counts once.
     """
+    from scipy import sparse
+
     titles = titles or {}
     passage_index = {p: i for i, (p, _) in enumerate(passages)}
     entity_index = {key: j for j, (key, _) in enumerate(entities)}
@@ -230,7 +237,7 @@ def personalized_pagerank(
     graph: EntityGraph,
     seeds: dict[int, float],
     damping: float = 0.5,
-    iterations: int = 30,
+    iterations: int = 20,
     tolerance: float = 1e-8,
 ) -> np.ndarray:
     """Stationary visit probabilities of a walk that follows an edge with probability

@@ -32,14 +32,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import BinaryIO
-
-from upath import UPath
+from typing import TYPE_CHECKING, BinaryIO
 
 from kpack import settings
-from kpack.archive import export_pack, install
 from kpack.errors import PackError
 from kpack.packs import current_version, read_manifest, validate_pack_name
+
+if TYPE_CHECKING:
+    from upath import UPath
 
 PUBLISHED = "published"
 POINTER = "current.json"
@@ -48,6 +48,8 @@ COPY_CHUNK = 1 << 20
 
 def storage_path(base: str | None = None) -> UPath:
     """The store's base location (KPACK_STORAGE unless given) as a path, local or remote."""
+    from upath import UPath  # fsspec: a second of start-up a query that needs no store skips
+
     base = base or settings.storage_base()
     if "://" not in base:
         return UPath(Path(base).resolve())
@@ -125,6 +127,8 @@ def published(name: str, base: str | None = None) -> dict | None:
 
 def push(name: str, packs_root: Path | None = None, base: str | None = None) -> dict:
     """Upload the current version of a local pack to the store; its new ``current.json``."""
+    from kpack.archive import export_pack
+
     location = pack_location(name, base)
     with tempfile.TemporaryDirectory(prefix="kpack-push-") as scratch:
         exported = export_pack(name, Path(scratch) / f"{name}.kpack", packs_root)
@@ -158,6 +162,8 @@ class PullResult:
 
 def pull(name: str, packs_root: Path | None = None, base: str | None = None) -> PullResult:
     """Install the store's current version of a pack here (see the module docstring)."""
+    from kpack.archive import install
+
     pointer = published(name, base)
     if pointer is None:
         raise PackError(

@@ -89,7 +89,7 @@ kpack query {name} "your question" --json          # answer with citations
 ```python
 import retrieval
 for hit in retrieval.search("{name}", "your question", k=5):
-    print(hit["score"], hit["title"], hit["heading"], hit["url"])
+    print(hit["score"], hit["heading"], hit["url"])  # heading starts with the title
 ```
 
 ### Over HTTP (while `kpack serve` runs)

@@ -45,17 +45,19 @@ class KnowledgeGraphAgent:
         self.requested_profile = profile
         self.options = options
         self.llm = ClaudeClient(anthropic_api_key, anthropic_base_url, enabled=use_llm)
-        self._plans: tuple[PackReader, Plan] | None = None
+        # (version folder, plan): keyed by path, so an idle agent keeps no closed reader (and
+        # its tables) alive after a newer version replaced it.
+        self._plans: tuple[Path, Plan] | None = None
         with reading(self.source) as reader:  # a bad profile, option or pack fails here
             self._plan(reader)
 
     def _plan(self, reader: PackReader) -> Plan:
         """The plan for this reader's version (kept until the agent reads another version)."""
         cached = self._plans
-        if cached is None or cached[0] is not reader:
+        if cached is None or cached[0] != reader.version_dir:
             threshold = type(self).CONTEXT_CONFIDENCE_THRESHOLD
             cached = (
-                reader,
+                reader.version_dir,
                 plan(reader.config.query, self.requested_profile, self.options, threshold),
             )
             self._plans = cached

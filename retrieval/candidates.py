@@ -94,13 +94,17 @@ def keyword_passages(reader: PackReader, phrasing: str, k: int) -> list[Candidat
     return found
 
 
-def reciprocal_rank_fusion(*rankings: list[Candidate]) -> list[Candidate]:
-    """RRF (k=60); a passage found by several lists keeps the best scores and every reason."""
+def reciprocal_rank_fusion(
+    *rankings: list[Candidate], weights: list[float] | None = None
+) -> list[Candidate]:
+    """RRF (k=60), each list's terms times its weight (1 when none is given); a passage found
+    by several lists keeps the best scores and every reason."""
     merged: dict[str, Candidate] = {}
-    for ranking in rankings:
+    for position, ranking in enumerate(rankings):
+        weight = weights[position] if weights else 1.0
         for rank, candidate in enumerate(ranking, start=1):
             kept = merged.setdefault(candidate.passage_id, candidate)
-            kept.rrf = (kept.rrf or 0.0) + 1.0 / (RRF_K + rank)
+            kept.rrf = (kept.rrf or 0.0) + weight / (RRF_K + rank)
             if candidate is not kept:
                 _absorb(kept, candidate)
     return sorted(merged.values(), key=lambda c: -(c.rrf or 0.0))
@@ -159,7 +163,12 @@ def fuse(query: Query) -> None:
     reports compare: a BM25-only hit's is computed from its stored vector."""
     lists = [hits for _, hits in query.rankings]
     if any(source == "bm25" for source, _ in query.rankings):
-        candidates = reciprocal_rank_fusion(*lists)
+        # The graph list (retrieval.graph) counts at its calibrated weight.
+        weights = [
+            query.settings.graph_weight if source == "graph" else 1.0
+            for source, _ in query.rankings
+        ]
+        candidates = reciprocal_rank_fusion(*lists, weights=weights)
         top = max((c.rrf or 0.0 for c in candidates), default=0.0) or 1.0
         for rank, candidate in enumerate(candidates, start=1):
             if candidate.similarity is None:

@@ -147,6 +147,8 @@ class GraphRetriever:
     name, phase, toggle = "graph_retrieval", "retrieve", "enable_graph"
 
     def __call__(self, query: Query) -> None:
+        if query.settings.graph_weight <= 0:
+            return
         index = graph_index(query.reader)
         if index is None:
             query.notes["graph"] = NO_GRAPH
@@ -225,10 +227,11 @@ class SecondHop:
         placed: set[str] = set()
         waiting = {c.passage_id: c for c in query.candidates}
         for position, candidate in enumerate(query.candidates):
-            if candidate.passage_id in placed:
-                continue
-            ranked.append(candidate)
-            placed.add(candidate.passage_id)
+            # A passage already placed as a bridge keeps its place, and still gets its own
+            # bridge when it is one of the best: the chains of a multi-hop question.
+            if candidate.passage_id not in placed:
+                ranked.append(candidate)
+                placed.add(candidate.passage_id)
             node = index.node_of.get(candidate.passage_id)
             if position >= query.settings.graph_expand or node is None:
                 continue
@@ -251,7 +254,8 @@ class SecondHop:
                 candidate.combined,
             )
             moved.reasons.append(f"second hop (score {score:.3f}): {how}")
-            ranked.append(moved)
+            after = next(i for i, c in enumerate(ranked) if c is candidate)
+            ranked.insert(after + 1, moved)
             placed.add(passage_id)
         query.candidates = ranked
 

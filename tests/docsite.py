@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
+
+from tests.loopback import LoopbackServer
 
 VOCABULARY = (
     "widget sprocket gasket flange bearing spindle rotor valve manifold coupling bracket "
@@ -180,3 +184,16 @@ def handler_for(site: DocSite) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(body)
 
     return DocSiteHandler
+
+
+@contextmanager
+def serve(site: DocSite) -> Iterator[DocSite]:
+    """``site`` served on 127.0.0.1 (its ``base`` set) until the block ends."""
+    with LoopbackServer(handler_for(site)) as server:
+        site.base = server.base
+        yield site
+
+
+def bench_site(chapters: int, pages_per_chapter: int) -> DocSite:
+    """The site of the benchmarks: pages of four sections of 110 words, about 500 words."""
+    return DocSite(chapters, pages_per_chapter, sections_per_page=4, words_per_section=110)

@@ -224,7 +224,7 @@ FAILURE = {"line": 2, "url": "https://docs.example.org/b", "error": "HTTP 404 No
 
 def test_status_shows_freshness_changes_failures_and_schedule(workspace, capsys):
     from kpack.store import PackStore
-    from pipelines.build import build_lock
+    from kpack.store import build_lock
 
     folder = write_pack(workspace, "widgets", ["https://docs.example.org/a"])
     code, out, _ = run(capsys, "status", "widgets")
@@ -252,7 +252,8 @@ def test_status_shows_freshness_changes_failures_and_schedule(workspace, capsys)
     assert "4 / 400+80 / $0.0008" in text
     assert "nothing changed since v0002, nothing published (run run-123)" in text
     assert "build running no" in text
-    assert "0 3 * * 1 UTC, next" in text and "pack_refresh_schedule" in text
+    # The schedule is off until turned on in the UI: no "next run" is promised.
+    assert "0 3 * * 1 UTC, but pack_refresh_schedule is off" in text and "next run" not in text
 
     with build_lock(folder):
         code, out, _ = run(capsys, "status", "widgets", "--json")
@@ -260,11 +261,12 @@ def test_status_shows_freshness_changes_failures_and_schedule(workspace, capsys)
     assert code == 0 and status["build_running"] is True
     assert (status["version"], status["previous_version"]) == (2, 1)
     assert status["schedule"]["cron"] == "0 3 * * 1" and status["failures"] == [FAILURE]
+    assert status["schedule"]["running"] is False and status["schedule"]["next"] is None
     assert json.loads(run(capsys, "status", "widgets", "--json")[1])["build_running"] is False
 
 
 def test_rollback_restores_the_previous_version_atomically(workspace, capsys):
-    from pipelines.build import build_lock
+    from kpack.store import build_lock
 
     folder = write_pack(workspace, "widgets", ["https://docs.example.org/a"])
     code, _, err = run(capsys, "rollback", "widgets")

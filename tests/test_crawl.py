@@ -13,17 +13,14 @@ from kpack.ingest.crawl import CrawlReport, crawl
 from kpack.ingest.fetch import Fetcher
 from kpack.packs import PackError, Source, current_version, page_key, parse_urls
 from tests.conftest import TEST_FETCH, build, write_pack
-from tests.docsite import DocSite, handler_for
-from tests.loopback import LoopbackServer
+from tests.docsite import DocSite, serve
 
 FETCH = FetchConfig(**TEST_FETCH)
 
 
 @pytest.fixture
 def docsite():
-    site = DocSite(chapters=3, pages_per_chapter=3)
-    with LoopbackServer(handler_for(site)) as server:
-        site.base = server.base
+    with serve(DocSite(chapters=3, pages_per_chapter=3)) as site:
         yield site
 
 

@@ -209,6 +209,9 @@ def test_eval_results_asset_materializes_with_summary_chart_and_checks(eval_pack
     assert [r.data["condition"] for r in table.records] == ["baseline", "balanced", "max"]
     assert metadata["answer_scoring"].value == "containment+token_f1"
     assert metadata["chart"].value.startswith("![evaluation chart](data:image/png;base64,")
+    # Per-condition numbers, which the asset page plots inline across evaluations.
+    assert metadata["balanced/hit@5"].value == 1.0
+    assert {"baseline/mrr", "balanced/mrr", "max/containment"} <= set(metadata)
     runs = list((eval_pack / "eval" / "results").glob("*"))
     assert {p.suffix for p in runs} == {".json", ".md", ".png"}
     saved = json.loads(next(p for p in runs if p.suffix == ".json").read_text())

@@ -14,6 +14,7 @@ import pytest
 import retrieval
 from kpack.cli import main
 from kpack.config import load_config
+from kpack.contracts import section_of_chunk
 from kpack.graph import linked_entities, personalized_pagerank, second_hop
 from retrieval.graph import graph_index
 from retrieval.reader import reading
@@ -40,7 +41,12 @@ in Graz and built the first Brenner Optics industries workshop there before movi
     "lind.md": """# Halvard Lind
 
 Halvard Lind was the founder of Lind Instruments. The founder was born in Bergen, and his
-industries sold lenses to the Zorblax Industries' workshop for a decade.
+industries sold lenses to instrument makers along the coast for a decade.
+""",
+    "harbour.md": """# Harbour Workshops
+
+The Zorblax Industries' workshop stood by the harbour next to a rope maker and a sail loft;
+the three shared one crane.
 """,
     "sala.md": """# Teodor Sala
 
@@ -52,7 +58,7 @@ EVAL_QUESTIONS = [
     {"id": "g1", "question": QUESTION, "answers": ["Tervola"]},
     {"id": "g2", "question": "Where was Osvald Brenner born?", "answers": ["Graz"]},
     {"id": "g3", "question": "Where was Teodor Sala born?", "answers": ["Turin"]},
-    {"id": "g4", "question": "Who sold lenses to Zorblax?", "answers": ["Bergen"]},
+    {"id": "g4", "question": "What stood next to the Zorblax workshop?", "answers": ["sail loft"]},
     {"id": "g5", "question": "What does Zorblax Industries make?", "answers": ["brass telescopes"]},
 ]
 
@@ -90,8 +96,8 @@ def test_the_pack_records_which_passage_mentions_which_entity(pack):
     assert ("Zorblax Industries", "mirela quandt") in mentions
     assert ("Zorblax Industries", "zorblax industries") in mentions
     assert ("Mirela Quandt", "tervola") in mentions
-    # "the Zorblax Industries' workshop" is the same entity as "Zorblax Industries".
-    assert ("Halvard Lind", "zorblax industries") in mentions
+    # "The Zorblax Industries' workshop" is the same entity as "Zorblax Industries".
+    assert ("Harbour Workshops", "zorblax industries") in mentions
     graph = index.graph
     node = graph.entity_node("zorblax industries")
     assert node is not None and graph.mentions_of(node) == 2
@@ -101,7 +107,7 @@ def test_the_pack_records_which_passage_mentions_which_entity(pack):
 def test_personalized_pagerank_reaches_the_founder_through_her_name(pack):
     with reading(pack) as reader:
         graph = graph_index(reader).graph
-        company = next(i for i, p in enumerate(graph.passages) if "zorblax" in p_text(reader, p))
+        company = passage_of(reader, graph, "Zorblax Industries")
         scores = personalized_pagerank(graph, {company: 1.0}, damping=0.5)
         founder = passage_of(reader, graph, "Mirela Quandt")
         others = [passage_of(reader, graph, t) for t in ("Osvald Brenner", "Teodor Sala")]
@@ -113,15 +119,11 @@ def test_personalized_pagerank_reaches_the_founder_through_her_name(pack):
         assert graph.name_of(bridges[graph.passages[founder]].entity) == "Mirela Quandt"
 
 
-def p_text(reader, passage_id: str) -> str:
-    return reader.chunk_text[passage_id].lower()
-
-
 def passage_of(reader, graph, title: str) -> int:
     return next(
         i
         for i, p in enumerate(graph.passages)
-        if reader.articles[reader.sections[p.rsplit("-", 1)[0]].article_url].title == title
+        if reader.articles[reader.sections[section_of_chunk(p)].article_url].title == title
     )
 
 
@@ -156,7 +158,7 @@ def test_calibration_writes_the_graph_settings_to_kg_config(pack, capsys):
         == 0
     )
     written = json.loads((pack / "kg_config.json").read_text())["query"]
-    for key in ("graph_expand", "graph_bridge_threshold", "graph_damping", "reranker_beta"):
+    for key in ("graph_weight", "graph_expand", "graph_bridge_threshold", "reranker_beta"):
         assert key in written
     assert load_config(pack).query.graph_expand == written["graph_expand"]
     out = capsys.readouterr().out

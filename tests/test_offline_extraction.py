@@ -10,7 +10,9 @@ import pytest
 from kpack.ingest.extraction import (
     MAX_FACTS_PER_SECTION,
     MAX_RELATIONS_PER_SECTION,
+    TitleMatcher,
     extract_offline,
+    merge_extractions,
     normalize_entity,
 )
 from kpack.ingest.html import html_blocks, main_content, markdown_blocks
@@ -72,9 +74,23 @@ def test_capitalised_multi_word_names_without_leading_function_words():
     assert not any(key.startswith("however") for key in found)
 
 
-def test_single_capitalised_words_are_not_names():
-    found = entities(extract_offline("", "Sprockets turn when Gizmos spin."))
-    assert found == {}
+def test_a_single_capitalised_word_is_a_name_inside_a_sentence_not_at_its_start():
+    found = entities(extract_offline("", "Sprockets turn when Gizmos spin. Oahu waits."))
+    assert set(found) == {"gizmos"}
+    assert found["gizmos"]["name"] == "Gizmos"
+
+
+def test_a_name_may_run_across_a_line_break_of_a_wrapped_paragraph():
+    text = "Quandt was born in\nTervola, a village on the\nKemi river, and built\nBrass Telescopes."
+    found = entities(extract_offline("", text))
+    assert {"tervola", "kemi", "brass telescopes"} <= set(found)
+
+
+def test_the_before_one_lower_case_word_is_an_anaphor_not_a_term():
+    result = extract_offline("", "The film was shot in a warehouse over three long winter months.")
+    assert result["facts"] and "film" not in entities(result)
+    result = extract_offline("", "Neither version of the game was a great commercial success.")
+    assert not any(key.startswith("neither") for key in entities(result))
 
 
 def test_bold_text_is_a_term():
@@ -190,7 +206,47 @@ def test_entities_are_deduplicated_by_normalized_name():
         ("'single'", "single"),
         ("Theano", "theano"),
         ("SprocketValidator", "sprocketvalidator"),
+        ("The Oberoi Group's", "oberoi group"),
+        ("Leland, North Carolina", "leland north carolina"),
+        ("Lilu (mythology)", "lilu"),
+        ("Pokémon", "pokemon"),
+        ("sprockets", "sprocket"),
+        ("Williams", "williams"),
+        ("frob --fast", "frob --fast"),
     ],
 )
 def test_normalize_entity(raw, key):
     assert normalize_entity(raw) == key
+
+
+def test_the_packs_own_titles_are_entities_of_their_sections_and_of_those_naming_them():
+    def section(n: int, title: str, content: str) -> dict:
+        return {
+            "article_url": f"http://x/{n}",
+            "section_id": f"s{n}",
+            "article_title": title,
+            "title": title,
+            "content": content,
+        }
+
+    sections = [
+        section(1, "Maximum Overdrive", "A 1986 film written and directed by Stephen King."),
+        section(2, "Leland, North Carolina", "Maximum Overdrive was shot in Leland, in 1985."),
+        section(3, "Lilu (mythology)", "In Akkadian texts a Lilu is a spirit."),
+        section(4, "Demon", "The Lilu are demons; maximum overdrive is not a title here."),
+    ]
+    tables = merge_extractions((s, {"entities": []}) for s in sections)
+    mentions = {(m["section_id"], m["entity_id"]) for m in tables["entity_mentions"]}
+    assert ("s1", "maximum overdrive") in mentions  # its own title
+    assert ("s2", "maximum overdrive") in mentions  # named, as written
+    assert ("s4", "lilu") in mentions  # "Lilu (mythology)" is named "Lilu"
+    assert ("s4", "maximum overdrive") not in mentions  # not written as the title is
+    assert ("s2", "leland north carolina") in mentions
+
+
+def test_a_title_named_by_too_many_sections_is_a_common_word_not_a_link():
+    texts = [f"Section {i} mentions Python and nothing else." for i in range(10)]
+    matcher = TitleMatcher(["Python", "Sprocket Registry"])
+    assert matcher.mentions([*texts, "The Sprocket Registry and Python."])[-1] == [
+        "Sprocket Registry"
+    ]

@@ -21,8 +21,7 @@ from kpack.packs import PackError, current_version
 from pipelines.build import BuildResult, build_pack
 from resources.fetcher import FetcherResource
 from tests.conftest import TEST_FETCH, write_pack
-from tests.docsite import DocSite, handler_for
-from tests.loopback import LoopbackServer
+from tests.docsite import DocSite, serve
 
 BUCKET = "kpack-test"
 QUESTION = "How do I calibrate the sprocket and tighten the flange?"
@@ -47,9 +46,7 @@ def s3():
 
 @pytest.fixture(scope="module")
 def docsite():
-    site = DocSite(chapters=2, pages_per_chapter=2)
-    with LoopbackServer(handler_for(site)) as server:
-        site.base = server.base
+    with serve(DocSite(chapters=2, pages_per_chapter=2)) as site:
         yield site
 
 
@@ -138,3 +135,14 @@ def test_pulling_a_pack_the_store_does_not_have_is_one_clear_error(s3, tmp_path,
     with pytest.raises(PackError, match="unknown pack 'nothing'"):
         retrieval.search("nothing", QUESTION)
     assert "AWS_ENDPOINT_URL" in os.environ
+
+
+def test_the_store_may_be_a_local_folder_shared_by_machines(packs, tmp_path, monkeypatch):
+    workspace, _ = packs["local"]
+    monkeypatch.setenv("KPACK_STORAGE", str(tmp_path / "store"))
+    remote.push("widgets", workspace / "packs")
+    assert (tmp_path / "store" / "published" / "widgets" / "current.json").is_file()
+    assert not list((tmp_path / "store").rglob("*.tmp-*"))  # written whole, then renamed
+    pulled = remote.pull("widgets", tmp_path / "elsewhere")
+    assert pulled.downloaded and pulled.version == 1
+    assert answer(tmp_path / "elsewhere" / "widgets") == answer(workspace / "packs" / "widgets")

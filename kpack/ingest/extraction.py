@@ -23,7 +23,7 @@ from itertools import pairwise
 
 from kpack.contracts import stable_id
 from kpack.llm import EXTRACTION_PROMPT_VERSION, ClaudeClient, ExtractionFailed, Usage
-from kpack.text import STOPWORDS, prose_lines, split_sentences
+from kpack.text import STOPWORDS, fence_roles, split_sentences
 
 CODE_SPAN = re.compile(r"`([^`\n]{2,60})`")
 DOTTED = re.compile(r"(?<![\w/.-])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\(\))?(?![\w/])")
@@ -39,8 +39,8 @@ DEFINITION = re.compile(
 # A word of prose: letters and digits, with inner apostrophes, hyphens, dots or ampersands
 # ("O'Brien", "mom-and-pop", "U.S", "AT&T").
 WORD = re.compile(r"[^\W_]+(?:['’.\-&][^\W_]+)*")
-# A name written like code: normalised as written (dots and underscores are part of it).
-CODE_LIKE = re.compile(r"\w[._]\w|_|\(\)$")
+# A name written like code (dots, underscores, options, operators): normalised as written.
+CODE_LIKE = re.compile(r"\w[._]\w|_|\(\)$|(?:^|\s)--?\w|[/\\=<>{}\[\]$@#*+|]")
 # "Lilu (mythology)", "Python (programming language)": the qualifier is not part of the name.
 QUALIFIER = re.compile(r"\s*\([^()]*\)\s*$")
 POSSESSIVE = re.compile(r"['’]s$")
@@ -121,6 +121,7 @@ MAX_TITLE_SHARE = 0.02
 MIN_TITLE_SECTIONS = 3
 MIN_TITLE_CHARS = 4
 MAX_NAME_WORDS = 8
+BLOCK_START = re.compile(r"([-*+>|#]|\d+[.)])\s")  # a list item, quote, table row, heading
 OPENERS = " \t\"'“‘([-*"  # what may come before the first word of a sentence
 
 
@@ -156,6 +157,22 @@ def normalize_entity(name: str) -> str:
     for article in ("the ", "an ", "a "):
         key = key.removeprefix(article)
     return key.strip()
+
+
+def _paragraphs(content: str) -> list[str]:
+    """The prose of a passage as paragraphs: a hard-wrapped paragraph is one (a name or a
+    sentence may run across a line break); a blank line, a list item, a table row or a
+    heading starts the next. Code blocks are left out."""
+    paragraphs: list[list[str]] = []
+    for line, role in fence_roles(content.split("\n")):
+        text = line.strip()
+        if role != "text" or not text:
+            paragraphs.append([])
+        elif not paragraphs or BLOCK_START.match(text):
+            paragraphs.append([text])
+        else:
+            paragraphs[-1].append(text)
+    return [" ".join(lines) for lines in paragraphs if lines]
 
 
 def _names_a_term(definition: re.Match) -> bool:
@@ -238,7 +255,7 @@ def extract_offline(title: str, content: str) -> dict:
             "type": "topic",
             "description": f"Section heading: {title}",
         }
-    for paragraph in prose_lines(content):
+    for paragraph in _paragraphs(content):
         for sentence in split_sentences(paragraph):
             sentence = sentence.strip()
             if len(sentence) < 3:

@@ -4,7 +4,8 @@
 - runner: every question under every condition (profiles, and no_pack with a key);
 - metrics: hit@k, MRR, containment, token F1, judge accuracy, gate and citation rates;
 - calibrate: the gate threshold sweep, and writing the best one to kg_config.json;
-- report: the summary table (Markdown, DataFrame), the chart and the result files;
+- report: the summary table (Markdown, DataFrame), per-question DataFrame, the chart and the
+  result files;
 - generate: candidate questions drafted by Claude.
 """
 
@@ -25,6 +26,7 @@ from retrieval.eval.report import (
     load_results,
     markdown_summary,
     png_markdown,
+    questions_frame,
     summary_frame,
     write_results,
 )
@@ -47,6 +49,7 @@ __all__ = [
     "load_results",
     "markdown_summary",
     "png_markdown",
+    "questions_frame",
     "summarize",
     "summary_frame",
     "write_query_settings",

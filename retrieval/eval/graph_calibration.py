@@ -1,16 +1,16 @@
 """Calibrating the graph weights on a pack's own questions (issue 10, item 3).
 
 The balanced profile's graph settings (the GraphReranker's PageRank weight ``reranker_beta``,
-the second hop's ``graph_expand`` and ``graph_bridge_threshold``, PageRank's
-``graph_damping``, and whether the graph stages run at all) have defaults chosen on the shared
-benchmarks. ``kpack eval PACK --write-config`` tries a small grid of them on the pack's
+the fusion weight of the personalized PageRank list ``graph_weight`` and its ``graph_damping``,
+the second hop's ``graph_expand`` and ``graph_bridge_threshold``, and whether the graph stages
+run at all) have defaults chosen on the shared benchmarks. ``kpack eval PACK --write-config`` tries a small grid of them on the pack's
 in-domain questions, searching as the balanced profile does, and keeps the setting with the
 best mean reciprocal rank of the first relevant passage. A setting replaces the default only
 when it is strictly better, and a pack with fewer than MIN_QUESTIONS questions keeps the
 defaults: a handful of questions must not steer every later query.
 
-The grid is walked coordinate by coordinate (PageRank weight and expansion together, then the
-threshold, then the damping, then the graph switched off), so it costs about fifteen searches
+The grid is walked coordinate by coordinate (the two weights together, then the expansion, the
+threshold, the damping, and the graph switched off), so it costs at most nineteen searches
 per question, not every combination.
 """
 
@@ -28,10 +28,18 @@ PROFILE = "balanced"
 MIN_QUESTIONS = 5
 DEPTH = 10
 BETAS = (0.0, 0.1, 0.3)
+WEIGHTS = (0.0, 0.5, 1.0)
 EXPANDS = (0, 1, 3)
 THRESHOLDS = (0.0, 0.5, 0.7)
 DAMPINGS = (0.3, 0.5, 0.7)
-KEYS = ("reranker_beta", "graph_expand", "graph_bridge_threshold", "graph_damping", "enable_graph")
+KEYS = (
+    "reranker_beta",
+    "graph_weight",
+    "graph_damping",
+    "graph_expand",
+    "graph_bridge_threshold",
+    "enable_graph",
+)
 
 
 def calibrate_graph(reader: PackReader, questions: list[Question]) -> dict[str, Any]:
@@ -64,9 +72,10 @@ def calibrate_graph(reader: PackReader, questions: list[Question]) -> dict[str, 
         return best
 
     chosen = best_of(
-        [default | {"reranker_beta": b, "graph_expand": x} for b, x in product(BETAS, EXPANDS)],
+        [default | {"reranker_beta": b, "graph_weight": w} for b, w in product(BETAS, WEIGHTS)],
         default,
     )
+    chosen = best_of([chosen | {"graph_expand": x} for x in EXPANDS], chosen)
     chosen = best_of([chosen | {"graph_bridge_threshold": t} for t in THRESHOLDS], chosen)
     chosen = best_of([chosen | {"graph_damping": d} for d in DAMPINGS], chosen)
     chosen = best_of([chosen | {"enable_graph": False}], chosen)

@@ -97,6 +97,35 @@ def summary_frame(results: dict) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("condition")
 
 
+QUESTION_COLUMNS = (
+    "id",
+    "question",
+    "out_of_domain",
+    "query_type",
+    "gated",
+    "max_similarity",
+    "hit_rank",
+    "cited",
+    "contains_answer",
+    "token_f1",
+    "judge_score",
+    "answer",
+)
+
+
+def questions_frame(results: dict) -> pd.DataFrame:
+    """One row per question and condition: where its first relevant passage ranked (NaN: not
+    in the top 10), whether it was gated, its answer scores and its total milliseconds."""
+    import pandas as pd
+
+    rows = [
+        [condition, *(record.get(c) for c in QUESTION_COLUMNS), record["timings_ms"].get("total")]
+        for condition in results["conditions"]
+        for record in results["questions"][condition]
+    ]
+    return pd.DataFrame(rows, columns=["condition", *QUESTION_COLUMNS, "total_ms"])
+
+
 def load_results(path: str | Path) -> dict:
     """A saved results document (``eval/results/<time>.json``)."""
     return json.loads(Path(path).read_text())
@@ -104,16 +133,14 @@ def load_results(path: str | Path) -> dict:
 
 def chart_png(results: dict) -> bytes:
     """The conditions side by side (retrieval, answers, gate rates), and their p50 latency."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # A Figure without pyplot: no global backend switch, which would stop a notebook's
+    # plots from showing inline once results were written from it.
+    from matplotlib.figure import Figure
 
     conditions = results["conditions"]
     summary = results["summary"]
-    figure, (left, right) = plt.subplots(
-        1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 1]}
-    )
+    figure = Figure(figsize=(11, 4))
+    left, right = figure.subplots(1, 2, gridspec_kw={"width_ratios": [3, 1]})
     width = 0.8 / len(conditions)
     for offset, condition in enumerate(conditions):
         row = summary[condition]
@@ -136,7 +163,6 @@ def chart_png(results: dict) -> bytes:
     figure.tight_layout()
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=100)
-    plt.close(figure)
     return buffer.getvalue()
 
 

@@ -1,0 +1,235 @@
+"""Shard benchmark: in-process vs 2 Celery workers on one machine, and per-shard scaling.
+
+One pack (tests/docsite.py's generated site, crawled from one seed line) is built twice, each
+build in a fresh process, offline extractor, default embedding model, KPACK_EMBED_SHARDS
+shards (default 4):
+
+1. in-process: `build_pack` as `kpack build` runs it;
+2. celery: `build_pack(executor=...)`, every step a task for two dagster-celery workers (one
+   process each) with a redis-server on 127.0.0.1 as broker and result backend
+   (tests/celery_cluster.py, the configuration of docs/deployment.md).
+
+The two packs must hold the same contents (bench/crawl_bench.py's pack_contents). On a 2-core
+machine two workers cannot be faster; the comparison shows the overhead (task dispatch, a
+model load per worker, Parquet through the store between steps). The per-shard figures of the
+in-process build (texts, seconds in the model) and the per-page time of the other stages give
+an estimate of a 10,000-page pack with N workers, each a machine like this one and one shard
+each (KPACK_EMBED_SHARDS = N): serial stages + the largest shard's embedding + a model load.
+
+Usage (from the project root)::
+
+    .venv/bin/python bench/shard_bench.py                  # 4 chapters x 10 pages
+    .venv/bin/python bench/shard_bench.py --chapters 2     # quick check
+
+Results: Markdown tables on stdout, JSON in bench/out/shard_bench.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+# crawl_bench puts the project root on sys.path (for tests.*) and sets the offline variables.
+from crawl_bench import FETCH, OUT_DIR, pack_contents
+from harness import emit, run_child
+
+from tests.celery_cluster import celery_workers, redis_server
+from tests.docsite import bench_site, serve
+
+HERE = Path(__file__).resolve()
+PACK = "shards"
+WORKERS = 2
+TARGET_PAGES = 10_000
+SERIAL_STAGES = (
+    "fetched_pages",
+    "articles",
+    "chunks",
+    "entities",
+    "pagerank",
+    "pack_graph",
+    "pack_manifest",
+)
+
+
+def child_build(workspace: Path, executor: dict | None) -> dict[str, Any]:
+    started = time.perf_counter()
+    from dagster import DagsterInstance
+
+    from kpack.packs import current_version
+    from pipelines.build import build_pack
+
+    instance = DagsterInstance.get() if executor else DagsterInstance.ephemeral()
+    with instance:
+        result = build_pack(
+            PACK,
+            packs_dir=workspace / "packs",
+            storage=str(workspace / "storage"),
+            instance=instance,
+            log_level="WARNING",
+            executor=executor,
+        )
+    version = current_version(workspace / "packs" / PACK)
+    return {
+        "outcome": result.outcome,
+        "cause": result.cause,
+        "build_pack_s": round(time.perf_counter() - started, 3),
+        "stages": result.stage_metadata,
+        "contents": pack_contents(version / "pack.db") if version else None,
+    }
+
+
+def write_pack(workspace: Path, seed: str) -> None:
+    folder = workspace / "packs" / PACK
+    folder.mkdir(parents=True)
+    (folder / "urls.txt").write_text(f"{seed} depth=2\n")
+    (folder / "kg_config.json").write_text(json.dumps({"fetch": FETCH}))
+
+
+def estimate(local: dict, pages: int, model_load_s: float) -> list[dict]:
+    """Seconds for a TARGET_PAGES pack with N workers, from the in-process build's figures."""
+    stages = local["stages"]
+    shards = [meta for name, meta in stages.items() if name.startswith("embeddings_shard_")]
+    texts = sum(s["texts"] for s in shards)
+    embed_s = sum(s["embed_seconds"] for s in shards)
+    per_text = embed_s / texts
+    serial_per_page = sum(stages.get(s, {}).get("duration_s", 0) for s in SERIAL_STAGES) / pages
+    target_texts = texts / pages * TARGET_PAGES
+    rows = []
+    for workers in (1, 2, 4, 8, 16, 32):
+        serial = serial_per_page * TARGET_PAGES
+        # Equal hash ranges hold equal shares of the texts, give or take sampling noise.
+        largest_shard = target_texts / workers * per_text
+        total = serial + model_load_s + largest_shard
+        rows.append(
+            {
+                "workers": workers,
+                "serial_s": round(serial, 1),
+                "embed_s": round(largest_shard, 1),
+                "total_s": round(total, 1),
+                "speedup": None,
+            }
+        )
+    for row in rows:
+        row["speedup"] = round(rows[0]["total_s"] / row["total_s"], 2)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--chapters", type=int, default=4)
+    parser.add_argument("--pages-per-chapter", type=int, default=10)
+    parser.add_argument("--model-load-s", type=float, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=2, metavar=("WORKSPACE", "EXECUTOR"))
+    args = parser.parse_args()
+    if args.child:
+        emit(child_build(Path(args.child[0]), json.loads(args.child[1])))
+        return
+
+    with (
+        tempfile.TemporaryDirectory(prefix="shard_bench_") as tmp,
+        serve(bench_site(args.chapters, args.pages_per_chapter)) as site,
+    ):
+        local, distributed = Path(tmp) / "local", Path(tmp) / "celery"
+        write_pack(local, f"{site.base}/docs/")
+        write_pack(distributed, f"{site.base}/docs/")
+        runs = {"in-process": run_child(HERE, ["--child", str(local), "null"])}
+        print(f"in-process: {runs['in-process']['process_s']} s", flush=True)
+        env = {
+            "KPACK_PACKS_DIR": str(distributed / "packs"),
+            "KPACK_STORAGE": str(distributed / "storage"),
+            "DAGSTER_HOME": str(distributed / "dagster_home"),
+        }
+        os.environ.update(env)
+        with redis_server(Path(tmp)) as redis_url:
+            executor = {"broker": f"{redis_url}/0", "backend": f"{redis_url}/1"}
+            with celery_workers(distributed, executor, env, WORKERS):
+                runs["celery"] = run_child(
+                    HERE, ["--child", str(distributed), json.dumps(executor)]
+                )
+        print(f"celery: {runs['celery']['process_s']} s", flush=True)
+
+    pages = runs["in-process"]["stages"]["fetched_pages"]["crawl_pages"]
+    same = runs["in-process"]["contents"]["digest"] == runs["celery"]["contents"]["digest"]
+    lines = [
+        f"Pack: {pages} pages, {runs['in-process']['contents']['counts']}",
+        "",
+        "| build | outcome | process s | build_pack s | embedding shards (s each) |",
+        "|---|---|---|---|---|",
+    ]
+    for label, run in runs.items():
+        shard_times = [
+            meta["duration_s"]
+            for name, meta in sorted(run["stages"].items())
+            if name.startswith("embeddings_shard_")
+        ]
+        lines.append(
+            f"| {label} | {run['outcome']} | {run['process_s']} | {run['build_pack_s']} "
+            f"| {', '.join(f'{t:.1f}' for t in shard_times)} |"
+        )
+    overhead = runs["celery"]["process_s"] - runs["in-process"]["process_s"]
+    lines += [
+        "",
+        f"Same contents: {'yes' if same else 'NO'}; Celery overhead on this machine: "
+        f"{overhead:+.1f} s ({runs['celery']['process_s'] / runs['in-process']['process_s']:.2f}x)",
+        "",
+        "| shard | texts | embedded | model s | texts/s |",
+        "|---|---|---|---|---|",
+    ]
+    stages = runs["in-process"]["stages"]
+    for name in sorted(n for n in stages if n.startswith("embeddings_shard_")):
+        meta = stages[name]
+        lines.append(
+            f"| {meta['shard']} | {meta['texts']} | {meta['embedded']} | {meta['embed_seconds']} "
+            f"| {meta['texts_per_second']} |"
+        )
+    # A worker's first shard pays the model load: the slowest shard's time outside the model.
+    model_load = args.model_load_s
+    if model_load is None:
+        celery_stages = runs["celery"]["stages"]
+        model_load = max(
+            meta["duration_s"] - meta["embed_seconds"]
+            for name, meta in celery_stages.items()
+            if name.startswith("embeddings_shard_")
+        )
+    table = estimate(runs["in-process"], pages, model_load)
+    lines += [
+        "",
+        f"Estimate for {TARGET_PAGES:,} pages (one shard per worker, each worker a machine like "
+        f"this one; model load {model_load:.1f} s):",
+        "",
+        "| workers | serial stages s | embedding s | total s | speedup |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['workers']} | {r['serial_s']} | {r['embed_s']} | {r['total_s']} | {r['speedup']} |"
+        for r in table
+    ]
+    print("\n".join(lines))
+    OUT_DIR.mkdir(exist_ok=True)
+    (OUT_DIR / "shard_bench.json").write_text(
+        json.dumps(
+            {
+                "date": datetime.now(UTC).isoformat(),
+                "machine": f"{platform.node()} {os.cpu_count()} cores",
+                "pages": pages,
+                "runs": {k: {**v, "stages": v["stages"]} for k, v in runs.items()},
+                "same_contents": same,
+                "estimate": table,
+            },
+            indent=2,
+            default=str,
+        )
+    )
+    if not same:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
