@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-services lint bench clean
+.PHONY: setup demo notebook test test-services lint bench clean
 
 setup: $(STAMP)
 
@@ -20,6 +20,13 @@ $(STAMP): pyproject.toml requirements.lock
 demo: setup
 	$(BIN)/kpack build demo
 	$(BIN)/kpack query demo "How does a build publish a new version of a pack?"
+
+# Re-run docs/notebook.ipynb against the demo pack, storing its outputs, and export it to
+# docs/notebook.md so a reader sees the results without running it.
+notebook: setup
+	$(BIN)/kpack build demo
+	$(BIN)/jupyter nbconvert --to notebook --execute --inplace docs/notebook.ipynb
+	$(BIN)/jupyter nbconvert --to markdown docs/notebook.ipynb
 
 # tests/test_celery.py runs a build on Celery workers with Debian's redis-server as broker
 # (started by the test itself); installed here when missing (CI runs as root). Without it that

@@ -92,40 +92,41 @@ def write_pack(workspace: Path, seed: str) -> None:
     (folder / "kg_config.json").write_text(json.dumps({"fetch": FETCH}))
 
 
-def estimate(local: dict, pages: int, model_load_s: float) -> list[dict]:
-    """Seconds for a TARGET_PAGES pack with N workers, from the in-process build's figures."""
+def estimate(local: dict, pages: int) -> tuple[float, float, list[dict]]:
+    """Seconds for a TARGET_PAGES pack with N workers, from the in-process build's figures:
+    (seconds per text, model load seconds, one row per N).
+
+    In one process the first shard loads the model (inside its embedding time) and the others
+    reuse it, so the others give the time per text and the first one, less that, the load.
+    """
     stages = local["stages"]
-    shards = [meta for name, meta in stages.items() if name.startswith("embeddings_shard_")]
+    shards = [stages[f"embeddings_shard_{i}"] for i in range(len(shard_names(stages)))]
+    warm = shards[1:] or shards
+    per_text = sum(s["embed_seconds"] for s in warm) / max(sum(s["texts"] for s in warm), 1)
+    model_load = max(0.0, shards[0]["embed_seconds"] - per_text * shards[0]["texts"])
     texts = sum(s["texts"] for s in shards)
-    embed_s = sum(s["embed_seconds"] for s in shards)
-    per_text = embed_s / texts
     serial_per_page = sum(stages.get(s, {}).get("duration_s", 0) for s in SERIAL_STAGES) / pages
+    serial = serial_per_page * TARGET_PAGES
     target_texts = texts / pages * TARGET_PAGES
     rows = []
     for workers in (1, 2, 4, 8, 16, 32):
-        serial = serial_per_page * TARGET_PAGES
-        # Equal hash ranges hold equal shares of the texts, give or take sampling noise.
-        largest_shard = target_texts / workers * per_text
-        total = serial + model_load_s + largest_shard
-        rows.append(
-            {
-                "workers": workers,
-                "serial_s": round(serial, 1),
-                "embed_s": round(largest_shard, 1),
-                "total_s": round(total, 1),
-                "speedup": None,
-            }
-        )
+        # Equal hash ranges hold equal shares of the texts; each worker loads the model once.
+        embed = target_texts / workers * per_text + model_load
+        rows.append({"workers": workers, "serial_s": serial, "embed_s": embed})
     for row in rows:
-        row["speedup"] = round(rows[0]["total_s"] / row["total_s"], 2)
-    return rows
+        row["total_s"] = row["serial_s"] + row["embed_s"]
+        row["speedup"] = rows[0]["total_s"] / row["total_s"]
+    return per_text, model_load, rows
+
+
+def shard_names(stages: dict) -> list[str]:
+    return sorted(name for name in stages if name.startswith("embeddings_shard_"))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chapters", type=int, default=4)
     parser.add_argument("--pages-per-chapter", type=int, default=10)
-    parser.add_argument("--model-load-s", type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child", nargs=2, metavar=("WORKSPACE", "EXECUTOR"))
     args = parser.parse_args()
     if args.child:
@@ -164,11 +165,7 @@ def main() -> None:
         "|---|---|---|---|---|",
     ]
     for label, run in runs.items():
-        shard_times = [
-            meta["duration_s"]
-            for name, meta in sorted(run["stages"].items())
-            if name.startswith("embeddings_shard_")
-        ]
+        shard_times = [run["stages"][name]["duration_s"] for name in shard_names(run["stages"])]
         lines.append(
             f"| {label} | {run['outcome']} | {run['process_s']} | {run['build_pack_s']} "
             f"| {', '.join(f'{t:.1f}' for t in shard_times)} |"
@@ -183,32 +180,24 @@ def main() -> None:
         "|---|---|---|---|---|",
     ]
     stages = runs["in-process"]["stages"]
-    for name in sorted(n for n in stages if n.startswith("embeddings_shard_")):
+    for name in shard_names(stages):
         meta = stages[name]
         lines.append(
             f"| {meta['shard']} | {meta['texts']} | {meta['embedded']} | {meta['embed_seconds']} "
             f"| {meta['texts_per_second']} |"
         )
-    # A worker's first shard pays the model load: the slowest shard's time outside the model.
-    model_load = args.model_load_s
-    if model_load is None:
-        celery_stages = runs["celery"]["stages"]
-        model_load = max(
-            meta["duration_s"] - meta["embed_seconds"]
-            for name, meta in celery_stages.items()
-            if name.startswith("embeddings_shard_")
-        )
-    table = estimate(runs["in-process"], pages, model_load)
+    per_text, model_load, table = estimate(runs["in-process"], pages)
     lines += [
         "",
-        f"Estimate for {TARGET_PAGES:,} pages (one shard per worker, each worker a machine like "
-        f"this one; model load {model_load:.1f} s):",
+        f"Estimate for {TARGET_PAGES:,} pages ({per_text * 1000:.0f} ms per text, model load "
+        f"{model_load:.1f} s per worker; one shard per worker, each a machine like this one):",
         "",
         "| workers | serial stages s | embedding s | total s | speedup |",
         "|---|---|---|---|---|",
     ]
     lines += [
-        f"| {r['workers']} | {r['serial_s']} | {r['embed_s']} | {r['total_s']} | {r['speedup']} |"
+        f"| {r['workers']} | {r['serial_s']:.0f} | {r['embed_s']:.0f} | {r['total_s']:.0f} "
+        f"| {r['speedup']:.2f} |"
         for r in table
     ]
     print("\n".join(lines))

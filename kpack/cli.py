@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import uuid
+from functools import partial
 from pathlib import Path
 
 from rich.console import Console
@@ -56,6 +57,8 @@ def cmd_new(args: argparse.Namespace) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
+    from dagster import DagsterInstance
+
     from pipelines.build import BUILD_TAG, build_pack
     from pipelines.progress import BuildProgress
 
@@ -66,11 +69,20 @@ def cmd_build(args: argparse.Namespace) -> int:
     # Dagster's own console log only with --verbose: by default the progress rows and one
     # line of cause say what happened, with no stack traces.
     log_level = args.log_level or ("INFO" if args.verbose else "CRITICAL")
+    instance = DagsterInstance.get()
+    build = partial(
+        build_pack,
+        args.name,
+        instance=instance,
+        build_id=build_id,
+        log_level=log_level,
+        force=args.force,
+    )
     if show_progress:
-        with BuildProgress((BUILD_TAG, build_id), console, live=console.is_terminal):
-            result = build_pack(args.name, build_id=build_id, log_level=log_level, force=args.force)
+        with BuildProgress(instance, (BUILD_TAG, build_id), console, live=console.is_terminal):
+            result = build()
     else:
-        result = build_pack(args.name, build_id=build_id, log_level=log_level, force=args.force)
+        result = build()
     elapsed = time.perf_counter() - started
     manifest = result.manifest
     if not result.success:

@@ -136,34 +136,37 @@ class QueryConfig(_Settings):
     few_shot_examples: int | None = Field(
         None, ge=0, description="FewShotManager: examples in a prompt (None: the profile's)"
     )
-    # The graph stages (retrieval.graph); `kpack eval PACK --write-config` calibrates them on
-    # the pack's own questions, and a pack without questions gets these defaults, chosen on the
-    # shared benchmarks.
-    graph_damping: float = Field(
-        0.5,
+    # The graph stages (retrieval.graph). Their values are the profile's (retrieval.profiles:
+    # chosen on the shared benchmarks) until `kpack eval PACK --write-config` calibrates them
+    # on the pack's own questions and writes them here.
+    graph_damping: float | None = Field(
+        None,
         gt=0.0,
         lt=1.0,
         description="graph retrieval: personalized PageRank's damping, the chance a walk from "
-        "the question's entities and first-hop hits takes one more step through the graph",
+        "the question's entities and first-hop hits takes one more step through the graph "
+        "(None: the profile's, 0.5)",
     )
-    graph_weight: float = Field(
-        1.0,
+    graph_weight: float | None = Field(
+        None,
         ge=0.0,
         description="graph retrieval: the weight of its PageRank list in the reciprocal rank "
-        "fusion with vector and BM25 search (each 1); 0: no PageRank list",
+        "fusion with vector and BM25 search (each 1); 0: no PageRank list (None: the "
+        "profile's, 1.0)",
     )
-    graph_expand: int = Field(
-        3,
+    graph_expand: int | None = Field(
+        None,
         ge=0,
         description="graph second hop: how many of the best passages each get a bridge placed "
-        "after them (a passage of another article one entity away); 0: none",
+        "after them (a passage of another article one entity away); 0: none (None: the "
+        "profile's, 3)",
     )
-    graph_bridge_threshold: float = Field(
-        0.5,
+    graph_bridge_threshold: float | None = Field(
+        None,
         ge=0.0,
-        description="graph second hop: the score a bridge needs (similarity to the question "
-        "+ 0.5 x share of the question's missing terms it has + 0.2 if it is the article "
-        "about the bridge entity)",
+        description="graph second hop: the score a bridge needs: similarity to the question "
+        "+ 0.5 x the share of the question's terms missing from the first passage that it has "
+        "+ 0.2 if it is the article about the bridge entity (None: the profile's, 0.5)",
     )
     cross_encoder_model: str = Field(
         "cross-encoder/ms-marco-MiniLM-L-12-v2", description="CrossEncoderReranker's model"

@@ -127,11 +127,13 @@ def build_entity_graph(
 ) -> EntityGraph:
     """The graph of ``passages`` ((passage id, article id)) and ``entities`` ((key, name)).
 
-    Edges: ``mentions`` ((passage id, entity key)); every passage to its article's title entity
-    (``titles``: article id -> entity key); every passage of an article to the title entity of
-    each article it links to (``links``: (article id, article id) pairs, LINKS_TO); and
-    ``relations`` ((entity key, entity key)) at ``relation_weight``. Pairs naming an unknown
-    passage, article or entity are skipped; a pair given twice counts once.
+    Edges: ``mentions`` ((passage id, entity key); a part of the passage's own article title,
+    such as "Leland" on "Leland, North Carolina", is the article itself and makes no edge);
+    every passage to its article's title entity (``titles``: article id -> entity key); every
+    passage of an article to the title entity of each article it links to (``links``: (article
+    id, article id) pairs, LINKS_TO); and ``relations`` ((entity key, entity key)) at
+    ``relation_weight``. Pairs naming an unknown passage, article or entity are skipped; a
+    pair given twice counts once.
     """
     from scipy import sparse
 
@@ -157,7 +159,12 @@ def build_entity_graph(
         pair = (min(a, b), max(a, b))
         weights[pair] = max(weights.get(pair, 0.0), weight)
 
+    own_title = {p: f" {titles.get(article, '')} " for p, article in passages}
     for passage, key in mentions:
+        # A page calls its subject by part of its title ("Leland" on "Leland, North
+        # Carolina"): that names the page itself, and must not join it to every other Leland.
+        if key != own_title.get(passage, "").strip() and f" {key} " in own_title.get(passage, ""):
+            continue
         join(passage_index.get(passage), entity(key), 1.0)
     members: dict[int, list[int]] = {}
     about: dict[int, list[int]] = {}

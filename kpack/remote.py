@@ -96,11 +96,17 @@ def _sha256(path: Path) -> str:
 
 @contextmanager
 def store_errors(location: UPath) -> Iterator[None]:
-    """An unreachable store, missing credentials or a refused write as one PackError."""
+    """An unreachable store, missing credentials or a refused write as one PackError.
+
+    Whatever the store's client raises (OSError from fsspec, botocore's connection and
+    credential errors, another backend's own) is reported with its class and message.
+    """
     try:
         yield
-    except OSError as exc:
-        raise PackError(f"shared store {location}: {exc}") from None
+    except PackError:
+        raise
+    except Exception as exc:  # the client library is the store's (s3fs, gcsfs...), not ours
+        raise PackError(f"shared store {location}: {type(exc).__name__}: {exc}") from None
 
 
 def pack_location(name: str, base: str | None = None) -> UPath:
@@ -110,12 +116,10 @@ def pack_location(name: str, base: str | None = None) -> UPath:
 def published(name: str, base: str | None = None) -> dict | None:
     """The store's ``current.json`` of a pack, or None when the pack was never pushed."""
     pointer = pack_location(name, base) / POINTER
-    try:
+    with store_errors(pointer):
+        if not pointer.exists():
+            return None
         text = pointer.read_text()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise PackError(f"cannot read {pointer}: {exc}") from None
     try:
         record = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -184,13 +188,11 @@ def pull(name: str, packs_root: Path | None = None, base: str | None = None) -> 
     with tempfile.TemporaryDirectory(prefix="kpack-pull-") as scratch:
         archive = Path(scratch) / pointer["archive"]
         source = pack_location(name, base) / pointer["archive"]
-        try:
+        with store_errors(source):
+            if not source.exists():
+                raise PackError(f"{source} is missing; push the pack again")
             with source.open("rb") as remote, open(archive, "wb") as handle:
                 shutil.copyfileobj(remote, handle, COPY_CHUNK)
-        except FileNotFoundError:
-            raise PackError(f"{source} is missing; push the pack again") from None
-        except OSError as exc:
-            raise PackError(f"shared store {source}: {exc}") from None
         if _sha256(archive) != pointer.get("archive_sha256"):
             raise PackError(f"{source} does not match {POINTER} (checksum); push the pack again")
         result = install(archive, root, name, replace=exists)

@@ -35,8 +35,12 @@ class StageProgress:
 class BuildProgress:
     """Follows one run (found by its tag) until ``stop`` is called."""
 
-    def __init__(self, tag: tuple[str, str], console: Console, live: bool) -> None:
-        self.tag, self.console, self.live = tag, console, live
+    def __init__(
+        self, instance: DagsterInstance, tag: tuple[str, str], console: Console, live: bool
+    ) -> None:
+        # The build's own instance: a second DagsterInstance.get() racing the build's first
+        # one on a new DAGSTER_HOME would run the storage migrations twice.
+        self.instance, self.tag, self.console, self.live = instance, tag, console, live
         self.stages: dict[str, StageProgress] = {}
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._follow, daemon=True)
@@ -50,7 +54,7 @@ class BuildProgress:
         self._thread.join(timeout=10)
 
     def _follow(self) -> None:
-        instance = DagsterInstance.get()
+        instance = self.instance
         wanted = {
             DagsterEventType.STEP_START,
             DagsterEventType.STEP_SUCCESS,

@@ -156,9 +156,14 @@ class GraphRetriever:
         graph = index.graph
         linked = linked_entities(graph, query.text)
         seeds: dict[int, float] = {}
-        for node, _ in linked:
+        import os  # EXPERIMENT
+
+        gs = os.environ.get("GS", "")
+        for node, _ in linked if gs != "2" else []:
             seeds[node] = 1.0 / max(graph.mentions_of(node), 1)
-        for rank, passage_id in enumerate(_first_hop(query)[:SEED_PASSAGES], start=1):
+        for rank, passage_id in enumerate(
+            _first_hop(query)[:SEED_PASSAGES] if gs != "1" else [], start=1
+        ):
             node = index.node_of.get(passage_id)
             if node is not None:
                 seeds[node] = seeds.get(node, 0.0) + 1.0 / rank

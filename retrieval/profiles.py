@@ -84,6 +84,12 @@ BALANCED_SETTINGS = {
     "reranker_alpha": 0.7,
     "reranker_beta": 0.3,
     "few_shot_examples": 3,
+    # The graph stages' settings (retrieval.graph), for every profile that runs them or
+    # switches them on; chosen on the shared benchmarks (HotpotQA, SQuAD, the demo pack).
+    "graph_damping": 0.5,
+    "graph_weight": 1.0,
+    "graph_expand": 3,
+    "graph_bridge_threshold": 0.5,
 }
 
 # The profiles with the graph stages (retrieval.graph) give the GraphReranker's PageRank, a

@@ -4,7 +4,7 @@
 chapter -> its pages, and serves them with what real sites have: ETags (304 on a match), a
 ``robots.txt`` that disallows ``/docs/private/``, ``/docs/sitemap_index.xml`` pointing at one
 sitemap per chapter, a canonical link on every page, an alias page whose canonical link names
-another page, links in every form (relative, absolute, ``./``, ``index.html`` and directory
+another page, a redirect out of scope, links in every form (relative, absolute, ``./``, ``index.html`` and directory
 forms, fragments), loops (every page links back to its chapter and its neighbours), links out
 of scope (``/blog/``, another host) and links to files that are no pages.
 """
@@ -123,6 +123,7 @@ class DocSite:
                 "private/secret.html",  # refused by robots.txt
                 "alias.html",  # a canonical alias of the first page
                 "/blog/post.html",  # same host, out of the seed's folder
+                "moved.html",  # redirects out of the seed's folder
                 "http://elsewhere.invalid/docs/page.html",  # another host
                 "logo.png",  # no page
                 "download",  # no page, and only the answer says so
@@ -133,6 +134,8 @@ class DocSite:
         if path == "/docs/alias.html":
             target = self.page_path(0, 0)
             return 200, html, self._page(target, "Chapter 0 page 0", [], canonical=target)
+        if path == "/docs/moved.html":
+            return 301, "text/plain", "/blog/post.html"  # the body is the Location
         if path == "/docs/download":
             return 200, "application/octet-stream", "\x00binary"
         if path == "/docs/private/secret.html":
@@ -166,6 +169,11 @@ def handler_for(site: DocSite) -> type[BaseHTTPRequestHandler]:
             with site.lock:
                 site.hits[path] = site.hits.get(path, 0) + 1
             status, content_type, text = site.render(path)
+            if status == 301:
+                self.send_response(status)
+                self.send_header("Location", text)
+                self.end_headers()
+                return
             body = text.encode()
             etag = '"' + hashlib.sha1(body).hexdigest() + '"'
             if status == 200 and self.headers.get("If-None-Match") == etag:

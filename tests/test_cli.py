@@ -223,8 +223,7 @@ FAILURE = {"line": 2, "url": "https://docs.example.org/b", "error": "HTTP 404 No
 
 
 def test_status_shows_freshness_changes_failures_and_schedule(workspace, capsys):
-    from kpack.store import PackStore
-    from kpack.store import build_lock
+    from kpack.store import PackStore, build_lock
 
     folder = write_pack(workspace, "widgets", ["https://docs.example.org/a"])
     code, out, _ = run(capsys, "status", "widgets")

@@ -92,9 +92,11 @@ def test_a_seed_crawls_its_scope_once_per_page_and_records_depth_seed_and_state(
     # robots.txt refused the private page; it was never requested.
     assert report.robots_refused == [f"{docsite.base}/docs/private/secret.html"]
     assert "/docs/private/secret.html" not in docsite.hits
-    # Off-scope links (another folder, another host) and navigation links are not followed.
-    assert report.off_scope == 2
-    assert "/blog/post.html" not in docsite.hits
+    # Off-scope links (another folder, another host, a redirect to another folder) are not
+    # followed or kept, nor are navigation links.
+    assert report.off_scope == 3
+    assert docsite.hits["/docs/moved.html"] == 1 and "/docs/moved.html" not in rows
+    assert docsite.hits.get("/blog/post.html", 0) <= 1  # only as the redirect's target
     assert "/nav-only.html" not in docsite.hits
     # The alias names an already crawled page as canonical; the binary download is no page.
     assert report.aliases == 1 and report.not_text == 1

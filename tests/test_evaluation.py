@@ -25,6 +25,7 @@ from retrieval.eval import (
     leak_filter,
     load_questions,
     load_results,
+    questions_frame,
     summary_frame,
     write_threshold,
 )
@@ -281,6 +282,13 @@ def test_kpack_eval_shows_progress_per_question_and_compares_profiles(
     assert {"hit@1", "hit@5", "mrr", "containment", "gate_rate_in_domain"} <= set(frame.columns)
     saved = sorted((eval_pack / "eval" / "results").glob("*.json"))[-1]
     assert load_results(saved)["conditions"] == ["baseline", "balanced"]
+    # ... and question by question: where each ranked, whether it was gated.
+    per_question = questions_frame(load_results(saved))
+    assert len(per_question) == 2 * len(QUESTIONS)
+    off_topic = per_question[per_question["id"] == "ood"]
+    assert list(off_topic["condition"]) == ["baseline", "balanced"]
+    assert off_topic["gated"].all() and off_topic["hit_rank"].isna().all()
+    assert per_question["hit_rank"].iloc[0] == results["questions"]["baseline"][0]["hit_rank"]
     assert chart_png(results).startswith(b"\x89PNG")
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import sys
 from pathlib import Path
 
 import nbformat
@@ -34,8 +33,9 @@ def demo_questions(pages: tuple[str, ...]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def notebook(tmp_path_factory: pytest.TempPathFactory) -> nbformat.NotebookNode:
-    """The notebook executed against packs/demo laid out as in the project: its urls.txt
-    names ../../docs/<page>, and KPACK_PACKS_DIR makes the notebook's "demo" this pack."""
+    """The notebook executed (its stored outputs replaced) against a pack laid out as
+    packs/demo is, its urls.txt naming ../../docs/<page>; KPACK_PACKS_DIR makes the notebook's
+    "demo" this pack."""
     workspace = tmp_path_factory.mktemp("notebook")
     (workspace / "docs").mkdir()
     for page in PAGES:
@@ -96,7 +96,7 @@ def test_every_cell_runs_quietly_and_the_evaluation_plots_inline(
     (summary,) = outputs_of(notebook, "summary_frame(results)")
     assert all(f"<th>{p}</th>" in summary["data"]["text/html"] for p in ("baseline", "balanced"))
     # Writing the results (and their chart) must leave inline plotting working.
-    (plot,) = outputs_of(notebook, ".T.plot.bar(")
+    (plot,) = outputs_of(notebook, "metrics.T.plot")
     assert "image/png" in plot["data"]
     (search,) = outputs_of(notebook, "retrieval.search(")
     assert "kpack-search-results" in search["data"]["text/html"]

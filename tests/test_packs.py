@@ -252,7 +252,7 @@ def test_config_that_is_not_utf8_is_an_error(tmp_path: Path):
 
 def test_query_settings_are_validated_by_the_same_schema(tmp_path: Path):
     write_config(tmp_path, {"query": {"profile": "fastest"}})
-    with pytest.raises(PackError, match="query.profile must be one of"):
+    with pytest.raises(PackError, match=r"query\.profile must be one of"):
         load_config(tmp_path)
     write_config(tmp_path, {"query": {"context_confidence_threshold": 0.35, "num_docs": 3}})
     query = load_config(tmp_path).query

@@ -13,6 +13,7 @@ import boto3
 import pytest
 from dagster import DagsterInstance
 from moto.server import ThreadedMotoServer
+from s3fs import S3FileSystem
 
 import retrieval
 from kpack import remote
@@ -146,3 +147,13 @@ def test_the_store_may_be_a_local_folder_shared_by_machines(packs, tmp_path, mon
     pulled = remote.pull("widgets", tmp_path / "elsewhere")
     assert pulled.downloaded and pulled.version == 1
     assert answer(tmp_path / "elsewhere" / "widgets") == answer(workspace / "packs" / "widgets")
+
+
+def test_an_unreachable_store_is_one_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    S3FileSystem.clear_instance_cache()  # fsspec reuses a client made for the moto server
+    with pytest.raises(PackError, match=r"shared store s3://.*Could not connect"):
+        remote.pull("widgets", tmp_path, base=f"s3://{BUCKET}/unreachable")

@@ -245,6 +245,9 @@ class Crawl:
             self.report.not_text += 1  # an image or a download behind a page-like URL
             return []
         redirected = page_key(response.final_url) != page_key(page.url)
+        if crawled and redirected and not page.scope.allows(normalize_url(response.final_url)):
+            self.report.off_scope += 1  # redirected out of the seed's scope
+            return []
         if crawled and redirected and not self._claim(response.final_url):
             self.report.aliases += 1  # redirected to a page already crawled
             return []

@@ -2,13 +2,17 @@
 
 ``extract_offline`` is the deterministic extractor used when no API key is set (and for sections
 too short to send). It returns the same shape as the Claude tool call: entities (code
-identifiers, defined terms, the section heading, capitalised multi-word names), relations
-between entities named in the same sentence, and definitional sentences as facts. Same input,
-same output, no network.
+identifiers, defined terms, the section heading, proper names: runs of capitalised words and a
+single capitalised word inside a sentence, read across the line breaks of wrapped paragraphs),
+relations between entities named in the same sentence, and definitional sentences as facts.
+Same input, same output, no network.
 
 ``claude_extractions`` sends the sections that changed to Claude (results are cached by section
 content hash, model and prompt version); ``merge_extractions`` turns section-level results into
-pack-level tables, entities deduplicated across the pack by normalised name.
+pack-level tables, entities deduplicated across the pack by normalised name
+(``normalize_entity``: aliases meet), and adds the pack's own article titles as entities of
+their sections and of every section that names them (``TitleMatcher``), for both extractors:
+the entity-passage graph of kpack.graph is built from these mentions.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
 from itertools import pairwise
 
 from kpack.contracts import stable_id
@@ -125,11 +130,14 @@ BLOCK_START = re.compile(r"([-*+>|#]|\d+[.)])\s")  # a list item, quote, table r
 OPENERS = " \t\"'“‘([-*"  # what may come before the first word of a sentence
 
 
+@lru_cache(maxsize=1 << 16)
 def fold_word(word: str) -> str:
     """One word as a name key: accents, case and a possessive don't matter; a lower-case plural
     is its singular ("sprockets" -> "sprocket"; capitalised words are names: "Williams")."""
-    plain = unicodedata.normalize("NFKD", POSSESSIVE.sub("", word))
-    plain = "".join(c for c in plain if not unicodedata.combining(c))
+    plain = POSSESSIVE.sub("", word)
+    if not plain.isascii():
+        plain = unicodedata.normalize("NFKD", plain)
+        plain = "".join(c for c in plain if not unicodedata.combining(c))
     key = plain.lower()
     if plain.islower() and len(key) > 3:
         if key.endswith("sses"):
@@ -144,6 +152,7 @@ def name_words(text: str) -> list[str]:
     return [fold_word(w) for w in WORD.findall(text)]
 
 
+@lru_cache(maxsize=1 << 16)  # a pack names the same entities again and again
 def normalize_entity(name: str) -> str:
     """The dedup key of an entity, so aliases meet: case, accents, quotes, punctuation, a
     possessive, a lower-case plural, a qualifier in parentheses and a leading article don't
