@@ -117,6 +117,7 @@ def reader(args: argparse.Namespace) -> None:
             "rss_start_mb": round(rss_start, 1),
             "rss_end_mb": round(samples[-1], 1),
             "rss_max_mb": round(max(samples), 1),
+            "rss_samples_mb": [round(mb, 1) for mb in samples],  # every RSS_EVERY queries
             "latencies_ms": latencies,
         }
     )
@@ -329,12 +330,14 @@ def main(argv: list[str] | None = None) -> None:
         if first["rc"] != 0:
             raise SystemExit(f"the first build failed:\n{first['stderr_tail']}")
         print(f"built {pack} v{first['version']} ({first['seconds']} s)", file=sys.stderr)
-        runs = [soak(args, workdir, pack, setting) for setting in settings]
-    table = report(pack, runs)
-    OUT.mkdir(parents=True, exist_ok=True)
-    out = OUT / f"soak_{args.corpus}.json"
-    out.write_text(json.dumps({"pack": pack, "runs": runs}, indent=2) + "\n")
-    print(table)
+        OUT.mkdir(parents=True, exist_ok=True)
+        out = OUT / f"soak_{args.corpus}.json"
+        runs = []
+        for setting in settings:  # saved after each setting: a long soak keeps what it measured
+            runs.append(soak(args, workdir, pack, setting))
+            out.write_text(json.dumps({"pack": pack, "runs": runs}, indent=2) + "\n")
+            print(report(pack, runs[-1:]), file=sys.stderr)
+    print(report(pack, runs))
     print(f"\nraw results: {out}")
     failures = [
         f"{run['setting']}: {run['errors']} errors"

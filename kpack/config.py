@@ -158,15 +158,15 @@ class QueryConfig(_Settings):
         None,
         ge=0,
         description="graph second hop: how many of the best passages each get a bridge placed "
-        "after them (a passage of another article one entity away); 0: none (None: the "
-        "profile's, 3)",
+        "after them (the best passage of another article whose title they name); 0: none "
+        "(None: the profile's, 3)",
     )
     graph_bridge_threshold: float | None = Field(
         None,
         ge=0.0,
         description="graph second hop: the score a bridge needs: similarity to the question "
         "+ 0.5 x the share of the question's terms missing from the first passage that it has "
-        "+ 0.2 if it is the article about the bridge entity (None: the profile's, 0.5)",
+        "(None: the profile's, 0.3)",
     )
     cross_encoder_model: str = Field(
         "cross-encoder/ms-marco-MiniLM-L-12-v2", description="CrossEncoderReranker's model"

@@ -89,7 +89,7 @@ BALANCED_SETTINGS = {
     "graph_damping": 0.5,
     "graph_weight": 1.0,
     "graph_expand": 3,
-    "graph_bridge_threshold": 0.5,
+    "graph_bridge_threshold": 0.3,
 }
 
 # The profiles with the graph stages (retrieval.graph) give the GraphReranker's PageRank, a

@@ -30,7 +30,7 @@ DEPTH = 10
 BETAS = (0.0, 0.1, 0.3)
 WEIGHTS = (0.0, 0.5, 1.0)
 EXPANDS = (0, 1, 3)
-THRESHOLDS = (0.0, 0.5, 0.7)
+THRESHOLDS = (0.0, 0.3, 0.5)
 DAMPINGS = (0.3, 0.5, 0.7)
 KEYS = (
     "reranker_beta",
