@@ -4,7 +4,7 @@ cached by (model, content hash) across builds, so a rebuild embeds only new text
 The texts are embedded in shards (kpack.ingest.shards): ``embeddings_shard_<i>`` embeds the
 texts whose content hash falls in range i, as its own step, so a distributed executor runs the
 shards on several workers (docs/deployment.md); ``embeddings`` gathers them and is the one
-writer of the embedding cache. The number of shards is KPACK_EMBED_SHARDS (default 4).
+writer of the embedding cache. The number of shards is KPACK_EMBED_SHARDS (default 1).
 """
 
 import time

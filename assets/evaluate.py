@@ -23,19 +23,20 @@ from dagster import (
 
 from assets.partitions import packs_partitions
 from resources.pack_store import PackStore
-from retrieval.eval import (
-    answer_score,
-    evaluate,
-    headline,
-    load_questions,
-    markdown_summary,
-    png_markdown,
-    write_results,
-)
+from retrieval.eval import answer_score, evaluate, headline, load_questions, write_results
 from retrieval.eval.report import SUMMARY_COLUMNS
 
 PROFILES = ["baseline", "balanced", "max"]
-PLOTTED_METRICS = ("hit@1", "hit@5", "mrr", "containment", "judge_accuracy", "gate_rate_in_domain")
+PLOTTED_METRICS = (
+    "hit@1",
+    "hit@5",
+    "mrr",
+    "containment",
+    "judge_accuracy",
+    "gate_rate_in_domain",
+    "gate_rate_out_of_domain",
+    "refusal_rate_unanswerable",
+)
 GATE_WARNING_SHARE = 0.4  # seed 001: above this the pack does not cover the questions
 
 
@@ -57,18 +58,23 @@ def eval_results(context: AssetExecutionContext, pack_store: PackStore) -> Mater
         metadata={
             "questions": len(questions),
             "invalid_lines": MetadataValue.json(problems),
-            # A table renders inline on the asset page; the Markdown copy is what kpack eval
-            # prints.
+            # Both render inline on the asset page (a table, and Markdown under 1000 characters;
+            # longer Markdown hides behind a "[Show Markdown]" dialog, so the chart is text).
             "summary_table": summary_table(results),
-            "summary": MetadataValue.md(markdown_summary(results)),
-            "chart": MetadataValue.md(png_markdown(paths["png"].read_bytes())),
+            "chart": MetadataValue.md(text_chart(results)),
             "results": MetadataValue.path(str(paths["json"])),
+            "chart_png": MetadataValue.path(str(paths["png"])),
+            "summary_md": MetadataValue.path(str(paths["markdown"])),
             "hit@1": row["hit@1"],
             "hit@5": row["hit@5"],
             "mrr": row["mrr"],
             "answer_scoring": results["answer_scoring"],
             "answer_score": answer_score(row),
             "gate_rate_in_domain": row["gate_rate_in_domain"],
+            "gate_rate_out_of_domain": row["gate_rate_out_of_domain"],
+            # Near-miss unanswerable questions the pack refused (gate, or "no passage answers").
+            "unanswerable_refused": row.get("unanswerable_refused", 0),
+            "unanswerable": row.get("unanswerable", 0),
             "best_threshold": results["calibration"]["best_threshold"],
             # One number per condition and metric: the asset page plots each across
             # evaluations, so baseline vs balanced shows as lines without opening a dialog.
@@ -87,20 +93,83 @@ def condition_metrics(results: dict) -> dict[str, float]:
 
 
 def summary_table(results: dict) -> MetadataValue:
-    """One row per condition (baseline, balanced, ...), the summary's columns."""
-    columns = [TableColumn("condition", "string")] + [
-        TableColumn(name, "float") for name in SUMMARY_COLUMNS
-    ]
+    """One row per metric, one column per condition (baseline, balanced, ...).
+
+    Metric by condition, not the other way round: the asset page gives a table about 450 px, so
+    three or four condition columns fit where a dozen metric columns were cut off. A metric no
+    condition measured (judge_accuracy without a judge) is left out.
+    """
+    conditions = results["conditions"]
+    summary = results["summary"]
+    columns = [TableColumn("metric", "string")] + [TableColumn(c, "float") for c in conditions]
     rows = [
+        TableRecord({"metric": metric, **{c: _rounded(summary[c].get(metric)) for c in conditions}})
+        for metric in SUMMARY_COLUMNS
+        if any(summary[c].get(metric) is not None for c in conditions)
+    ]
+    rows.append(
         TableRecord(
             {
-                "condition": condition,
-                **{c: results["summary"][condition][c] for c in SUMMARY_COLUMNS},
+                "metric": "p50 ms",
+                **{
+                    c: _rounded(summary[c]["latency_ms"].get("total", {}).get("p50"), 1)
+                    for c in conditions
+                },
             }
         )
-        for condition in results["conditions"]
-    ]
+    )
     return MetadataValue.table(rows, schema=TableSchema(columns))
+
+
+def _rounded(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+INLINE_MARKDOWN_LIMIT = 1000  # the Dagster UI shows shorter Markdown inline, longer in a dialog
+BAR_BLOCKS = " ▏▎▍▌▋▊▉█"
+
+
+def text_chart(results: dict) -> str:
+    """The conditions' key metrics as bars of block characters, short enough to show inline.
+
+    Every value is a share in [0, 1]: hit@1, hit@5, MRR, the answer score (judge accuracy when a
+    judge ran, else containment), the gate's refusal rates in and out of domain, and the share
+    of near-miss unanswerable questions refused ("near-miss"). The bars narrow as conditions are added, so
+    the Markdown stays under the UI's inline limit.
+    """
+    conditions = results["conditions"]
+    summary = results["summary"]
+    judged = any(summary[c].get("judge_accuracy") is not None for c in conditions)
+    metrics = {
+        "hit@1": lambda row: row.get("hit@1"),
+        "hit@5": lambda row: row.get("hit@5"),
+        "MRR": lambda row: row.get("mrr"),
+        "judge acc." if judged else "containment": answer_score,
+        "gated in": lambda row: row.get("gate_rate_in_domain"),
+        "gated out": lambda row: row.get("gate_rate_out_of_domain"),
+        "near-miss": lambda row: row.get("refusal_rate_unanswerable"),
+    }
+    label_width = max(len(label) for label in metrics)
+    name_width = max(len(c) for c in conditions)
+    lines_count = len(metrics) * len(conditions)
+    fixed = label_width + name_width + 4 + 4  # the value, three spaces and the newline
+    width = min(20, (INLINE_MARKDOWN_LIMIT - 40) // lines_count - fixed)
+    lines = []
+    for label, value_of in metrics.items():
+        for number, condition in enumerate(conditions):
+            value = value_of(summary[condition])
+            shown = "  - " if value is None else f"{value:.2f}"[-4:]
+            bar = _bar(value or 0.0, width) if width > 0 else ""
+            head = label if number == 0 else ""
+            lines.append(f"{head:<{label_width}} {condition:<{name_width}} {bar} {shown}")
+    return "```\n" + "\n".join(lines) + "\n```"
+
+
+def _bar(share: float, width: int) -> str:
+    """``share`` of ``width`` characters in eighth blocks, padded with spaces to ``width``."""
+    eighths = round(max(0.0, min(1.0, share)) * width * 8)
+    full, rest = divmod(eighths, 8)
+    return (BAR_BLOCKS[-1] * full + (BAR_BLOCKS[rest] if rest else "")).ljust(width)
 
 
 def _latest_two(pack_store: PackStore, pack: str) -> list[dict]:

@@ -2,15 +2,22 @@
 
 Claude (tool use with a JSON schema) when an API key is set, the deterministic offline
 extractor otherwise. Claude results are cached by (section content hash, model, prompt
-version) in the content cache, so a rebuild only pays for sections whose text changed.
+version) in the content cache, so a rebuild only pays for sections whose text changed. When
+the sections, the method and the extractor's code are those of the last materialization, its
+tables are reused as they are (their facts record that digest, see kpack.contracts.with_facts):
+a no-change rebuild extracts nothing.
 """
 
+import hashlib
 import time
 
 import pyarrow as pa
 from dagster import AssetExecutionContext, AssetOut, Failure, MetadataValue, Output, multi_asset
 
 from assets.partitions import follow_upstream, packs_partitions
+from kpack import contracts, text
+from kpack.changes import source_digest, table_digest
+from kpack.ingest import extraction
 from kpack.ingest.extraction import (
     claude_extractions,
     extract_offline,
@@ -20,7 +27,14 @@ from kpack.ingest.extraction import (
 from kpack.llm import API_KEY_ENV, Usage
 from resources.llm import ClaudeResource
 from resources.pack_store import PackStore
-from resources.storage import ContentCacheResource
+from resources.storage import ContentCacheResource, IntermediatesResource
+
+OUTPUTS = {
+    "entities": "Named concepts, APIs, types and names, deduplicated across the pack.",
+    "entity_mentions": "Which article and section mention which entity.",
+    "relations": "Entity-to-entity relations with the sentence that states them.",
+    "facts": "Self-contained factual statements per section.",
+}
 
 
 def _claude_extractions(
@@ -48,13 +62,8 @@ def _claude_extractions(
 
 @multi_asset(
     outs={
-        name: AssetOut(description=text, automation_condition=follow_upstream)
-        for name, text in {
-            "entities": "Named concepts, APIs, types and names, deduplicated across the pack.",
-            "entity_mentions": "Which article and section mention which entity.",
-            "relations": "Entity-to-entity relations with the sentence that states them.",
-            "facts": "Self-contained factual statements per section.",
-        }.items()
+        name: AssetOut(description=description, automation_condition=follow_upstream)
+        for name, description in OUTPUTS.items()
     },
     partitions_def=packs_partitions,
     group_name="extract",
@@ -66,31 +75,47 @@ def extractions(
     pack_store: PackStore,
     claude: ClaudeResource,
     content_cache: ContentCacheResource,
+    intermediates: IntermediatesResource,
 ):
     started = time.perf_counter()
-    config = pack_store.config(context.partition_key)
-    rows = sections.to_pylist()
+    pack = context.partition_key
+    config = pack_store.config(pack)
     use_claude = config.extraction == "claude" or (config.extraction == "auto" and claude.available)
     if config.extraction == "claude" and not claude.available:
         raise Failure(f"kg_config.json asks for Claude extraction but ${API_KEY_ENV} is not set")
-    by_hash, usage, failures = ({}, Usage(), 0)
-    if use_claude:
-        by_hash, usage, failures = _claude_extractions(
-            context, claude, content_cache, config.extraction_model, rows
-        )
-    tables = merge_extractions(
-        (s, by_hash.get(s["content_hash"]) or extract_offline(s["title"], s["content"]))
-        for s in rows
+    method = f"claude:{config.extraction_model}" if use_claude else "offline"
+    inputs = hashlib.sha256(
+        f"{method} {table_digest(sections)} {source_digest(extraction, text)}".encode()
+    ).hexdigest()
+    tables = {name: intermediates.previous(name, pack) for name in OUTPUTS}
+    usage, failures = Usage(), 0
+    reused = all(
+        contracts.facts_of(table).get("inputs_digest") == inputs for table in tables.values()
     )
+    if not reused:
+        rows = sections.to_pylist()
+        by_hash: dict[str, dict] = {}
+        if use_claude:
+            by_hash, usage, failures = _claude_extractions(
+                context, claude, content_cache, config.extraction_model, rows
+            )
+        merged = merge_extractions(
+            (s, by_hash.get(s["content_hash"]) or extract_offline(s["title"], s["content"]))
+            for s in rows
+        )
+        tables = {name: contracts.conform(name, merged[name]) for name in OUTPUTS}
     metadata = {
-        "method": f"claude:{config.extraction_model}" if use_claude else "offline",
+        "method": method,
+        "reused": reused,
+        # Not reusable when Claude failed on some sections: they are tried again next build.
+        "inputs_digest": None if failures else inputs,
         "llm_calls": usage.api_calls,
         "llm_input_tokens": usage.input_tokens,
         "llm_output_tokens": usage.output_tokens,
         "llm_failures": failures,
         "duration_s": round(time.perf_counter() - started, 3),
     }
-    top = sorted(tables["entities"], key=lambda e: -e["mention_count"])[:15]
+    top = sorted(tables["entities"].to_pylist(), key=lambda e: -e["mention_count"])[:15]
     for name, table in tables.items():
         extra = (
             {
@@ -104,4 +129,4 @@ def extractions(
             if name == "entities"
             else {}
         )
-        yield Output(table, output_name=name, metadata={name: len(table), **metadata, **extra})
+        yield Output(table, output_name=name, metadata={name: table.num_rows, **metadata, **extra})

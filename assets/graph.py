@@ -6,7 +6,9 @@ string columns), creates the HNSW cosine vector indexes and the full-text indexe
 and closes, in a child process (kpack.graphdb.write_graph: a full disk aborts Kuzu). Beside the
 database it writes articles.json (url -> content hash), which the next build compares its
 pages with: a build never opens the published database. Nothing a reader sees changes until
-pack_manifest publishes the staged folder.
+pack_manifest publishes the staged folder. pack_graph hands pack_manifest a
+kpack.contracts.StagedBuild record through the IO manager: the staged database's facts and
+those of the stages it was built from (each input table carries its stage's facts).
 
 A build that changed nothing publishes nothing: pack_graph first compares the fingerprint of
 its inputs (kpack.changes) with the one in the current version's manifest. When they are
@@ -35,7 +37,6 @@ from dagster import (
     AssetObservation,
     Config,
     MetadataValue,
-    Nothing,
     Output,
     asset,
     asset_check,
@@ -43,7 +44,7 @@ from dagster import (
 
 from assets.partitions import follow_upstream, packs_partitions
 from kpack.changes import inputs_fingerprint, page_changes
-from kpack.contracts import FTS_INDEXES, VECTOR_INDEXES
+from kpack.contracts import FTS_INDEXES, VECTOR_INDEXES, StagedBuild, facts_of
 from kpack.embedding import model_label
 from kpack.errors import PackNotReady
 from kpack.graph import chunk_mentions
@@ -155,7 +156,7 @@ class PackGraphConfig(Config):
     compute_kind="kuzu",
     automation_condition=follow_upstream,
     output_required=False,
-    dagster_type=Nothing,
+    io_manager_key="staged_build_io_manager",
     description="The staged Kuzu database with vector and full-text indexes (not yet published); "
     "not materialized when nothing changed since the published version.",
 )
@@ -244,8 +245,29 @@ def pack_graph(
     )
     with opened(db_path, read_only=True) as conn:
         counts = graph_counts(conn)
+    duration = round(time.perf_counter() - started, 3)
+    stages = {
+        "fetched_pages": fetched_pages,
+        "articles": articles,
+        "chunks": chunks,
+        "entities": entities,
+        "embeddings": embeddings,
+        "pagerank": pagerank,
+    }
+    record = StagedBuild(
+        previous_version=previous_version,
+        inputs_fingerprint=fingerprint,
+        embedding_dimension=dim,
+        changes=changes,
+        forced=config.force_publish,
+        invalid_lines=[str(problem) for problem in pack_store.sources(pack)[1]],
+        stages={
+            **{name: facts_of(table) for name, table in stages.items()},
+            "pack_graph": {"duration_s": duration},
+        },
+    )
     yield Output(
-        None,
+        record,
         metadata={
             **{f"count_{k}": v for k, v in counts.items()},
             "embedding_dimension": dim,
@@ -255,7 +277,7 @@ def pack_graph(
             "changes": MetadataValue.json(changes),
             "staged_at": MetadataValue.path(str(db_path)),
             "db_bytes": db_path.stat().st_size,
-            "duration_s": round(time.perf_counter() - started, 3),
+            "duration_s": duration,
         },
     )
 

@@ -1,7 +1,8 @@
 """Stage 8, pack_manifest: manifest.json and skill.md written, then the pack published.
 
 The manifest gathers what every stage recorded (counts, failures, durations, LLM tokens) from
-the Dagster event log, so it describes the run that produced the graph. Publishing renames the
+the kpack.contracts.StagedBuild record pack_graph hands it, so it describes the tables the graph
+was built from, with no event-log lookup. Publishing renames the
 staged folder to the next version and flips the ``current`` link; publish also stamps the
 database's size and SHA-256 into the manifest (``database``, see kpack.store).
 
@@ -16,27 +17,30 @@ import json
 import time
 from datetime import UTC, datetime
 
+import pyarrow as pa
 from dagster import (
     AssetCheckExecutionContext,
     AssetCheckResult,
     AssetExecutionContext,
-    AssetKey,
-    AssetRecordsFilter,
     MetadataValue,
     Output,
     asset,
     asset_check,
 )
 
-from assets.graph import pack_graph
 from assets.partitions import follow_upstream, packs_partitions
 from kpack.config import PackConfig
+from kpack.contracts import StagedBuild
 from kpack.embedding import model_label
+from kpack.gate import PROBE_CACHE_COLUMNS, probe_cache_namespace
+from kpack.gate import calibrate as calibrate_gate
 from kpack.graphdb import graph_counts, opened
 from kpack.llm import estimate_cost_usd, model_prices
 from kpack.skill import skill_inputs, skill_markdown
 from kpack.store import verify_version
+from resources.embedder import EmbedderResource
 from resources.pack_store import PackStore
+from resources.storage import ContentCacheResource
 
 STAGES = ("fetched_pages", "articles", "chunks", "entities", "embeddings", "pagerank", "pack_graph")
 MANIFEST_FORMAT = 1
@@ -51,26 +55,14 @@ NO_CHANGES = {
 }
 
 
-def latest_metadata(context: AssetExecutionContext, asset: str) -> dict:
-    """The metadata of this pack's latest materialization of ``asset``."""
-    result = context.instance.fetch_materializations(
-        AssetRecordsFilter(asset_key=AssetKey(asset), asset_partitions=[context.partition_key]),
-        limit=1,
-    )
-    if not result.records:
-        return {}
-    metadata = result.records[0].asset_materialization.metadata
-    return {k: getattr(v, "value", v) for k, v in metadata.items()}
-
-
 def build_manifest(
-    pack: str, version: int, config: PackConfig, counts: dict[str, int], stage_meta: dict[str, dict]
+    pack: str, version: int, config: PackConfig, counts: dict[str, int], staged: StagedBuild
 ) -> dict:
-    fetched, extraction, embedded, graph = (
-        stage_meta["fetched_pages"],
-        stage_meta["entities"],
-        stage_meta["embeddings"],
-        stage_meta["pack_graph"],
+    stage_meta = staged.stages
+    fetched, extraction, embedded = (
+        stage_meta.get("fetched_pages", {}),
+        stage_meta.get("entities", {}),
+        stage_meta.get("embeddings", {}),
     )
     method = extraction.get("method", "offline")
     tokens_in = extraction.get("llm_input_tokens", 0)
@@ -81,20 +73,20 @@ def build_manifest(
         "format": MANIFEST_FORMAT,
         "name": pack,
         "version": version,
-        "previous_version": graph.get("previous_version"),
+        "previous_version": staged.previous_version,
         "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "changes": graph.get("changes") or dict(NO_CHANGES),
+        "changes": staged.changes or dict(NO_CHANGES),
         "sources": {
             "urls": fetched.get("urls", 0),
             "ok": fetched.get("ok", 0),
             "failed": fetched.get("failed", 0),
             "failures": fetched.get("failures", []),
-            "invalid_lines": fetched.get("invalid_lines", []),
+            "invalid_lines": staged.invalid_lines,
         },
         "counts": counts,
         "embedding": {
             "model": model_label(config.embedding_model),
-            "dimension": stage_meta["pack_graph"].get("embedding_dimension"),
+            "dimension": staged.embedding_dimension,
             "texts": embedded.get("texts", 0),
             "embedded_this_build": embedded.get("embedded", 0),
         },
@@ -110,20 +102,28 @@ def build_manifest(
             ),
             "price_usd_per_mtok": {"input": prices[0], "output": prices[1]} if prices else None,
         },
-        "stage_seconds": {s: stage_meta[s].get("duration_s") for s in STAGES},
+        "stage_seconds": {s: stage_meta.get(s, {}).get("duration_s") for s in STAGES},
         "config": config.to_json(),
-        "inputs_fingerprint": graph.get("inputs_fingerprint"),
+        "inputs_fingerprint": staged.inputs_fingerprint,
     }
 
 
 @asset(
     partitions_def=packs_partitions,
     group_name="publish",
-    deps=[pack_graph],
     automation_condition=follow_upstream,
     description="manifest.json and skill.md; publishes the staged pack as the next version.",
 )
-def pack_manifest(context: AssetExecutionContext, pack_store: PackStore) -> Output[None]:
+def pack_manifest(
+    context: AssetExecutionContext,
+    pack_store: PackStore,
+    embedder: EmbedderResource,
+    content_cache: ContentCacheResource,
+    pack_graph: StagedBuild,
+    sections: pa.Table,
+    chunks: pa.Table,
+    embeddings: pa.Table,
+) -> Output[None]:
     started = time.perf_counter()
     pack = context.partition_key
     staging = pack_store.staging(pack, context.run_id)
@@ -131,8 +131,21 @@ def pack_manifest(context: AssetExecutionContext, pack_store: PackStore) -> Outp
         counts = graph_counts(conn)
         top_articles, top_entities = skill_inputs(conn)
     version = pack_store.next_version(pack)
-    stage_meta = {stage: latest_metadata(context, stage) for stage in STAGES}
-    manifest = build_manifest(pack, version, pack_store.config(pack), counts, stage_meta)
+    config = pack_store.config(pack)
+    manifest = build_manifest(pack, version, config, counts, pack_graph)
+    # The confidence gate's threshold for this version (kpack.gate), from the build's vectors.
+    probe_cache = probe_cache_namespace(config.embedding_model)
+    gate = calibrate_gate(
+        sections,
+        chunks,
+        embeddings,
+        lambda texts: embedder.embed(texts, config.embedding_model),
+        config.embedding_model,
+        content_cache.load(probe_cache, pack, PROBE_CACHE_COLUMNS),
+    )
+    if gate.embedded:
+        content_cache.save(probe_cache, pack, gate.probe_vectors)
+    manifest["gate"] = gate.record
     manifest["stage_seconds"]["pack_manifest"] = round(time.perf_counter() - started, 3)
     (staging / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     (staging / "skill.md").write_text(skill_markdown(manifest, top_articles, top_entities))

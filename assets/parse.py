@@ -8,6 +8,7 @@ import pyarrow as pa
 from dagster import AssetExecutionContext, AssetOut, MetadataValue, Output, multi_asset
 
 from assets.partitions import follow_upstream, packs_partitions
+from kpack.ingest.pages import page_dicts
 from kpack.ingest.sections import parse_pages
 
 
@@ -29,7 +30,7 @@ from kpack.ingest.sections import parse_pages
 )
 def parsed_pages(context: AssetExecutionContext, fetched_pages: pa.Table):
     started = time.perf_counter()
-    parsed = parse_pages(r for r in fetched_pages.to_pylist() if r["error"] is None)
+    parsed = parse_pages(r for r in page_dicts(fetched_pages) if r["error"] is None)
     for failure in parsed.failures:
         context.log.warning(f"{failure['url']}: page could not be parsed: {failure['error']}")
     articles, sections, links = parsed.articles, parsed.sections, parsed.links

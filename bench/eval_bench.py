@@ -5,10 +5,14 @@
    the same run two peers over the very same passages (the pack's chunks, <= 200 words): BM25
    with the ``bm25s`` package and brute-force dense search with the same embedding model. A
    hit is a retrieved passage that contains a gold answer (case and whitespace ignored).
-2. The 702 unanswerable questions: how often the gate refuses them (and, for contrast, the
+2. Offline answers (balanced profile, no key): of the answerable questions whose gold passage
+   is among the 5 passages kept, the share whose answer contains a gold answer span (issue 10
+   item 5), how often the answer says the passages do not answer, and how many sources the
+   response lists.
+3. The 702 unanswerable questions: how often the gate refuses them (and, for contrast, the
    answerable ones), and whether the offline answer ever states a sentence that is not in the
    retrieved passages.
-3. The pack's own eval (retrieval.eval) on the demo pack and the Python docs pack, with
+4. The pack's own eval (retrieval.eval) on the demo pack and the Python docs pack, with
    the question files packs/demo/eval/questions.jsonl and bench/python_docs_questions.jsonl.
 
     .venv/bin/python bench/eval_bench.py --workdir /work/bench-workspace
@@ -43,11 +47,13 @@ from retrieval.eval import (  # noqa: E402
     write_results,
 )
 from retrieval.eval.metrics import (  # noqa: E402
+    contains_answer,
     first_hit_rank,
     hit_at,
     mean_reciprocal_rank,
     normalize_text,
 )
+from retrieval.extractive import DECLINED  # noqa: E402
 from retrieval.reader import open_pack  # noqa: E402
 from retrieval.synthesis import NO_CONTEXT_ANSWER  # noqa: E402
 
@@ -143,6 +149,39 @@ def retrieval_table(pack_folder: Path, questions: list[Question]) -> dict:
     }
 
 
+def answer_table(pack_folder: Path, answerable: list[Question]) -> dict:
+    """Offline answers of the balanced profile to the answerable questions whose gold passage
+    is among the passages kept (k=5): how often the answer quotes a gold answer span."""
+    agent = KnowledgeGraphAgent(pack_folder, profile="balanced", use_llm=False)
+    chunk_text = open_pack(pack_folder).chunk_text
+    eligible = contained = declined = 0
+    sources = []
+    for question in answerable:
+        result = agent.query(question.question, max_results=5)
+        sources.append(len(result["sources"]))
+        kept = [c["passage_id"] for c in result["trace"]["candidates"] if c.get("rank")]
+        if not any(contains_answer(chunk_text.get(p, ""), question.answers) for p in kept):
+            continue
+        eligible += 1
+        answer = CITATION.sub("", result["answer"])
+        contained += contains_answer(answer, question.answers)
+        declined += not says_something(result["answer"])
+    return {
+        "questions": len(answerable),
+        "gold_passage_in_top5": eligible,
+        "answer_contains_gold_span": contained,
+        "share": round(contained / eligible, 4) if eligible else 0.0,
+        "answer_says_passages_do_not_answer": declined,
+        "mean_sources": round(sum(sources) / len(sources), 2) if sources else 0.0,
+        "max_sources": max(sources, default=0),
+    }
+
+
+def says_something(answer: str) -> bool:
+    """False for the offline answers that state the pack has no answer."""
+    return not (answer.endswith(NO_CONTEXT_ANSWER) or answer.startswith(DECLINED))
+
+
 def unanswerable_table(
     pack_folder: Path, answerable: list[Question], impossible: list[Question]
 ) -> dict:
@@ -155,7 +194,7 @@ def unanswerable_table(
             result = agent.query(question.question)
             if result["query_type"] != "vector_search":
                 gated += 1
-            elif result["answer"] != NO_CONTEXT_ANSWER:
+            elif says_something(result["answer"]):
                 quoted += 1
                 context = context_text(agent, result)
                 sentences = [
@@ -213,6 +252,9 @@ def main() -> None:
     parser.add_argument(
         "--skip", default="", help="comma list of parts to skip: squad,unanswerable,demo,python"
     )
+    parser.add_argument(
+        "--out", type=Path, default=OUT, help=f"folder for eval_bench.json/.md (default {OUT})"
+    )
     args = parser.parse_args()
     skip = set(args.skip.split(","))
     packs = args.workdir.resolve() / "packs"
@@ -221,6 +263,9 @@ def main() -> None:
     if "squad" not in skip:
         print(f"squad_wiki6 retrieval: {len(answerable)} answerable questions", flush=True)
         report["squad_retrieval"] = retrieval_table(packs / "squad_wiki6", answerable)
+    if "answers" not in skip:
+        print(f"squad_wiki6 offline answers: {len(answerable)} answerable questions", flush=True)
+        report["squad_answers"] = answer_table(packs / "squad_wiki6", answerable)
     if "unanswerable" not in skip:
         print(f"squad_wiki6 unanswerable: {len(impossible)} questions", flush=True)
         report["squad_unanswerable"] = unanswerable_table(
@@ -239,10 +284,10 @@ def main() -> None:
         report["python_docs_eval"] = pack_eval(
             packs / "python_docs", REPO / "bench" / "python_docs_questions.jsonl", prefix
         )
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "eval_bench.json").write_text(json.dumps(report, indent=2, default=str))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "eval_bench.json").write_text(json.dumps(report, indent=2, default=str))
     print(render(report))
-    (OUT / "eval_bench.md").write_text(render(report) + "\n")
+    (args.out / "eval_bench.md").write_text(render(report) + "\n")
 
 
 def render(report: dict) -> str:
@@ -259,6 +304,17 @@ def render(report: dict) -> str:
             lines.append(
                 f"| {name} | {row['hit@1']:.3f} | {row['hit@5']:.3f} | {row['hit@10']:.3f} | {row['mrr']:.3f} | {row['ms_per_question']} |"
             )
+    if "squad_answers" in report:
+        row = report["squad_answers"]
+        lines += [
+            "\n## Offline answers (balanced, no key, k=5)\n",
+            "| answerable questions | gold passage in top 5 | answer contains a gold span | share | "
+            "answer says the passages do not answer | sources per answer (mean / max) |",
+            "|---|---|---|---|---|---|",
+            f"| {row['questions']} | {row['gold_passage_in_top5']} | {row['answer_contains_gold_span']} "
+            f"| {row['share']:.3f} | {row['answer_says_passages_do_not_answer']} "
+            f"| {row['mean_sources']} / {row['max_sources']} |",
+        ]
     if "squad_unanswerable" in report:
         block = report["squad_unanswerable"]
         lines += [

@@ -50,6 +50,7 @@ from kpack.packs import (
     validate_pack_name,
     versions_dir,
 )
+from kpack.store import file_sha256
 
 ARCHIVE_FORMAT = 1
 ARCHIVE_MANIFEST = "kpack-archive.json"
@@ -150,7 +151,7 @@ def export_pack(
     if missing or "urls.txt" not in sources:
         raise PackError(f"pack {name!r} version {version_dir.name} is missing {missing}")
     files = {
-        f: {"sha256": _sha256(path), "size": path.stat().st_size} for f, path in sources.items()
+        f: {"sha256": file_sha256(path), "size": path.stat().st_size} for f, path in sources.items()
     }
     exported_at = datetime.now(UTC)
     header = {
@@ -417,7 +418,7 @@ def check_seal(report: Report, db_path: Path, manifest: dict) -> bool:
             "queries refuse to open); rebuild the pack and export it again",
         )
     try:
-        size, digest = db_path.stat().st_size, _sha256(db_path)
+        size, digest = db_path.stat().st_size, file_sha256(db_path)
     except OSError as exc:
         return report.add("database checksum", False, f"pack.db cannot be read: {exc}")
     ok = size == seal["bytes"] and digest == seal["sha256"]
@@ -581,7 +582,7 @@ def install(
                 f"pack {target_name!r} already exists in {root}: install it under another name "
                 f"with --as NAME, or as the next version of {target_name!r} with --replace"
             )
-        archive_sha = _sha256(path)
+        archive_sha = file_sha256(path)
         if exists:
             version = _install_over(archive, root, target_name, archive_sha)
         else:
@@ -752,14 +753,6 @@ def _read_json(path: Path, what: str) -> dict:
     if not isinstance(data, dict):
         raise PackError(f"{what} is not a JSON object")
     return data
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 __all__ = [

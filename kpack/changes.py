@@ -11,12 +11,17 @@ previous fetch, so a build that failed or was killed in between cannot hide a ch
   tables, the embedded texts and model, the build settings, the failed URLs and the graph
   schema). Equal fingerprints mean the new database would hold exactly what the published one
   holds, so the build publishes nothing (see assets.graph).
+* ``source_digest``: a stage records the digest of its inputs and code in its facts
+  (kpack.contracts.with_facts), so a rebuild over the same inputs reuses its output.
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
+from pathlib import Path
+from types import ModuleType
 
 import pyarrow as pa
 
@@ -46,6 +51,14 @@ def table_digest(table: pa.Table) -> str:
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
     return hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest()
+
+
+def source_digest(*modules: ModuleType) -> str:
+    """SHA-256 of the modules' source files: a result they computed is stale once they change."""
+    digest = hashlib.sha256()
+    for module in modules:
+        digest.update(Path(inspect.getfile(module)).read_bytes())
+    return digest.hexdigest()
 
 
 def graph_schema_digest() -> str:

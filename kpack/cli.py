@@ -60,9 +60,10 @@ def cmd_build(args: argparse.Namespace) -> int:
     from dagster import DagsterInstance
 
     from pipelines.build import BUILD_TAG, build_pack
+    from pipelines.instance import ensure_dagster_home
     from pipelines.progress import BuildProgress
 
-    settings.dagster_home()
+    ensure_dagster_home()
     build_id = uuid.uuid4().hex
     started = time.perf_counter()
     show_progress = not args.no_progress
@@ -221,6 +222,11 @@ def _explain(result: dict, related: list[dict]) -> None:
         f"\n[bold]Retrieval trace[/] (profile {trace['profile']}, gate threshold "
         f"{trace['threshold']}, best similarity {trace.get('max_similarity') or 0:.3f})"
     )
+    if trace.get("threshold_source"):
+        console.print(
+            f"[dim]gate threshold from {trace['threshold_source']}: "
+            f"{escape(trace['threshold_why'])}[/]"
+        )
     table = Table(show_edge=False)
     table.add_column("passage", max_width=48, no_wrap=True, overflow="ellipsis")
     for column in ("sim", "bm25", "pr", "xenc", "qual", "comb"):
@@ -315,6 +321,8 @@ def _eval_progress(condition: str, number: int, total: int, record: dict) -> Non
     """One line per question on stderr (plain when piped): how it went and how long it took."""
     if record["gated"]:
         outcome = "gated"
+    elif record["unanswerable"]:
+        outcome = "refused (unanswerable)" if record["refused"] else "answered (unanswerable)"
     elif record["out_of_domain"]:
         outcome = "answered (out of domain)"
     elif record["hit_rank"]:
@@ -384,6 +392,7 @@ def pack_status(name: str) -> dict:
 
     from kpack.config import load_config
     from kpack.errors import PackNotReady
+    from kpack.gate import configured_threshold
     from kpack.packs import pack_dir
     from kpack.store import PackStore, build_running, verify_version, version_number
     from pipelines.schedules import next_tick, schedule_running
@@ -396,9 +405,11 @@ def pack_status(name: str) -> dict:
         cron, schedule_error = load_config(folder).schedule, None
     except PackError as exc:
         cron, schedule_error = None, str(exc)
-    settings.dagster_home()
     from dagster import DagsterInstance
 
+    from pipelines.instance import ensure_dagster_home
+
+    ensure_dagster_home()
     running = schedule_running(DagsterInstance.get())
     upcoming = next_tick(cron, datetime.now(UTC)) if cron and running else None
     rolled_back_from = store.rolled_back_from(name)
@@ -420,6 +431,7 @@ def pack_status(name: str) -> dict:
         "changes": manifest.get("changes") if manifest else None,
         "failures": manifest["sources"]["failures"] if manifest else [],
         "extraction": manifest["extraction"] if manifest else None,
+        "gate": configured_threshold(manifest).as_dict() if manifest else None,
         "last_build": store.last_build(name),
         "build_running": build_running(folder),
         "schedule": {
@@ -464,6 +476,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                 + (f"${cost:.4f}" if cost is not None else "unknown model price"),
             )
         )
+        gate = status["gate"]
+        lines.append(("gate threshold", f"{gate['threshold']} ({gate['source']}: {gate['why']})"))
     if status["unpublished_versions"]:
         unpublished = ", ".join(status["unpublished_versions"])
         lines.append(
@@ -540,7 +554,9 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    settings.dagster_home()
+    from pipelines.instance import ensure_dagster_home
+
+    ensure_dagster_home()
     command = [
         sys.executable,
         "-m",

@@ -117,7 +117,8 @@ class QueryConfig(_Settings):
         ge=0.0,
         le=1.0,
         description="the confidence gate: below this best cosine similarity the pack "
-        "declines to answer from its passages (None: the embedding model's default)",
+        "declines to answer from its passages (None: calibrated when the pack is built, else "
+        "the embedding model's default)",
     )
     # The profile-dependent settings default to None, so a pack that does not set them gets
     # the chosen profile's values (retrieval.profiles), and one that does always wins.

@@ -9,7 +9,8 @@ changed.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
@@ -128,6 +129,38 @@ PARQUET_SCHEMAS: dict[str, pa.Schema] = {
     ),
     "pagerank": pa.schema([("url", STR), ("pagerank", F64), ("pagerank_raw", F64)]),
 }
+
+
+# The schema-metadata key under which a stage's facts travel with its table (see with_facts).
+FACTS_KEY = b"kpack.facts"
+
+
+def with_facts(table: pa.Table, facts: dict) -> pa.Table:
+    """``table`` carrying its stage's facts (duration, counts, LLM usage, the digest of its
+    inputs) as schema metadata, which Parquet keeps: a later stage reads them with the table
+    it is handed, not from the event log of some run."""
+    metadata = {**(table.schema.metadata or {}), FACTS_KEY: json.dumps(facts).encode()}
+    return table.replace_schema_metadata(metadata)
+
+
+def facts_of(table: pa.Table | None) -> dict:
+    """The facts ``with_facts`` put on a table; {} when there is none (or no table)."""
+    raw = ((table.schema.metadata or {}) if table is not None else {}).get(FACTS_KEY)
+    return json.loads(raw) if raw else {}
+
+
+@dataclass(frozen=True)
+class StagedBuild:
+    """What pack_graph hands pack_manifest (as JSON, through the IO manager): the staged
+    database's facts, and the facts of the stages it was built from, by stage."""
+
+    previous_version: int | None
+    inputs_fingerprint: str
+    embedding_dimension: int
+    changes: dict
+    forced: bool
+    invalid_lines: list[str]
+    stages: dict[str, dict] = field(default_factory=dict)
 
 
 def conform(name: str, data: pa.Table | list[dict]) -> pa.Table:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Generator, Iterator
+from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -171,32 +173,82 @@ class ClaudeClient:
         key = self._key
         return text.replace(key, "[redacted API key]") if key and len(key) >= 8 else text
 
-    def _create(self, **request: Any) -> Any:
+    @contextmanager
+    def _api_errors(self) -> Iterator[None]:
+        """API failures as LLMError: a refusal, or a connection that breaks mid-stream."""
         if self._client is None:
             raise LLMError(f"no API key in ${self.api_key_env}")
         import anthropic
+        import httpx2  # the SDK's HTTP client: a stream cut off mid-answer raises its errors
 
         try:
-            response = self._client.messages.create(**request)
+            yield
         except anthropic.APIError as exc:
             # `from None`: the SDK exception (with its request) stays out of logs; the message
-            # is scrubbed of the key in case a server echoes it back.
+            # is scrubbed of the key in case a server echoes it back. An error event inside a
+            # stream arrives after a 200, so its status says nothing: the body's type does.
             status = getattr(exc, "status_code", None)
+            message = str(getattr(exc, "message", exc))
+            body = getattr(exc, "body", None)
+            error = body.get("error") if isinstance(body, dict) else None
+            if status == 200 and isinstance(error, dict):
+                status, message = error.get("type"), str(error.get("message", message))
             reason = f"{type(exc).__name__}{f' {status}' if status else ''}: "
-            raise LLMError(self.redact(reason + str(getattr(exc, "message", exc)))) from None
+            raise LLMError(self.redact(reason + message)) from None
+        except httpx2.HTTPError as exc:
+            raise LLMError(self.redact(f"{type(exc).__name__}: {exc}")) from None
+
+    def _create(self, **request: Any) -> Any:
+        with self._api_errors():
+            response = self._client.messages.create(**request)
         self.usage.add(Usage(response.usage.input_tokens, response.usage.output_tokens, 1))
         return response
 
     def complete(
-        self, model: str, system: str, prompt: str, max_tokens: int = SYNTHESIS_MAX_TOKENS
+        self,
+        model: str,
+        system: str,
+        prompt: str,
+        max_tokens: int = SYNTHESIS_MAX_TOKENS,
+        on_text: Callable[[str], object] | None = None,
     ) -> str:
-        response = self._create(
-            model=model,
-            max_tokens=max_tokens,
-            system=system,
-            messages=[{"role": "user", "content": prompt}],
-        )
+        """Claude's text answer. With ``on_text`` it is streamed: each piece goes to
+        ``on_text`` as Claude writes it, and the pieces join to the text returned."""
+        if on_text is not None:
+            pieces = []
+            with closing(self.stream(model, system, prompt, max_tokens)) as stream:
+                for piece in stream:
+                    on_text(piece)
+                    pieces.append(piece)
+            return "".join(pieces)
+        response = self._create(**_text_request(model, system, prompt, max_tokens))
         return "".join(block.text for block in response.content if block.type == "text").strip()
+
+    def stream(
+        self, model: str, system: str, prompt: str, max_tokens: int = SYNTHESIS_MAX_TOKENS
+    ) -> Generator[str, None, Usage]:
+        """Claude's answer as it is written: its text deltas, then (as the generator's return
+        value) the call's Usage, also added to ``self.usage``.
+
+        The SDK retries a refused request (429, 5xx) before the first token, as for
+        ``complete``; a failure after it raises LLMError, since text was already passed on.
+        Whitespace at either end is dropped, as ``complete`` strips it, so the deltas join to
+        exactly the text ``complete`` would return. Closing the generator closes the request.
+        """
+        held, started = "", False  # held: trailing whitespace, kept if more text follows
+        request = _text_request(model, system, prompt, max_tokens)
+        with self._api_errors(), self._client.messages.stream(**request) as live:
+            for delta in live.text_stream:
+                text = held + delta if started else delta.lstrip()
+                piece = text.rstrip()
+                held = text[len(piece) :]
+                if piece:
+                    started = True
+                    yield piece
+            final = live.get_final_message()
+        usage = Usage(final.usage.input_tokens, final.usage.output_tokens, 1)
+        self.usage.add(usage)
+        return usage
 
     def extract(
         self, model: str, title: str, text: str, max_tokens: int = 2048
@@ -221,3 +273,12 @@ class ClaudeClient:
                 if all(isinstance(data.get(k), list) for k in ("entities", "relations", "facts")):
                     return data, usage
         raise ExtractionFailed("response held no valid record_knowledge call")
+
+
+def _text_request(model: str, system: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+    return {
+        "model": model,
+        "max_tokens": max_tokens,
+        "system": system,
+        "messages": [{"role": "user", "content": prompt}],
+    }

@@ -21,7 +21,6 @@ the local packs folder is a cache of the store.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -37,6 +36,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from kpack import settings
 from kpack.errors import PackError
 from kpack.packs import current_version, read_manifest, validate_pack_name
+from kpack.store import file_sha256
 
 if TYPE_CHECKING:
     from upath import UPath
@@ -84,14 +84,6 @@ def _copy_from(source: Path) -> Callable[[BinaryIO], None]:
             shutil.copyfileobj(data, handle, COPY_CHUNK)
 
     return write
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(COPY_CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @contextmanager
@@ -142,7 +134,7 @@ def push(name: str, packs_root: Path | None = None, base: str | None = None) -> 
             "pack": name,
             "version": exported.version,
             "archive": archive_name,
-            "archive_sha256": _sha256(exported.path),
+            "archive_sha256": file_sha256(exported.path),
             "bytes": exported.bytes,
             "database_sha256": (manifest.get("database") or {}).get("sha256"),
             "pushed_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -193,7 +185,7 @@ def pull(name: str, packs_root: Path | None = None, base: str | None = None) -> 
                 raise PackError(f"{source} is missing; push the pack again")
             with source.open("rb") as remote, open(archive, "wb") as handle:
                 shutil.copyfileobj(remote, handle, COPY_CHUNK)
-        if _sha256(archive) != pointer.get("archive_sha256"):
+        if file_sha256(archive) != pointer.get("archive_sha256"):
             raise PackError(f"{source} does not match {POINTER} (checksum); push the pack again")
         result = install(archive, root, name, replace=exists)
         return PullResult(name, result.version, pointer["version"], True, archive.stat().st_size)

@@ -23,11 +23,8 @@ def storage_base() -> str:
 
 
 def dagster_home() -> Path:
-    """The Dagster instance the CLI and `dagster dev` share, so CLI builds show up in the UI."""
+    """The Dagster instance the CLI and `dagster dev` share, so CLI builds show up in the UI
+    (created with its dagster.yaml by pipelines.instance.ensure_dagster_home)."""
     home = Path(os.environ.get("DAGSTER_HOME", PROJECT_ROOT / ".dagster_home")).resolve()
     home.mkdir(parents=True, exist_ok=True)
-    config = home / "dagster.yaml"
-    if not config.exists():
-        config.write_text("telemetry:\n  enabled: false\n")
-    os.environ["DAGSTER_HOME"] = str(home)
     return home

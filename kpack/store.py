@@ -269,7 +269,7 @@ def seal_version(staging: Path) -> dict:
     version (the rename keeps inode and mtime) skips the full hash.
     """
     db = staging / DATABASE
-    digest = _file_sha256(db)
+    digest = file_sha256(db)
     stat = db.stat()
     seal = {"file": DATABASE, "bytes": stat.st_size, "sha256": digest}
     manifest_path = staging / "manifest.json"
@@ -315,7 +315,7 @@ def verify_version(version_dir: Path) -> None:
     state = {**_file_state(stat), "sha256": seal["sha256"]}
     if _read_json(version_dir / VERIFIED) == state:
         return
-    if _file_sha256(db) != seal["sha256"]:
+    if file_sha256(db) != seal["sha256"]:
         raise PackNotReady(
             f"pack {pack!r} version {version} is damaged (checksum mismatch); {rebuild}"
         )
@@ -398,7 +398,8 @@ def build_running(folder: Path) -> bool:
         return False
 
 
-def _file_sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file, read in blocks (databases and archives can be large)."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         while chunk := handle.read(HASH_CHUNK_BYTES):

@@ -23,6 +23,7 @@ from kpack.config import load_config
 from kpack.packs import PackError, pack_dir, read_manifest, read_urls
 from kpack.store import PackStore, build_lock
 from pipelines.definitions import make_definitions
+from pipelines.instance import ensure_dagster_home
 from pipelines.jobs import JOB_NAME
 from pipelines.outcomes import fail_abandoned_runs, record_outcome
 from resources.pack_store import PARTITION_TAG
@@ -76,7 +77,7 @@ def build_pack(
         raise PackError(f"pack {pack!r} has no valid URL in urls.txt ({detail})")
     load_config(folder)  # a malformed kg_config.json stops here, before anything runs
     if instance is None:
-        settings.dagster_home()
+        ensure_dagster_home()
         instance = DagsterInstance.get()
     if not instance.has_dynamic_partition(packs_partitions.name, pack):
         instance.add_dynamic_partitions(packs_partitions.name, [pack])

@@ -7,7 +7,6 @@ from dagster import Definitions, load_asset_checks_from_modules, load_assets_fro
 
 from assets import chunk, embed, evaluate, extract, fetch, graph, manifest, pagerank, parse
 from kpack import settings
-from pipelines.instance import tune_sqlite_storage
 from pipelines.jobs import build_pack_job
 from pipelines.outcomes import build_failure_sensor, build_outcome_sensor
 from pipelines.schedules import pack_refresh_schedule
@@ -20,6 +19,7 @@ from resources.storage import (
     ContentCacheResource,
     IntermediatesResource,
     PartitionedParquetIOManager,
+    StagedBuildIOManager,
 )
 
 STAGE_MODULES = (fetch, parse, chunk, extract, embed, pagerank, graph, manifest)
@@ -30,6 +30,7 @@ def make_resources(packs_dir: Path, storage: str) -> dict:
     """The resources of one deployment; tests pass their own folders."""
     return {
         "io_manager": PartitionedParquetIOManager(base_path=storage),
+        "staged_build_io_manager": StagedBuildIOManager(base_path=storage),
         "content_cache": ContentCacheResource(base_path=storage),
         "intermediates": IntermediatesResource(base_path=storage),
         "pack_store": PackStore(packs_dir=str(packs_dir)),
@@ -57,5 +58,4 @@ def make_definitions(packs_dir: Path, storage: str, resource_overrides: dict | N
     )
 
 
-tune_sqlite_storage()
 defs = make_definitions(settings.packs_dir(), settings.storage_base())

@@ -25,30 +25,25 @@ from __future__ import annotations
 from typing import Any
 
 from dagster import (
-    AssetSelection,
     DagsterInstance,
     Definitions,
     JobDefinition,
-    define_asset_job,
     execute_job,
     reconstructable,
 )
 from dagster._core.execution.execution_result import ExecutionResult
 from dagster_celery import celery_executor
 
-from assets.partitions import packs_partitions
 from kpack import settings
-from pipelines.jobs import BUILD_GROUPS
+from pipelines.jobs import build_job
 from resources.pack_store import DISTRIBUTED_TAG, PROCESS_TAG, process_identity
 
 CELERY_JOB_NAME = "build_pack_celery"
 
-build_pack_celery_job = define_asset_job(
+build_pack_celery_job = build_job(
     CELERY_JOB_NAME,
-    selection=AssetSelection.groups(*BUILD_GROUPS),
-    partitions_def=packs_partitions,
-    executor_def=celery_executor,
-    description="build_pack, each step a task for dagster-celery workers (opt-in).",
+    celery_executor,
+    "build_pack, each step a task for dagster-celery workers (opt-in).",
 )
 
 

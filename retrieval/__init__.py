@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 
 from kpack.errors import PackNotReady
@@ -62,9 +63,14 @@ def query(
     profile: str | None = None,
     use_llm: bool = True,
     max_results: int = 5,
+    on_text: Callable[[str], object] | None = None,
     **options: object,
 ) -> QueryResult:
-    return agent(pack, profile, use_llm, **options).query(question, max_results=max_results)
+    """The answer with its sources; ``on_text(piece)`` streams the answer as it is written
+    (see KnowledgeGraphAgent.query)."""
+    return agent(pack, profile, use_llm, **options).query(
+        question, max_results=max_results, on_text=on_text
+    )
 
 
 def search(

@@ -13,8 +13,10 @@ from a PackReader stays on that version.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
+from kpack.gate import GateThreshold, pack_threshold
 from kpack.llm import ClaudeClient, LLMError
 from retrieval.profiles import Plan, plan
 from retrieval.query import Query, check_k, clean_question, run
@@ -23,10 +25,15 @@ from retrieval.results import QueryResult, SearchResults, query_result, search_r
 from retrieval.synthesis import answer_without_pack, api_failure_note
 
 SEARCH_PHASES = ("retrieve", "rank")
+FROM_AGENT = "agent class constant"
 
 
 class KnowledgeGraphAgent:
-    CONTEXT_CONFIDENCE_THRESHOLD = 0.5
+    # None: the pack's own gate threshold (kpack.gate: kg_config.json's, else the one its
+    # build calibrated, else its embedding model's default). A subclass that sets a number
+    # (the seed's way of tuning the gate) is used in place of the calibrated or model value;
+    # kg_config.json and per-call options still win over it.
+    CONTEXT_CONFIDENCE_THRESHOLD: float | None = None
     # Not applied by query(): kept for a retrieval-layer pre-filter (seed 001).
     VECTOR_CONFIDENCE_THRESHOLD = 0.6
 
@@ -55,10 +62,15 @@ class KnowledgeGraphAgent:
         """The plan for this reader's version (kept until the agent reads another version)."""
         cached = self._plans
         if cached is None or cached[0] != reader.version_dir:
-            threshold = type(self).CONTEXT_CONFIDENCE_THRESHOLD
+            constant = type(self).CONTEXT_CONFIDENCE_THRESHOLD
+            fallback = (
+                pack_threshold(reader.manifest)
+                if constant is None
+                else GateThreshold(constant, FROM_AGENT, f"{type(self).__name__}'s constant")
+            )
             cached = (
                 reader.version_dir,
-                plan(reader.config.query, self.requested_profile, self.options, threshold),
+                plan(reader.config.query, self.requested_profile, self.options, fallback),
             )
             self._plans = cached
         return cached[1]
@@ -68,6 +80,12 @@ class KnowledgeGraphAgent:
         """The query settings in force for the version last read, with the profile name."""
         assert self._plans is not None
         return self._plans[1].settings.model_dump()
+
+    @property
+    def gate(self) -> GateThreshold:
+        """The gate threshold in force for the version last read, where it came from and why."""
+        assert self._plans is not None
+        return self._plans[1].gate
 
     @property
     def profile(self) -> str:
@@ -87,20 +105,31 @@ class KnowledgeGraphAgent:
             k=check_k(k),
             reader=reader,
             settings=active.settings,
+            gate=active.gate,
             llm=self.llm,
             depth=check_k(k) * active.depth_factor,
             **extra,  # type: ignore[arg-type]
         )
 
-    def query(self, question: str, max_results: int = 5, exclude_examples=None) -> QueryResult:
+    def query(
+        self,
+        question: str,
+        max_results: int = 5,
+        exclude_examples=None,
+        on_text: Callable[[str], object] | None = None,
+    ) -> QueryResult:
         """Answer with citations; ``exclude_examples(example) -> True`` withholds a few-shot
-        example (the evaluation's hold-out)."""
+        example (the evaluation's hold-out). ``on_text(piece)`` streams the answer: it gets
+        Claude's text as it is written (an offline answer in one piece); the pieces join to
+        the result's answer unless Claude failed part-way (the result then holds the offline
+        answer with the failure note, as without streaming)."""
         usage_before = self.llm.usage.as_dict()
         with reading(self.source) as reader:
             query = self._new_query(
-                reader, question, max_results, exclude_examples=exclude_examples
+                reader, question, max_results, exclude_examples=exclude_examples, on_text=on_text
             )
             run(query, self._plan(reader).stages)
+            query.finish_answer()
             return query_result(query, self._usage_since(usage_before))
 
     def search(self, question: str, k: int = 5) -> SearchResults:

@@ -52,6 +52,7 @@ from retrieval.synthesis import synthesize
 if TYPE_CHECKING:
     # pydantic is imported on first use, which keeps `import retrieval` fast.
     from kpack.config import QueryConfig
+    from kpack.gate import GateThreshold
 
 TOGGLES = (
     "use_enhancements",
@@ -67,6 +68,7 @@ TOGGLES = (
 # What use_enhancements=false keeps besides the stages without a toggle.
 NOT_AN_ENHANCEMENT = ("enable_hybrid",)
 ALIASES = {"maximum": "max", "max_quality": "max", "default": "balanced"}
+OPTION = "option"  # a setting passed with the call (agent options, kpack query flags)
 
 
 @dataclass(frozen=True)
@@ -221,6 +223,7 @@ class Plan:
     profile: Profile
     settings: QueryConfig
     stages: tuple[Stage, ...]
+    gate: GateThreshold  # the gate's threshold (settings') and where it came from
 
     @property
     def depth_factor(self) -> int:
@@ -235,11 +238,16 @@ def option_names() -> frozenset[str]:
 
 
 def plan(
-    pack_settings: QueryConfig, profile: str | None, options: dict[str, Any], threshold: float
+    pack_settings: QueryConfig,
+    profile: str | None,
+    options: dict[str, Any],
+    fallback: GateThreshold,
 ) -> Plan:
     """Combine the profile's settings, the pack's (those its version recorded as set) and the
-    call's options; ``threshold`` is the gate's when none of them sets one."""
+    call's options; ``fallback`` is the gate's threshold when none of them sets one (the
+    build's calibration or the model's default, see kpack.gate)."""
     from kpack.config import parse_config
+    from kpack.gate import GateThreshold, set_in_config
 
     unknown = sorted(set(options) - option_names())
     if unknown:
@@ -253,6 +261,12 @@ def plan(
     for toggle in TOGGLES:
         values.pop(toggle, None)
     settings = parse_config({"query": {**values, "profile": chosen.name}}, "query settings").query
-    if settings.context_confidence_threshold is None:  # a subclass's constant, unchecked
-        settings = settings.model_copy(update={"context_confidence_threshold": threshold})
-    return Plan(chosen, settings, pipeline(chosen, toggles))
+    threshold = settings.context_confidence_threshold
+    if threshold is None:  # the fallback was checked where it was made (kpack.gate)
+        gate = fallback
+        settings = settings.model_copy(update={"context_confidence_threshold": fallback.value})
+    elif options.get("context_confidence_threshold") is not None:
+        gate = GateThreshold(threshold, OPTION, "context_confidence_threshold passed by the caller")
+    else:
+        gate = set_in_config(threshold)
+    return Plan(chosen, settings, pipeline(chosen, toggles), gate)

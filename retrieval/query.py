@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from kpack.config import QueryConfig
+    from kpack.gate import GateThreshold
     from kpack.llm import ClaudeClient
     from retrieval.reader import PackReader
 
@@ -105,6 +106,19 @@ class Candidate:
             return self.fused
         return self.similarity if self.similarity is not None else 0.0
 
+    def as_context(self) -> ContextSection:
+        """The passage as a section of the context."""
+        return ContextSection(
+            self.section_id,
+            self.article_url,
+            self.title,
+            self.heading,
+            self.text,
+            self.similarity or 0.0,
+            self.pagerank,
+            "passage",
+        )
+
     def trace(self) -> dict:
         row = asdict(self)
         row["text"] = self.text[:200]
@@ -136,6 +150,7 @@ class Query:
     reader: PackReader
     settings: QueryConfig
     llm: ClaudeClient
+    gate: GateThreshold | None = None  # where settings' gate threshold came from, and why
     exclude_examples: Callable[[dict], bool] | None = None
     depth: int = 0  # passages each index returns: k, or more for a reranker that cuts to k
     phrasings: list[str] = field(default_factory=list)
@@ -145,8 +160,12 @@ class Query:
     considered: list[Candidate] = field(default_factory=list)  # every fused candidate
     max_similarity: float | None = None
     context: list[ContextSection] = field(default_factory=list)
+    cited: list[ContextSection] = field(default_factory=list)  # what the answer cites (<= k)
     examples: list[dict] = field(default_factory=list)
     answer: str | None = None
+    # Streaming: on_text gets the answer's text as it is written (see write/finish_answer).
+    on_text: Callable[[str], object] | None = None
+    written: list[str] = field(default_factory=list)
     query_type: str = "vector_search"
     notes: dict = field(default_factory=dict)  # what stages add to the trace
     timings: dict[str, float] = field(default_factory=dict)
@@ -177,6 +196,8 @@ class Query:
         trace = {
             "profile": self.settings.profile,
             "threshold": self.settings.context_confidence_threshold,
+            "threshold_source": self.gate.source if self.gate else None,
+            "threshold_why": self.gate.why if self.gate else None,
             "max_similarity": self.max_similarity,
             "candidates": [c.trace() for c in self.considered],
         }
@@ -192,6 +213,29 @@ class Query:
                 for s in self.context
             ]
         return trace | self.notes
+
+    @property
+    def text_sink(self) -> Callable[[str], None] | None:
+        """What an answer stage hands Claude's client to stream through, or None when the
+        query is not streamed (the answer then comes in one non-streaming call)."""
+        return self.write if self.on_text is not None else None
+
+    def write(self, text: str) -> None:
+        """Pass on a piece of the answer as it is written."""
+        self.written.append(text)
+        if self.on_text is not None:
+            self.on_text(text)
+
+    def finish_answer(self) -> None:
+        """Stream the part of the final answer that was not written piece by piece: all of
+        it when no Claude call streamed it (offline, or refused before its first token). An
+        answer that does not continue what was written (Claude failed part-way; the answer
+        is then the offline one with the failure note) is not passed on: the caller reads
+        it from the result."""
+        written = "".join(self.written)
+        answer = self.answer or ""
+        if self.on_text is not None and answer.startswith(written) and answer != written:
+            self.write(answer[len(written) :])
 
     def elapsed_ms(self) -> float:
         return round((time.perf_counter() - self.started) * 1000, 3)

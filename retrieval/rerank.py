@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from retrieval.query import Candidate, ContextSection, Query, stage
+from retrieval.query import Candidate, Query, stage
 
 log = logging.getLogger(__name__)
 DEFAULT_CROSS_ENCODER = "cross-encoder/ms-marco-MiniLM-L-12-v2"
@@ -167,16 +167,4 @@ def top_k(query: Query) -> None:
     query.drop(query.candidates[query.k :], "below top k")
     for rank, candidate in enumerate(kept, start=1):
         candidate.rank = rank
-    query.context = [
-        ContextSection(
-            c.section_id,
-            c.article_url,
-            c.title,
-            c.heading,
-            c.text,
-            c.similarity or 0.0,
-            c.pagerank,
-            "passage",
-        )
-        for c in kept
-    ]
+    query.context = [c.as_context() for c in kept]

@@ -2,22 +2,24 @@
 
 ``QueryResult`` is a dict with exactly the seed's keys (answer, sources, entities, facts,
 cypher_query, query_type, token_usage) plus citations, timings_ms and trace, so it indexes,
-compares and ``json.dumps`` like the plain dict; in a notebook it shows the answer with
-clickable citations, a sources table, the stage timings and the retrieval trace
-(``_repr_html_``, ``_repr_markdown_``), and ``to_frame()`` turns it into a pandas DataFrame.
+compares and ``json.dumps`` like the plain dict (``sources`` and ``citations`` name only the
+passages the answer cites, at most k; the trace keeps the whole context); in a notebook it
+shows the answer with clickable citations, a sources table, the stage timings and the
+retrieval trace (``_repr_html_``, ``_repr_markdown_``), and ``to_frame()`` turns it into a
+pandas DataFrame.
 ``SearchResults`` is the list of passage dicts of a search, likewise. Both render from their
 own contents only, so a result loaded back from JSON renders the same.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from html import escape
 from typing import TYPE_CHECKING, Literal
 
 from kpack.contracts import VECTOR_INDEXES
 from retrieval.query import Query
+from retrieval.synthesis import CITATION
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -27,7 +29,6 @@ VECTOR_CYPHER_SUMMARY = "; ".join(
     f"CALL QUERY_VECTOR_INDEX('{label}', '{index}', $v, $k)"
     for label, index in VECTOR_INDEXES.items()
 )
-CITATION = re.compile(r"\[Source: ([^\]]+)\]")
 SCORE_COLUMNS = ("similarity", "bm25", "pagerank", "cross_encoder", "quality", "combined")
 SEARCH_FIELDS = ("similarity", "bm25", "rrf", "pagerank", "cross_encoder", "passage_id")
 
@@ -209,13 +210,23 @@ def query_result(query: Query, token_usage: dict[str, int]) -> QueryResult:
     facts = [fact for s in context for fact in reader.section_facts.get(s.section_id, [])][:10]
     result = QueryResult(
         answer=query.answer,
-        sources=list(dict.fromkeys(s.title for s in context)),
+        sources=list(dict.fromkeys(s.title for s in query.cited)),
         entities=entities,
         facts=facts,
         cypher_query=VECTOR_CYPHER_SUMMARY,
         query_type=query.query_type,
         token_usage=token_usage,
-        citations=[{"title": s.title, "url": s.article_url, "section": s.heading} for s in context],
+        # Only what the answer cites; the whole context is in the trace.
+        citations=list(
+            {
+                (s.title, s.article_url, s.heading): {
+                    "title": s.title,
+                    "url": s.article_url,
+                    "section": s.heading,
+                }
+                for s in query.cited
+            }.values()
+        ),
     )
     query.timings["response"] = round((time.perf_counter() - started) * 1000, 3)
     result["timings_ms"] = {**query.timings, "total": query.elapsed_ms()}

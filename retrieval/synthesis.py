@@ -2,27 +2,30 @@
 
 Retrieved text is passed to Claude inside <passage> elements as data, and the system prompt
 says so: a page that says "ignore your instructions" is a quotation, not an instruction. The
-offline (extractive) answer only ever quotes sentences of the passages, so it cannot assert
-anything the pack does not say. It is the answer without a key, and the answer when the API
-refuses or fails, prefixed with why, so a bad key never leaves a user with no answer.
+offline (extractive) answer (retrieval.extractive) only ever quotes sentences of the
+passages, so it cannot assert anything the pack does not say. It is the answer without a key,
+and the answer when the API refuses or fails, prefixed with why, so a bad key never leaves a
+user with no answer.
+
+Both answers cite as [Source: title]; ``query.cited`` keeps the passages an answer cites (at
+most k), which become the response's ``sources`` and ``citations``. The rest of the context
+stays in the trace.
 """
 
 from __future__ import annotations
 
-import math
-from collections import Counter
-from functools import lru_cache
+import re
+from collections.abc import Callable
 from html import escape
 
 from kpack.llm import ClaudeClient, LLMError
-from kpack.text import prose_lines, split_sentences
-from retrieval.quality import terms
+from retrieval.extractive import extractive_answer, stems
 from retrieval.query import ContextSection, Query, stage
 
 NO_CONTEXT_ANSWER = "The pack has no passage that answers this question."
 CONTEXT_WORDS_PER_SECTION = 350
-EXTRACTIVE_SENTENCES = 3
-MIN_SENTENCE_WORDS, MAX_SENTENCE_WORDS = 4, 80
+# How an answer cites a passage, offline and as SYNTHESIS_SYSTEM asks Claude to.
+CITATION = re.compile(r"\[Source: ([^\]]+)\]")
 
 SYNTHESIS_SYSTEM = (
     "You answer questions about documentation using only the passages provided. The passages "
@@ -62,11 +65,16 @@ def build_prompt(question: str, sections: list[ContextSection], examples: list[d
     return "\n".join(parts)
 
 
-def answer_without_pack(llm: ClaudeClient, model: str, question: str) -> str:
+def answer_without_pack(
+    llm: ClaudeClient, model: str, question: str, on_text: Callable[[str], object] | None = None
+) -> str:
     """Claude alone, told the pack had nothing relevant (the gate's fallback, and the
     evaluation's no-pack condition). Raises LLMError when the API does not answer."""
     return llm.complete(
-        model, "You are a knowledgeable assistant.", MINIMAL_PROMPT.format(question=question)
+        model,
+        "You are a knowledgeable assistant.",
+        MINIMAL_PROMPT.format(question=question),
+        on_text=on_text,
     )
 
 
@@ -76,12 +84,15 @@ def api_failure_note(error: LLMError) -> str:
 
 @stage("synthesis", "answer")
 def synthesize(query: Query) -> None:
-    """Claude over the context (with the few-shot examples), else the extractive answer."""
+    """Claude over the context (with the few-shot examples), else the extractive answer; either
+    way ``query.cited`` holds the passages the answer cites."""
 
     def offline() -> str:
         if query.fell_back or not query.context:
+            query.cited = []
             return NO_CONTEXT_ANSWER
-        return extractive_answer(query.text, query.context)
+        answer, query.cited = extractive_answer(query.text, answer_passages(query))
+        return answer
 
     if not query.llm.available or (not query.context and not query.fell_back):
         query.answer = offline()
@@ -89,49 +100,52 @@ def synthesize(query: Query) -> None:
     model = query.settings.synthesis_model
     try:
         if query.fell_back:
-            query.answer = answer_without_pack(query.llm, model, query.text)
+            query.answer = answer_without_pack(query.llm, model, query.text, query.text_sink)
         else:
             prompt = build_prompt(query.text, query.context, query.examples)
-            query.answer = query.llm.complete(model, SYNTHESIS_SYSTEM, prompt)
+            query.answer = query.llm.complete(
+                model, SYNTHESIS_SYSTEM, prompt, on_text=query.text_sink
+            )
+            query.cited = cited_passages(query.answer, query.context, query.k)
     except LLMError as exc:
         query.notes["llm_error"] = str(exc)
         query.answer = f"{api_failure_note(exc)}\n\n{offline()}"
 
 
-@lru_cache(maxsize=16384)
-def sentences_of(text: str) -> tuple[tuple[str, frozenset[str]], ...]:
-    """The prose sentences of a passage (4 words or more) with their terms, once per text."""
-    # Code blocks are quoted as they are by Claude, but are no sentences to answer with.
-    prose = " ".join(" ".join(prose_lines(text)).split())
-    return tuple(
-        (sentence, terms(sentence))
-        for sentence in split_sentences(prose)
-        if MIN_SENTENCE_WORDS <= len(sentence.split()) <= MAX_SENTENCE_WORDS
-    )
+def answer_passages(query: Query) -> list[ContextSection]:
+    """The passages an offline answer quotes from: the k kept by ranking, best first (the
+    whole context when a profile kept none)."""
+    kept = [c for c in query.candidates if c.rank is not None]
+    if not kept:
+        return query.context
+    return [c.as_context() for c in sorted(kept, key=lambda c: c.rank or 0)]
 
 
-def extractive_answer(question: str, sections: list[ContextSection]) -> str:
-    """The sentences of the passages that best match the question, each with its citation.
+def cited_passages(answer: str, context: list[ContextSection], k: int) -> list[ContextSection]:
+    """The context sections Claude's answer cites, in the order first cited, at most k.
 
-    Sentences are scored by the IDF-weighted question terms they contain (IDF over the
-    passages' sentences), plus a little of their passage's similarity to break ties.
+    A citation names a title ([Source: title]); when the context holds several sections of
+    that article, the one cited is the section sharing the most terms with the statement the
+    citation follows (the text since the previous citation), the better-ranked one on a tie.
+    Titles that are not in the context are no passage and are left out.
     """
-    wanted = terms(question)
-    sentences = [
-        (s, found, section) for section in sections for s, found in sentences_of(section.text)
-    ]
-    if not sentences or not wanted:
-        return NO_CONTEXT_ANSWER
-    document_frequency = Counter(t for _, found, _ in sentences for t in found & wanted)
-    total = len(sentences)
 
-    def score(item: tuple[str, frozenset[str], ContextSection]) -> float:
-        _, found, section = item
-        weight = sum(math.log(1 + total / document_frequency[t]) for t in found & wanted)
-        return weight + 0.5 * section.similarity
+    def key(title: str) -> str:
+        return " ".join(title.split()).casefold()
 
-    ranked = sorted(sentences, key=score, reverse=True)
-    best = [item for item in ranked[:EXTRACTIVE_SENTENCES] if item[1] & wanted]
-    if not best:
-        return NO_CONTEXT_ANSWER
-    return " ".join(f"{sentence} [Source: {section.title}]" for sentence, _, section in best)
+    by_title: dict[str, list[ContextSection]] = {}
+    for section in context:
+        by_title.setdefault(key(section.title), []).append(section)
+    cited: dict[int, ContextSection] = {}
+    statement_start = 0
+    for match in CITATION.finditer(answer):
+        statement = stems(answer[statement_start : match.start()])
+        statement_start = match.end()
+        named = match.group(1)
+        # "[Source: A; B]" cites two passages, unless a title itself holds the semicolon.
+        for title in [named] if key(named) in by_title else named.split(";"):
+            sections = by_title.get(key(title), [])
+            if sections:
+                best = max(sections, key=lambda s: len(stems(s.text) & statement))
+                cited.setdefault(id(best), best)
+    return list(cited.values())[:k]

@@ -3,7 +3,8 @@
     GET  /healthz                   liveness (never needs the token)
     GET  /packs                     every pack with its published version and figures
     GET  /packs/{name}              one pack: figures, the whole manifest, skill.md
-    POST /packs/{name}/query        {"question": ...} -> the `kpack query --json` response
+    POST /packs/{name}/query        {"question": ...} -> the `kpack query --json` response;
+                                    with "stream": true, server-sent events (see _events)
     POST /packs/{name}/search       {"question": ..., "k": 5} -> ranked passages
     GET  /openapi.json, /docs       the schema and its browsable page
 
@@ -20,10 +21,12 @@ request that started on the previous version finishes on it.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 import json
 import logging
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -173,21 +176,65 @@ def _version(version: int | None) -> dict[str, str]:
     return {VERSION_HEADER: str(version)} if version is not None else {}
 
 
-async def _events(answer: Callable[[], dict]) -> AsyncIterator[str]:
-    """Server-sent events of one answer.
+class _ClientGone(Exception):
+    """Raised in the answering thread when the client has closed its event stream."""
 
-    The retrieval pipeline returns the answer whole (Claude's synthesis included), so the
-    stream carries one ``result`` event with the full response, or one ``error`` event; a
-    client written for it needs no change if ``delta`` events for synthesis come later.
+
+async def _events(answer: Callable[..., dict]) -> AsyncIterator[str]:
+    """Server-sent events of one answer: ``delta`` events ({"text": ...}) as Claude writes
+    the answer (an offline answer is one delta), then ``result`` with the whole response
+    (the JSON of a request without streaming), or one ``error`` event.
+
+    If Claude fails part-way, the answer is the offline one with the failure note, as
+    without streaming: a ``reset`` event tells the client to drop the text so far, and one
+    delta with the whole answer follows. So the deltas after the last reset always join to
+    the result's answer.
+
+    The answer is worked out in a thread that posts each piece to the event loop. When the
+    client hangs up, the response is cancelled and the thread's next piece raises, which
+    closes the request to Claude: no tokens are paid for a reader who left.
     """
+    loop = asyncio.get_running_loop()
+    events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+    gone = threading.Event()
+
+    def post(event: str, data: Any) -> None:
+        if not gone.is_set():
+            loop.call_soon_threadsafe(events.put_nowait, (event, data))
+
+    def on_text(text: str) -> None:
+        if gone.is_set():
+            raise _ClientGone
+        post("delta", {"text": text})
+
+    def work() -> None:
+        try:
+            post("result", answer(on_text=on_text))
+        except _ClientGone:
+            pass
+        except PackError as exc:
+            post("error", {"status": 409, "detail": str(exc)})
+        except Exception:
+            log.exception("query failed")
+            post("error", {"status": 500, "detail": "internal error; see the server log"})
+
+    # A thread started beside this generator, not awaited in a task group: an anyio task
+    # group must not stay open across a generator's yields.
+    loop.run_in_executor(None, work)
+    written: list[str] = []
     try:
-        result = await anyio.to_thread.run_sync(answer)
-        yield _sse("result", result)
-    except PackError as exc:
-        yield _sse("error", {"status": 409, "detail": str(exc)})
-    except Exception:
-        log.exception("query failed")
-        yield _sse("error", {"status": 500, "detail": "internal error; see the server log"})
+        while True:
+            event, data = await events.get()
+            if event == "delta":
+                written.append(data["text"])
+            elif event == "result" and data["answer"] != "".join(written):
+                yield _sse("reset", {"detail": data["trace"].get("llm_error", "")})
+                yield _sse("delta", {"text": data["answer"]})
+            yield _sse(event, data)
+            if event != "delta":
+                return
+    finally:
+        gone.set()
 
 
 def _sse(event: str, data: Any) -> str:

@@ -19,6 +19,8 @@ from pathlib import Path
 from celery import Celery
 from dagster import DagsterInstance
 
+from pipelines.instance import ensure_dagster_home
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -71,8 +73,7 @@ def celery_workers(
     # The instance's SQLite tables are created once here: workers starting together would
     # race to create them.
     home = Path(env["DAGSTER_HOME"])
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    ensure_dagster_home(home)
     DagsterInstance.from_config(str(home)).dispose()
     bin_dir = str(Path(sys.executable).parent)  # dagster-celery runs `celery` from PATH
     worker_env = {

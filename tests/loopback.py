@@ -195,10 +195,21 @@ class FakeAnthropic(BaseHTTPRequestHandler):
     from an offline one. ``fail_with`` makes every call answer with that HTTP status;
     ``echo_key`` puts the API key the request carried into that error message, as a careless
     server might, to test that the client never lets it through.
+
+    A request with ``"stream": true`` and a text answer is answered with the Messages API's
+    server-sent events (message_start, content_block_start, content_block_delta text_delta
+    x ``stream_pieces``, content_block_stop, message_delta with usage, message_stop), one
+    piece every ``delta_delay_s``; ``fail_after_deltas`` sends an ``overloaded_error`` event
+    after that many pieces instead of the rest. Each stream is logged in ``server.streams``:
+    when its first and last piece were sent (time.monotonic) and whether the reader hung up.
     """
 
     fail_with: int | None = None
     echo_key: bool = False
+    stream_pieces: int = 8
+    delta_delay_s: float = 0.0
+    fail_after_deltas: int | None = None
+    reply: str | None = None  # the text answer to give instead of the default one
 
     def log_message(self, *args) -> None:
         pass
@@ -274,8 +285,13 @@ class FakeAnthropic(BaseHTTPRequestHandler):
             ]
         else:
             content = [
-                {"type": "text", "text": f"Fake answer [Source: fake]. Prompt tail: {text[-200:]}"}
+                {
+                    "type": "text",
+                    "text": self.reply or f"Fake answer [Source: fake]. Prompt tail: {text[-200:]}",
+                }
             ]
+        if request.get("stream") and content[0]["type"] == "text":
+            return self._stream(server, request["model"], content[0]["text"])
         self._json(
             200,
             {
@@ -290,6 +306,66 @@ class FakeAnthropic(BaseHTTPRequestHandler):
             },
         )
 
+    def _stream(self, server: LoopbackServer, model: str, text: str) -> None:
+        words = re.findall(r"\s*\S+", text)
+        cuts = [len(words) * i // self.stream_pieces for i in range(self.stream_pieces + 1)]
+        pieces = ["".join(words[a:b]) for a, b in pairwise(cuts) if a < b]
+        log = {"first_sent": None, "last_sent": None, "aborted": False}
+        with server.lock:
+            server.streams.append(log)  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()
+        message = {
+            "id": "msg_fake_stream",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 100, "output_tokens": 1},
+        }
+        delta_events = [
+            ("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": piece}})
+            for piece in pieces
+        ]
+        if self.fail_after_deltas is not None:
+            error = {"type": "overloaded_error", "message": "Overloaded"}
+            delta_events = [*delta_events[: self.fail_after_deltas], ("error", {"error": error})]
+        events = [
+            ("message_start", {"message": message}),
+            ("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
+            ("ping", {}),
+            *delta_events,
+            ("content_block_stop", {"index": 0}),
+            (
+                "message_delta",
+                {
+                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                    "usage": {"output_tokens": 20},
+                },
+            ),
+            ("message_stop", {}),
+        ]
+        for name, data in events:
+            if name == "content_block_delta" and log["first_sent"] is not None:
+                time.sleep(self.delta_delay_s)
+            try:
+                self.wfile.write(
+                    f"event: {name}\ndata: {json.dumps({'type': name, **data})}\n\n".encode()
+                )
+                self.wfile.flush()
+            except OSError:  # the client hung up: what a closed SDK stream looks like here
+                log["aborted"] = True
+                return
+            if name == "content_block_delta":
+                log["first_sent"] = log["first_sent"] or time.monotonic()
+                log["last_sent"] = time.monotonic()
+            if name == "error":
+                return
+
     def _json(self, status: int, body: dict) -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
@@ -299,10 +375,17 @@ class FakeAnthropic(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
-def fake_anthropic_server(fail_with: int | None = None, echo_key: bool = False) -> LoopbackServer:
+def fake_anthropic_server(
+    fail_with: int | None = None, echo_key: bool = False, **stream_options: object
+) -> LoopbackServer:
+    """The fake Messages API; ``stream_options`` set FakeAnthropic's stream_pieces,
+    delta_delay_s, fail_after_deltas and reply (the text answer)."""
     handler = type(
-        "FakeAnthropicHandler", (FakeAnthropic,), {"fail_with": fail_with, "echo_key": echo_key}
+        "FakeAnthropicHandler",
+        (FakeAnthropic,),
+        {"fail_with": fail_with, "echo_key": echo_key, **stream_options},
     )
     server = LoopbackServer(handler)
     server.requests = []  # type: ignore[attr-defined]
+    server.streams = []  # type: ignore[attr-defined]
     return server

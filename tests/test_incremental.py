@@ -28,6 +28,11 @@ class CountingEmbedder(EmbedderResource):
         return super().embed(texts, name)
 
 
+def probes_embedded(result) -> int:
+    """Texts the build's gate calibration embedded (kpack.gate: its probes, cached after)."""
+    return result.manifest["gate"].get("probes", {}).get("embedded_this_build", 0)
+
+
 def rows(folder, cypher, params=None):
     with opened(folder / "pack.db", read_only=True) as conn:
         return conn.execute(cypher, params or {}).get_all()
@@ -95,7 +100,8 @@ def test_incremental_rebuilds(workspace, site, claude):
         "removed_urls": [],
     }
     assert {r["change"] for r in fetched(workspace, "inc").values()} == {"new"}
-    assert first_calls > 1 and sum(EMBEDDED) == first.manifest["embedding"]["texts"]
+    assert first_calls > 1
+    assert sum(EMBEDDED) == first.manifest["embedding"]["texts"] + probes_embedded(first)
     body_before = fetched(workspace, "inc")[url(CONDITIONAL)]["body"]
     beta_before = article_footprint(folder, url(VANISHING))
     assert beta_before["Section"] and beta_before["Chunk"] and beta_before["Fact"]
@@ -135,7 +141,8 @@ def test_incremental_rebuilds(workspace, site, claude):
     assert second_calls == 1 == second.manifest["extraction"]["llm_calls"]
     assert second.manifest["extraction"]["llm_input_tokens"] == 100
     assert second.manifest["embedding"]["embedded_this_build"] == 1
-    assert second.stage_metadata["embeddings"]["embedded"] == 1 == sum(EMBEDDED)
+    assert second.stage_metadata["embeddings"]["embedded"] == 1
+    assert sum(EMBEDDED) == 1 + probes_embedded(second)  # probes of the changed section
     assert any("revision 2" in c for (c,) in rows(folder, "MATCH (s:Section) RETURN s.content"))
     # The page that now fails is gone with its sections, chunks, facts, edges and entities.
     assert article_footprint(folder, url(VANISHING)) == dict.fromkeys(beta_before, 0)
@@ -171,6 +178,9 @@ def test_incremental_rebuilds(workspace, site, claude):
     assert fourth.outcome == "unchanged" and not fourth.published
     assert fourth_calls == 0 and EMBEDDED == []
     assert fourth.stage_metadata["entities"]["llm_calls"] == 0
+    # The sections are those of the last build: its extractions are reused, not recomputed.
+    assert fourth.stage_metadata["entities"]["reused"] is True
+    assert second.stage_metadata["entities"]["reused"] is False
     assert fourth.stage_metadata["embeddings"]["embedded"] == 0
     assert "pack_graph" not in fourth.stage_metadata
     assert fourth.manifest["version"] == 3

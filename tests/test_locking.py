@@ -40,7 +40,7 @@ HELD_FETCH = {**TEST_FETCH, "timeout_s": 120.0}
 DAGSTER_BUILD = """
 import sys
 from dagster import DagsterInstance, execute_job, reconstructable
-from kpack import settings
+from pipelines.instance import ensure_dagster_home
 
 def build_pack_job():
     from pipelines.definitions import defs
@@ -48,7 +48,7 @@ def build_pack_job():
 
 if __name__ == "__main__":  # dagster imports this file again to reconstruct the job
     pack, force = sys.argv[1], sys.argv[2] == "force"
-    settings.dagster_home()  # creates DAGSTER_HOME as `kpack build` and `kpack ui` do
+    ensure_dagster_home()  # creates DAGSTER_HOME as `kpack build` and `kpack ui` do
     instance = DagsterInstance.get()
     if not instance.has_dynamic_partition("packs", pack):
         instance.add_dynamic_partitions("packs", [pack])

@@ -15,6 +15,7 @@ import retrieval
 from kpack.cli import main
 from kpack.config import PROFILE_NAMES
 from kpack.contracts import section_of_chunk
+from kpack.gate import FROM_MODEL, model_threshold
 from kpack.packs import PackError
 from retrieval import reader as reader_module
 from retrieval.agent import KnowledgeGraphAgent
@@ -66,6 +67,10 @@ def pack(site, tmp_path_factory) -> Path:
     return folder
 
 
+def manifest_gate(pack: Path) -> dict:
+    return json.loads((pack / "manifest.json").read_text())["gate"]
+
+
 @pytest.fixture
 def no_key(monkeypatch):
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
@@ -108,7 +113,8 @@ def test_threshold_is_a_class_constant_a_subclass_can_override(pack, no_key):
     class Permissive(KnowledgeGraphAgent):
         CONTEXT_CONFIDENCE_THRESHOLD = -1.0
 
-    assert KnowledgeGraphAgent.CONTEXT_CONFIDENCE_THRESHOLD == 0.5
+    # None: the pack's own threshold (kpack.gate); a subclass's number replaces it.
+    assert KnowledgeGraphAgent.CONTEXT_CONFIDENCE_THRESHOLD is None
     assert KnowledgeGraphAgent.VECTOR_CONFIDENCE_THRESHOLD == 0.6
     assert Permissive(pack).query(OUT_OF_DOMAIN)["query_type"] == "vector_search"
     strict = KnowledgeGraphAgent(pack / "pack.db", context_confidence_threshold=0.99)
@@ -358,7 +364,12 @@ def test_settings_come_from_the_published_version_not_the_live_config(pack, no_k
     finally:
         config.write_text(original)
     assert result["query_type"] == "vector_search"  # not the live 0.99 threshold
-    assert agent.profile == "balanced" and result["trace"]["threshold"] == 0.5
+    # This small pack has too little text to calibrate: its model's default applies.
+    assert manifest_gate(pack)["calibrated"] is False
+    assert agent.profile == "balanced" and result["trace"]["threshold"] == model_threshold(
+        "default"
+    )
+    assert result["trace"]["threshold_source"] == FROM_MODEL
     assert "WIDGET_HOME" in result["answer"]  # embedded with the version's model
 
 

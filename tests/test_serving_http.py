@@ -25,10 +25,12 @@ import uvicorn
 import retrieval
 from serving.http import MAX_BODY_BYTES, create_app
 from tests.conftest import TEST_FETCH, build, write_pack
+from tests.loopback import LoopbackServer, fake_anthropic_server
 
 LIVE = "/live/changing/served.html"
 PAGES = ["/docs/index.html", "/docs/guide.html", LIVE]
 QUESTION = "Which environment variable sets where the sprocket cache lives?"
+OUT_OF_DOMAIN = "Who won the football world cup in 1998?"
 SEED_KEYS = {"answer", "sources", "entities", "facts", "cypher_query", "query_type", "token_usage"}
 QUERY_KEYS = SEED_KEYS | {"citations", "timings_ms", "trace"}
 
@@ -122,7 +124,36 @@ def test_search_returns_the_ranked_passages(api, root):
     assert len(body["results"]) == 3 and body["results"][0]["title"] == "User Guide"
 
 
-def test_query_streams_server_sent_events(api):
+def events_of(response: httpx.Response) -> Iterator[tuple[str, dict, float]]:
+    """(event, data, time.monotonic() when it arrived) for each server-sent event."""
+    event = None
+    for line in response.iter_lines():
+        if line.startswith("event: "):
+            event = line.removeprefix("event: ")
+        elif line.startswith("data: "):
+            assert event is not None, line
+            yield event, json.loads(line.removeprefix("data: ")), time.monotonic()
+        else:
+            assert line == "", line  # an event is its two lines and a blank line
+            event = None
+
+
+def stream_query(api: httpx.Client, **request) -> list[tuple[str, dict, float]]:
+    with api.stream("POST", "/packs/widgets/query", **request) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.headers["x-kpack-version"] == "1"
+        return list(events_of(response))
+
+
+def same_answer(streamed: dict, plain: dict) -> None:
+    for key in ("answer", "sources", "citations", "query_type", "entities", "facts"):
+        assert streamed[key] == plain[key], key
+    assert set(streamed) == set(plain) == QUERY_KEYS
+
+
+def test_offline_query_streams_one_delta_then_the_result(api):
+    plain = api.post("/packs/widgets/query", json={"question": QUESTION, "use_llm": False}).json()
     for request in (
         {"json": {"question": QUESTION, "use_llm": False, "stream": True}},
         {
@@ -130,14 +161,87 @@ def test_query_streams_server_sent_events(api):
             "headers": {"Accept": "text/event-stream"},
         },
     ):
-        with api.stream("POST", "/packs/widgets/query", **request) as response:
-            assert response.status_code == 200
-            assert response.headers["content-type"].startswith("text/event-stream")
-            text = "".join(response.iter_text())
-        events = [block.split("\n") for block in text.strip().split("\n\n")]
-        assert [lines[0] for lines in events] == ["event: result"]
-        result = json.loads(events[0][1].removeprefix("data: "))
-        assert set(result) == QUERY_KEYS and "[Source: " in result["answer"]
+        events = stream_query(api, **request)
+        assert [event for event, _, _ in events] == ["delta", "result"]
+        result = events[-1][1]
+        assert events[0][1]["text"] == result["answer"] and "[Source: " in result["answer"]
+        same_answer(result, plain)
+
+
+@pytest.fixture
+def claude(monkeypatch: pytest.MonkeyPatch):
+    """Start a fake Messages API with the given stream options; the server's queries use it."""
+    started = []
+
+    def start(**options) -> LoopbackServer:
+        fake = fake_anthropic_server(**options).__enter__()
+        started.append(fake)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-not-real")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base)
+        return fake
+
+    yield start
+    for fake in started:
+        fake.__exit__(None, None, None)
+
+
+def test_claude_answer_streams_as_it_is_written(api, claude):
+    fake = claude(stream_pieces=8, delta_delay_s=0.1)
+    events = stream_query(api, json={"question": QUESTION, "stream": True})
+    names = [event for event, _, _ in events]
+    assert names == ["delta"] * 8 + ["result"], names
+    (sent,) = fake.streams
+    # The first piece reached the HTTP client while Claude was still writing the answer.
+    assert events[0][2] < sent["last_sent"]
+    result = events[-1][1]
+    assert "".join(data["text"] for _, data, _ in events[:-1]) == result["answer"]
+    assert result["answer"].startswith("Fake answer [Source: fake]")
+    assert result["token_usage"] == {"input_tokens": 100, "output_tokens": 20, "api_calls": 1}
+    plain = api.post("/packs/widgets/query", json={"question": QUESTION})
+    assert fake.requests[-1]["body"].get("stream") is None  # answered without streaming
+    same_answer(result, plain.json())
+    assert result["token_usage"] == plain.json()["token_usage"]
+    # When the pack has nothing to say, Claude's answer on its own streams the same way.
+    events = stream_query(api, json={"question": OUT_OF_DOMAIN, "stream": True})
+    result = events[-1][1]
+    assert result["query_type"] == "confidence_gated_fallback"
+    assert "".join(data["text"] for _, data, _ in events[:-1]) == result["answer"]
+    assert len(events) > 2 and "own expertise" in result["answer"]
+
+
+def test_claude_failing_part_way_resets_to_the_offline_answer(api, claude):
+    claude(fail_after_deltas=3)
+    events = stream_query(api, json={"question": QUESTION, "stream": True})
+    names = [event for event, _, _ in events]
+    assert names == ["delta"] * 3 + ["reset", "delta", "result"], names
+    result = events[-1][1]
+    assert events[-2][1]["text"] == result["answer"]
+    assert "overloaded_error: Overloaded" in events[3][1]["detail"]
+    note, offline = result["answer"].split("\n\n", 1)
+    assert (
+        note
+        == "The Claude API did not answer (APIStatusError overloaded_error: Overloaded); offline answer below:"
+    )
+    plain = api.post("/packs/widgets/query", json={"question": QUESTION, "use_llm": False})
+    assert offline == plain.json()["answer"]
+    assert "overloaded_error" in result["trace"]["llm_error"]
+    # The server stays up and answers the next streamed question.
+    assert api.get("/healthz").json() == {"status": "ok"}
+    assert stream_query(api, json={"question": QUESTION, "use_llm": False, "stream": True})
+
+
+def test_a_client_that_hangs_up_stops_the_claude_request(api, claude):
+    fake = claude(stream_pieces=8, delta_delay_s=0.2)
+    with api.stream(
+        "POST", "/packs/widgets/query", json={"question": QUESTION, "stream": True}
+    ) as response:
+        event, data, _ = next(events_of(response))
+        assert event == "delta" and data["text"]
+    deadline = time.monotonic() + 10
+    while not fake.streams[0]["aborted"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert fake.streams[0]["aborted"], fake.streams  # the server closed its request to Claude
+    assert api.get("/healthz").json() == {"status": "ok"}
 
 
 @pytest.mark.parametrize(

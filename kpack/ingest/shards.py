@@ -22,12 +22,13 @@ from kpack.errors import PackError
 from kpack.ingest.vectors import embedding_column
 
 SHARDS_VARIABLE = "KPACK_EMBED_SHARDS"
-DEFAULT_SHARDS = 4
+# One step in one process: shards only pay off on a cluster (docs/deployment.md).
+DEFAULT_SHARDS = 1
 MAX_SHARDS = 64
 
 
 def shard_count() -> int:
-    """How many embedding steps a build has (KPACK_EMBED_SHARDS, default 4).
+    """How many embedding steps a build has (KPACK_EMBED_SHARDS, default 1).
 
     Read once when the asset graph is defined; every process of one deployment (the webserver,
     the daemon, each worker) must see the same value.

@@ -1,5 +1,5 @@
 """Evaluation metrics: retrieval (hit@k, MRR), answers (containment, token F1, judge
-accuracy), gate rates, citation rate, latency percentiles and tokens per condition."""
+accuracy), gate rates, near-miss refusals, citation rate, latency percentiles and tokens per condition."""
 
 from __future__ import annotations
 
@@ -77,13 +77,14 @@ def _rate(records: list[dict], key: str) -> float | None:
 
 
 def summarize(records: list[dict]) -> dict:
-    """One condition's metrics over its question records.
+    """One condition's metrics over its question records (in domain: the answerable ones).
 
     ``containment`` is the share of answers containing a reference; ``judge_accuracy`` the
     share a judge model graded 7 of 10 or more (None without a judge).
     """
-    inside = [r for r in records if not r["out_of_domain"]]
+    inside = [r for r in records if not r["out_of_domain"] and not r["unanswerable"]]
     outside = [r for r in records if r["out_of_domain"]]
+    near_misses = [r for r in records if r["unanswerable"]]
     ranked = [r["hit_rank"] for r in inside if r["retrieved"]]
     judged = [r["judge_score"] for r in inside if r.get("judge_score") is not None]
     stages: dict[str, list[float]] = {}
@@ -95,6 +96,7 @@ def summarize(records: list[dict]) -> dict:
         "questions": len(records),
         "in_domain": len(inside),
         "out_of_domain": len(outside),
+        "unanswerable": len(near_misses),
         **{f"hit@{k}": round(hit_at(ranked, k), 4) for k in HIT_DEPTHS},
         "mrr": round(mean_reciprocal_rank(ranked), 4),
         "judge_accuracy": round(sum(1 for s in judged if s >= JUDGE_PASS) / len(judged), 4)
@@ -106,6 +108,9 @@ def summarize(records: list[dict]) -> dict:
         "gate_rate": _rate(records, "gated"),
         "gate_rate_out_of_domain": _rate(outside, "gated"),
         "gate_rate_in_domain": _rate(inside, "gated"),
+        # Near misses refused by the gate or by an answer saying no passage answers.
+        "unanswerable_refused": sum(1 for r in near_misses if r["refused"]),
+        "refusal_rate_unanswerable": _rate(near_misses, "refused"),
         "citation_rate": _rate([r for r in inside if not r["gated"]], "cited"),
         "latency_ms": {
             s: {"p50": round(percentile(v, 0.5), 2), "p95": round(percentile(v, 0.95), 2)}

@@ -1,7 +1,12 @@
 """eval/questions.jsonl: one question a line, read and checked line by line.
 
+A question is answerable from the pack (``ground_truth``, ``answers``, ``gold_urls``), or
+``out_of_domain`` (far from the pack's subject: the gate should refuse it), or ``unanswerable``
+(a near miss: on the pack's subject, but the pack does not say; the pack should refuse it, by
+the gate or by saying that no passage answers).
+
 A bad line (not JSON, no question, a field of the wrong type, an unknown field, a question too
-long to ask) is skipped with a message naming its line number; the other lines are still
+long to ask, both out_of_domain and unanswerable) is skipped with a message naming its line number; the other lines are still
 evaluated. A file that is not UTF-8 is one clear error.
 """
 
@@ -21,6 +26,7 @@ QUESTION_FIELDS = {
     "answers": list,
     "gold_urls": list,
     "out_of_domain": bool,
+    "unanswerable": bool,
     "id": (str, int),
     "difficulty": (str, int),
 }
@@ -35,7 +41,12 @@ class Question:
     answers: list[str] = field(default_factory=list)
     gold_urls: list[str] = field(default_factory=list)
     out_of_domain: bool = False
+    unanswerable: bool = False
     difficulty: str | None = None
+
+    @property
+    def answerable(self) -> bool:
+        return not (self.out_of_domain or self.unanswerable)
 
     @property
     def references(self) -> list[str]:
@@ -84,6 +95,7 @@ def load_questions(path: Path, pack_folder: Path | None = None) -> tuple[list[Qu
                     resolve_url(u, pack_folder or path.parent)[0] for u in item.get("gold_urls", [])
                 ],
                 out_of_domain=bool(item.get("out_of_domain", False)),
+                unanswerable=bool(item.get("unanswerable", False)),
                 difficulty=None if item.get("difficulty") is None else str(item["difficulty"]),
             )
         )
@@ -108,4 +120,6 @@ def _invalid(item: object) -> str | None:
             kind is list and not all(isinstance(v, str) for v in value)
         ):
             return f"{key!r} has the wrong type"
+    if item.get("out_of_domain") and item.get("unanswerable"):
+        return "a question is out_of_domain or unanswerable, not both"
     return None

@@ -22,6 +22,7 @@ SUMMARY_COLUMNS = (
     "token_f1",
     "gate_rate_in_domain",
     "gate_rate_out_of_domain",
+    "refusal_rate_unanswerable",
     "citation_rate",
 )
 CHART_METRICS = (
@@ -31,11 +32,13 @@ CHART_METRICS = (
     "answer",
     "gate_rate_in_domain",
     "gate_rate_out_of_domain",
+    "refusal_rate_unanswerable",
 )
 CHART_LABELS = {
     "mrr": "MRR",
     "gate_rate_in_domain": "gated\n(in domain)",
     "gate_rate_out_of_domain": "gated\n(out of domain)",
+    "refusal_rate_unanswerable": "refused\n(near miss)",
 }
 
 
@@ -68,16 +71,34 @@ def markdown_summary(results: dict) -> str:
     for condition in results["conditions"]:
         row = results["summary"][condition]
         total = row["latency_ms"].get("total", {"p50": 0.0, "p95": 0.0})
-        cells = ["-" if row[c] is None else f"{row[c]:.3f}" for c in SUMMARY_COLUMNS]
+        cells = ["-" if row.get(c) is None else f"{row[c]:.3f}" for c in SUMMARY_COLUMNS]
         lines.append(
             f"| {condition} | "
             + " | ".join(cells)
             + f" | {total['p50']:.1f} | {total['p95']:.1f} |"
         )
     calibration = results["calibration"]
+    near_misses = [
+        f"{c} {results['summary'][c]['unanswerable_refused']} of "
+        f"{results['summary'][c]['unanswerable']}"
+        for c in results["conditions"]
+        if results["summary"][c].get("unanswerable")
+    ]
+    if near_misses:
+        lines += [
+            "",
+            "Near-miss unanswerable questions refused (by the gate, or by an answer saying no "
+            "passage answers): " + ", ".join(near_misses) + ".",
+        ]
     lines += [
         "",
-        f"Gate threshold: current {calibration['current_threshold']}, best on these questions "
+        f"Gate threshold: current {calibration['current_threshold']}"
+        + (
+            f" ({calibration['current_threshold_source']})"
+            if calibration.get("current_threshold_source")
+            else ""
+        )
+        + f", best on these questions "
         f"{calibration['best_threshold']} (balanced in-domain answered / out-of-domain refused).",
     ]
     return "\n".join(lines) + "\n"
@@ -89,7 +110,7 @@ def summary_frame(results: dict) -> pd.DataFrame:
 
     rows = {
         condition: {
-            **{c: results["summary"][condition][c] for c in SUMMARY_COLUMNS},
+            **{c: results["summary"][condition].get(c) for c in SUMMARY_COLUMNS},
             "p50_ms": results["summary"][condition]["latency_ms"].get("total", {}).get("p50"),
         }
         for condition in results["conditions"]
@@ -101,8 +122,10 @@ QUESTION_COLUMNS = (
     "id",
     "question",
     "out_of_domain",
+    "unanswerable",
     "query_type",
     "gated",
+    "refused",
     "max_similarity",
     "hit_rank",
     "cited",
@@ -145,7 +168,7 @@ def chart_png(results: dict) -> bytes:
     for offset, condition in enumerate(conditions):
         row = summary[condition]
         values = [
-            (answer_score(row) if metric == "answer" else row[metric]) or 0.0
+            (answer_score(row) if metric == "answer" else row.get(metric)) or 0.0
             for metric in CHART_METRICS
         ]
         positions = [i + (offset - (len(conditions) - 1) / 2) * width for i in range(len(values))]

@@ -29,8 +29,11 @@ from retrieval.eval.metrics import (
     token_f1,
 )
 from retrieval.eval.questions import Question
+from retrieval.extractive import DECLINED
 from retrieval.fewshot import normalize_question
+from retrieval.query import GATED, NOTHING_FOUND
 from retrieval.reader import reading
+from retrieval.synthesis import NO_CONTEXT_ANSWER
 
 NO_PACK = "no_pack"
 JUDGE_SYSTEM = (
@@ -122,9 +125,18 @@ def evaluate(
                 if progress:
                     progress(condition, number, len(questions), record)
         threshold = first.settings["context_confidence_threshold"]
+        threshold_source = first.gate.source
         version = reader.version
         graph = calibrate_graph(reader, questions) if calibrate_graph_weights else None
-    sweep = calibrate([(r["max_similarity"], r["out_of_domain"]) for r in records[profiles[0]]])
+    # Near-miss unanswerable questions are on topic by design: a similarity threshold that
+    # refused them would refuse answerable ones too, so they are reported, not swept.
+    sweep = calibrate(
+        [
+            (r["max_similarity"], r["out_of_domain"])
+            for r in records[profiles[0]]
+            if not r["unanswerable"]
+        ]
+    )
     return {
         "pack": reader.name,
         "pack_version": version,
@@ -135,12 +147,25 @@ def evaluate(
         "summary": {c: summarize(records[c]) for c in conditions},
         "calibration": {
             "current_threshold": threshold,
+            "current_threshold_source": threshold_source,
             "best_threshold": best_threshold(sweep, threshold),
             "sweep": sweep,
             "graph": graph,
         },
         "questions": records,
     }
+
+
+def declined(answer: str) -> bool:
+    """True for an offline answer in which the pack says that its passages do not answer."""
+    text = answer.strip()
+    return text.startswith(DECLINED) or text == NO_CONTEXT_ANSWER
+
+
+def refused(response: dict) -> bool:
+    """Whether the pack declined to answer: the gate fired, nothing was found, or the answer
+    says that no passage answers (an answer written by Claude is taken as an answer)."""
+    return response["query_type"] in (GATED, NOTHING_FOUND) or declined(response["answer"] or "")
 
 
 def _run_one(
@@ -150,6 +175,7 @@ def _run_one(
         "id": question.id,
         "question": question.question,
         "out_of_domain": question.out_of_domain,
+        "unanswerable": question.unanswerable,
     }
     if condition == NO_PACK:
         passages: list[dict] = []
@@ -160,21 +186,20 @@ def _run_one(
     record.update(
         answer=response["answer"],
         query_type=response["query_type"],
-        gated=response["query_type"] == "confidence_gated_fallback",
+        gated=response["query_type"] == GATED,
+        refused=refused(response),
         max_similarity=response["trace"].get("max_similarity"),
         cited=bool(response["citations"]) and "[Source:" in response["answer"],
         citations=response["citations"],
         retrieved=[
             {"title": p["title"], "url": p["url"], "heading": p["heading"]} for p in passages
         ],
-        hit_rank=first_hit_rank(passages, question)
-        if passages and not question.out_of_domain
-        else None,
+        hit_rank=first_hit_rank(passages, question) if passages and question.answerable else None,
         timings_ms=response["timings_ms"],
         tokens=response["token_usage"],
         few_shot=response["trace"].get("few_shot_questions", []),
     )
-    if question.references and not question.out_of_domain:
+    if question.references and question.answerable:
         record["contains_answer"] = contains_answer(response["answer"], question.references)
         record["token_f1"] = max(token_f1(response["answer"], r) for r in question.references)
         if judge and question.ground_truth:

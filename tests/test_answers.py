@@ -1,0 +1,159 @@
+"""Answers that contain the answer, and sources that are what the answer cites (issue 10.5).
+
+One pack is built for this module from five Markdown pages of a made-up static-site tool,
+written so that the sentence that answers sits next to page-intro boilerplate and links.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from retrieval.agent import KnowledgeGraphAgent
+from retrieval.extractive import DECLINED, NO_SENTENCE_ANSWER
+from tests.conftest import build, write_pack
+from tests.loopback import fake_anthropic_server
+
+PAGES = {
+    "publishing.md": """# Publishing Gizmo Sites
+
+This page describes how a Gizmo site is published and what a rebuild does when nothing
+changed. The layout of the output folder is described in [output layout](layout.md).
+
+## Rebuilds That Change Nothing
+
+A rebuild in which no page changed publishes nothing, and the version number of the site
+stays the same. To publish a new version anyway, run `gizmo publish NAME --force`; the force
+flag renders every page again but does not download unchanged pages again.
+
+## Publishing Steps
+
+Publishing copies the rendered site into a staging folder, checks every internal link, and
+then renames the staging folder into place, so that readers never see half a site.
+""",
+    "layout.md": """# Output Layout
+
+This page describes the files and folders that a Gizmo build writes to disk.
+
+## Versions
+
+Each published version of a site is a folder named v followed by four digits, such as
+v0001, and a symbolic link named current points at the newest published version.
+
+## Logs
+
+Build logs are kept for thirty days in the logs folder of the site and are deleted after
+that, so a failed build can still be investigated a few weeks later.
+""",
+    "themes.md": """# Themes
+
+Gizmo ships three themes, plain, paper and night, and every site starts with the plain
+theme until its configuration names another one.
+
+## Custom Themes
+
+A custom theme is a folder of Jinja templates named after the theme and placed in the
+themes directory of the site; a template it lacks is taken from the plain theme.
+""",
+    "search.md": """# Search
+
+The search box of a Gizmo site uses an index of the headings and paragraphs of every page,
+built once per published version and served as a static file.
+
+## Index Size
+
+The search index holds at most 50,000 entries; pages beyond that limit are left out of
+search and listed in the build log so that they can be split.
+""",
+    "deploy.md": """# Deploying
+
+Gizmo sites deploy to any static file host: the `gizmo deploy` command uploads the current
+published version of the site over SFTP and then switches the live folder.
+
+## Credentials
+
+The SFTP password is read from the GIZMO_SFTP_PASSWORD environment variable when the deploy
+command starts, and it is never written to disk or to the build log.
+""",
+}
+PUBLISH_QUESTION = "How do I publish when nothing changed?"
+CITED = re.compile(r"\[Source: ([^\]]+)\]")
+
+
+@pytest.fixture(scope="module")
+def pack(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("answers")
+    (root / "docs").mkdir()
+    for name, text in PAGES.items():
+        (root / "docs" / name).write_text(text)
+    folder = write_pack(root, "gizmo", [f"file:../../docs/{name}" for name in PAGES])
+    assert build(root, "gizmo").success
+    return folder
+
+
+@pytest.fixture
+def offline(pack) -> KnowledgeGraphAgent:
+    # The gate is tested elsewhere: here every question reaches the answer stage.
+    return KnowledgeGraphAgent(pack, use_llm=False, context_confidence_threshold=0.0)
+
+
+def test_offline_answer_quotes_the_answering_sentence_and_skips_boilerplate(offline):
+    result = offline.query(PUBLISH_QUESTION)
+    answer = result["answer"]
+    assert "gizmo publish NAME --force" in answer
+    assert "This page describes" not in answer  # the page intro that shares the words
+    assert "described in" not in answer and "layout.md" not in answer  # a pointer elsewhere
+    assert set(CITED.findall(answer)) == set(result["sources"]) == {"Publishing Gizmo Sites"}
+
+
+def test_offline_answer_says_plainly_when_no_sentence_answers(offline):
+    weak = offline.query("How many calories does a ripe banana have?")
+    assert weak["query_type"] == "vector_search"  # the passages reached the answer stage
+    assert weak["answer"] == NO_SENTENCE_ANSWER
+    assert weak["sources"] == weak["citations"] == []
+    assert weak["trace"]["context"]  # what was considered stays in the trace
+    # Close words, but the thing asked about is named nowhere in the passages.
+    unnamed = offline.query("Can Gizmo publish a site to WordPress?")
+    assert unnamed["answer"].startswith(DECLINED) and "WordPress" in unnamed["answer"]
+    assert unnamed["sources"] == unnamed["citations"] == []
+
+
+def test_offline_sources_are_only_the_passages_the_answer_quotes(offline):
+    result = offline.query("Where does the deploy command read the SFTP password from?", 3)
+    assert "GIZMO_SFTP_PASSWORD" in result["answer"]
+    assert result["sources"] == list(dict.fromkeys(CITED.findall(result["answer"])))
+    assert 1 <= len(result["citations"]) <= 3
+    context_titles = {c["title"] for c in result["trace"]["context"]}
+    assert len(context_titles) > len(result["sources"])  # the rest stays in the trace
+
+
+def test_claude_answer_sources_are_the_two_passages_it_cites(pack, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-not-real")
+    reply = (
+        "Run `gizmo publish NAME --force` to publish a new version anyway "
+        "[Source: Publishing Gizmo Sites]. The deploy command reads the password from "
+        "GIZMO_SFTP_PASSWORD [Source: Deploying]."
+    )
+    with fake_anthropic_server(reply=reply) as fake:
+        # baseline: the context is the 5 best passages themselves
+        agent = KnowledgeGraphAgent(
+            pack,
+            profile="baseline",
+            anthropic_base_url=fake.base,
+            context_confidence_threshold=0.0,
+        )
+        result = agent.query(
+            "How do I publish when nothing changed, and where does the deploy password come from?"
+        )
+    assert result["answer"] == reply
+    prompt = fake.requests[0]["body"]["messages"][0]["content"]
+    assert len(re.findall(r"<passage title=", prompt)) == 5  # five passages offered
+    assert result["sources"] == ["Publishing Gizmo Sites", "Deploying"]
+    # Each citation is the section of that article that says what the answer states.
+    assert [c["section"] for c in result["citations"]] == [
+        "Publishing Gizmo Sites > Rebuilds That Change Nothing",
+        "Deploying > Credentials",
+    ]
+    assert len(result["trace"]["context"]) == 5  # the rest stays in the trace
