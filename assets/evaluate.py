@@ -18,10 +18,9 @@ from dagster import (
     TableRecord,
     TableSchema,
     asset,
-    asset_check,
 )
 
-from assets.partitions import packs_partitions
+from assets.partitions import pack_check, packs_partitions
 from resources.pack_store import PackStore
 from retrieval.eval import answer_score, evaluate, headline, load_questions, write_results
 from retrieval.eval.report import SUMMARY_COLUMNS
@@ -178,11 +177,7 @@ def _latest_two(pack_store: PackStore, pack: str) -> list[dict]:
     return [json.loads(p.read_text()) for p in runs[-2:]]
 
 
-@asset_check(
-    asset=eval_results,
-    partitions_def=packs_partitions,
-    description="The gate refuses at most 40% of in-domain questions (balanced).",
-)
+@pack_check(eval_results, "The gate refuses at most 40% of in-domain questions (balanced).")
 def gate_rarely_refuses_in_domain(
     context: AssetCheckExecutionContext, pack_store: PackStore
 ) -> AssetCheckResult:
@@ -197,11 +192,7 @@ def gate_rarely_refuses_in_domain(
     )
 
 
-@asset_check(
-    asset=eval_results,
-    partitions_def=packs_partitions,
-    description="Answer quality did not drop against the previous evaluation.",
-)
+@pack_check(eval_results, "Answer quality did not drop against the previous evaluation.")
 def accuracy_not_dropped(
     context: AssetCheckExecutionContext, pack_store: PackStore
 ) -> AssetCheckResult:

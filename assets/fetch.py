@@ -21,10 +21,9 @@ from dagster import (
     MetadataValue,
     Output,
     asset,
-    asset_check,
 )
 
-from assets.partitions import packs_partitions
+from assets.partitions import pack_check, packs_partitions
 from kpack.ingest.crawl import crawl
 from kpack.ingest.pages import CHANGE_KINDS, stored_pages
 from resources.fetcher import FetcherResource
@@ -100,11 +99,8 @@ def _preview(rows: list[dict], limit: int = 20) -> str:
     return "\n".join(lines)
 
 
-@asset_check(
-    asset=fetched_pages,
-    partitions_def=packs_partitions,
-    blocking=True,
-    description="At most max_failed_fraction of the URLs failed (default 20%).",
+@pack_check(
+    fetched_pages, "At most max_failed_fraction of the URLs failed (default 20%).", blocking=True
 )
 def failed_url_share(
     context: AssetCheckExecutionContext, fetched_pages: pa.Table, pack_store: PackStore

@@ -39,10 +39,9 @@ from dagster import (
     MetadataValue,
     Output,
     asset,
-    asset_check,
 )
 
-from assets.partitions import follow_upstream, packs_partitions
+from assets.partitions import follow_upstream, pack_check, packs_partitions
 from kpack.changes import inputs_fingerprint, page_changes
 from kpack.contracts import FTS_INDEXES, VECTOR_INDEXES, StagedBuild, facts_of
 from kpack.embedding import model_label
@@ -282,11 +281,10 @@ def pack_graph(
     )
 
 
-@asset_check(
-    asset=pack_graph,
-    partitions_def=packs_partitions,
+@pack_check(
+    pack_graph,
+    "Every section and chunk has an embedding, and both indexes answer a query.",
     blocking=True,
-    description="Every section and chunk has an embedding, and both indexes answer a query.",
 )
 def graph_is_queryable(
     context: AssetCheckExecutionContext, pack_store: PackStore

@@ -25,10 +25,9 @@ from dagster import (
     MetadataValue,
     Output,
     asset,
-    asset_check,
 )
 
-from assets.partitions import follow_upstream, packs_partitions
+from assets.partitions import follow_upstream, pack_check, packs_partitions
 from kpack.config import PackConfig
 from kpack.contracts import StagedBuild
 from kpack.embedding import model_label
@@ -163,10 +162,8 @@ def pack_manifest(
     )
 
 
-@asset_check(
-    asset=pack_manifest,
-    partitions_def=packs_partitions,
-    description="The manifest's embedding dimension is the dimension of the published vectors.",
+@pack_check(
+    pack_manifest, "The manifest's embedding dimension is the dimension of the published vectors."
 )
 def manifest_matches_graph(
     context: AssetCheckExecutionContext, pack_store: PackStore

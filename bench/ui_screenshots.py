@@ -6,9 +6,10 @@ the demo pack, starts `kpack ui`, builds the pack from the UI (the GraphQL reque
 eval_results for the demo partition from the UI, waits for the runs' outcome tags, and then
 photographs with Debian's chromium:
 
-* dagster-asset-graph.png: the build_pack job's asset graph;
+* dagster-asset-graph.png: Global asset lineage, the asset groups and their dependencies;
 * dagster-eval-results.png: eval_results' page, its summary table and inline chart;
 * dagster-runs.png: the run list with the ``kpack/outcome`` tags;
+* dagster-automation.png: the sensors and the schedule, on or off;
 * dagster-run.png: the page of the UI build run.
 
 Each PNG is reduced to a 256-colour palette (and cropped where the page is long) to stay under
@@ -107,17 +108,14 @@ def main() -> int:
             print(f"outcome tag of the UI build: {wait_for_outcome(ui, build['runId'])}")
             profile = work / "chromium"
             pages = {
-                "dagster-asset-graph.png": (
-                    "/locations/knowledge_packs/jobs/build_pack",
-                    (1600, 1000),
-                    None,
-                ),
+                "dagster-asset-graph.png": ("/asset-groups", (1600, 700), None),
                 "dagster-eval-results.png": (
                     f"/assets/eval_results?partition={PACK}",
                     (1600, 2000),
                     (0, 0, 1600, 1500),
                 ),
                 "dagster-runs.png": ("/runs", (1600, 700), None),
+                "dagster-automation.png": ("/automation", (1600, 560), None),
                 "dagster-run.png": (f"/runs/{build['runId']}", (1600, 1000), None),
             }
             for name, (page, size, crop) in pages.items():

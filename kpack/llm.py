@@ -22,52 +22,45 @@ SYNTHESIS_MODEL = "claude-opus-4-6"
 EXPANSION_MODEL = "claude-haiku-4-5"
 SYNTHESIS_MAX_TOKENS = 1024
 
+STRING = {"type": "string"}
+
+
+def _list_of(properties: dict, required: list[str]) -> dict:
+    """JSON schema of a list of objects with these properties."""
+    return {
+        "type": "array",
+        "items": {"type": "object", "properties": properties, "required": required},
+    }
+
+
 EXTRACTION_TOOL = {
     "name": "record_knowledge",
     "description": "Record the entities, relations and facts stated in a documentation section.",
     "input_schema": {
         "type": "object",
         "properties": {
-            "entities": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "name": {"type": "string"},
-                        "type": {
-                            "type": "string",
-                            "description": "concept, api, type, module, tool, person, "
-                            "organization, place, event or other",
-                        },
-                        "description": {"type": "string"},
+            "entities": _list_of(
+                {
+                    "name": STRING,
+                    "type": {
+                        "type": "string",
+                        "description": "concept, api, type, module, tool, person, "
+                        "organization, place, event or other",
                     },
-                    "required": ["name", "type", "description"],
+                    "description": STRING,
                 },
-            },
-            "relations": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "source": {"type": "string"},
-                        "relation": {"type": "string", "description": "UPPER_SNAKE_CASE verb"},
-                        "target": {"type": "string"},
-                        "context": {"type": "string"},
-                    },
-                    "required": ["source", "relation", "target"],
+                ["name", "type", "description"],
+            ),
+            "relations": _list_of(
+                {
+                    "source": STRING,
+                    "relation": {"type": "string", "description": "UPPER_SNAKE_CASE verb"},
+                    "target": STRING,
+                    "context": STRING,
                 },
-            },
-            "facts": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "content": {"type": "string"},
-                        "entity": {"type": "string"},
-                    },
-                    "required": ["content"],
-                },
-            },
+                ["source", "relation", "target"],
+            ),
+            "facts": _list_of({"content": STRING, "entity": STRING}, ["content"]),
         },
         "required": ["entities", "relations", "facts"],
     },

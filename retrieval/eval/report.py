@@ -3,7 +3,6 @@ conditions side by side, and the result files under ``eval/results/``."""
 
 from __future__ import annotations
 
-import base64
 import io
 import json
 from pathlib import Path
@@ -201,8 +200,3 @@ def write_results(results: dict, folder: Path) -> dict[str, Path]:
     paths["markdown"].write_text(markdown_summary(results))
     paths["png"].write_bytes(chart_png(results))
     return paths
-
-
-def png_markdown(png: bytes) -> str:
-    """The chart inline, so the Dagster UI shows it in the asset's metadata."""
-    return f"![evaluation chart](data:image/png;base64,{base64.b64encode(png).decode()})"
