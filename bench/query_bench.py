@@ -38,9 +38,11 @@ STAGES = (
     "embed",
     "vector_search",
     "bm25_search",
+    "graph_retrieval",
     "dedupe",
     "cross_encoder",
     "graph_rerank",
+    "graph_second_hop",
     "multidoc",
     "quality_filter",
     "few_shot",
@@ -49,7 +51,7 @@ STAGES = (
     "total",
 )
 OUT = REPO / "bench" / "out" / "query_bench.json"
-TARGET_MS = 30.0
+TARGET_MS = 40.0  # issue 10: balanced p50 on the Python docs pack, graph stages included
 
 
 def squad_questions(limit: int) -> list[str]:

@@ -39,8 +39,9 @@ GRAPH_INPUTS = (
     "relations",
     "facts",
 )
-# Settings that never change what a pack holds: a new cron is not a new version.
-NOT_CONTENT_SETTINGS = ("schedule",)
+# Settings that never change what a pack holds by themselves: a new cron is not a new version,
+# and what the fetch and crawl settings change (pages, their failures) is in the tables.
+NOT_CONTENT_SETTINGS = ("schedule", "fetch", "crawl")
 MAX_LISTED_URLS = 200
 
 

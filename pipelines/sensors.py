@@ -1,9 +1,10 @@
 """Keeps the pack partitions in step with the packs folder.
 
 A new folder with a urls.txt becomes a partition, and the partition of a deleted folder is
-removed. Once known, a change of its urls.txt or of a build setting in kg_config.json starts a
-build of that pack; a change of ``schedule`` or of the ``query`` settings does not (they change
-when a pack is rebuilt or how it is queried, not what it holds). The first tick only records
+removed. Once known, a change of the URLs in its urls.txt (an edited comment is none) or of a
+build setting in kg_config.json starts a build of that pack; a change of ``schedule`` or of the
+``query`` settings does not (they change when a pack is rebuilt or how it is queried, not what
+it holds). The first tick only records
 what is there, so turning the sensor on never rebuilds every pack at once.
 """
 
@@ -16,17 +17,22 @@ from assets.partitions import packs_partitions
 from kpack import settings
 from kpack.config import CONFIG_FILE, load_config
 from kpack.errors import PackError
-from kpack.packs import list_packs
+from kpack.packs import list_packs, read_urls
 from pipelines.jobs import build_pack_job
 
 
 def source_fingerprints() -> dict[str, str]:
-    """Per pack, a hash of what a build reads: urls.txt and the build settings."""
+    """Per pack, a hash of what a build reads: the URLs of urls.txt (not its comments, blank
+    lines or line numbers) and the build settings."""
     root = settings.packs_dir()
     fingerprints = {}
     for pack in list_packs(root):
         folder = root / pack
-        digest = hashlib.sha256((folder / "urls.txt").read_bytes())
+        try:
+            sources = [(source.url, source.depth) for source in read_urls(folder)[0]]
+            digest = hashlib.sha256(json.dumps(sources).encode())
+        except PackError:  # not UTF-8: fixing it starts a build, which reads it again
+            digest = hashlib.sha256((folder / "urls.txt").read_bytes())
         try:
             build_settings = load_config(folder).build_settings()
             digest.update(json.dumps(build_settings, sort_keys=True).encode())

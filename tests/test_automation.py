@@ -76,7 +76,7 @@ def test_sensor_adds_partitions_and_builds_a_pack_whose_sources_change(workspace
     assert pack_sources_sensor.default_status == DefaultSensorStatus.RUNNING
 
 
-def test_sensor_ignores_schedule_and_query_only_edits(workspace):
+def test_sensor_ignores_schedule_query_and_comment_only_edits(workspace):
     folder = write_pack(workspace, "alpha", ["https://example.org/a"], {"chunk_tokens": 200})
     instance = DagsterInstance.ephemeral()
     first = tick(instance)
@@ -89,9 +89,13 @@ def test_sensor_ignores_schedule_and_query_only_edits(workspace):
     (folder / "kg_config.json").write_text(json.dumps(config, indent=4))
     after_query = tick(instance, after_schedule.cursor)
     assert after_query.run_requests == []
+    urls = folder / "urls.txt"
+    urls.write_text(f"# the pages of alpha\n\n{urls.read_text()}")  # a comment is no new URL
+    after_comment = tick(instance, after_query.cursor)
+    assert after_comment.run_requests == []
     config["chunk_tokens"] = 300
     (folder / "kg_config.json").write_text(json.dumps(config))
-    after_build_setting = tick(instance, after_query.cursor)
+    after_build_setting = tick(instance, after_comment.cursor)
     assert [r.partition_key for r in after_build_setting.run_requests] == ["alpha"]
 
 

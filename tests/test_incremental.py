@@ -196,6 +196,9 @@ def test_incremental_rebuilds(workspace, site, claude):
     config = json.loads((folder / "kg_config.json").read_text())
     (folder / "kg_config.json").write_text(json.dumps({**config, "schedule": "0 5 * * *"}))
     assert rebuild()[0].outcome == "unchanged"  # a new cron is not new content
+    slower = {**config, "fetch": {**config.get("fetch", {}), "timeout_s": 9.0}}
+    (folder / "kg_config.json").write_text(json.dumps(slower))
+    assert rebuild()[0].outcome == "unchanged"  # the same pages fetched with another timeout
     (folder / "kg_config.json").write_text(json.dumps({**config, "chunk_tokens": 200}))
     resized, _ = rebuild()
     assert resized.published and resized.manifest["version"] == 5
