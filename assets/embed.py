@@ -8,6 +8,7 @@ writer of the embedding cache. The number of shards is KPACK_EMBED_SHARDS (defau
 """
 
 import time
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,8 +27,28 @@ SHARDS = shard_count()
 SHARD_NAMES = [f"embeddings_shard_{index}" for index in range(SHARDS)]
 
 
-def cache_namespace(model: str) -> str:
-    return f"embeddings/{model_label(model)}"
+@dataclass(frozen=True)
+class EmbedStep:
+    """One run of an embedding step: the pack, the embedding model its config names, and when
+    the step started."""
+
+    pack: str
+    model: str
+    started: float
+
+    @classmethod
+    def begin(cls, context: AssetExecutionContext, pack_store: PackStore) -> "EmbedStep":
+        started = time.perf_counter()
+        pack = context.partition_key
+        return cls(pack, pack_store.config(pack).embedding_model, started)
+
+    @property
+    def cache_namespace(self) -> str:
+        """Vectors are cached per model, so a changed embedding_model reuses none of them."""
+        return f"embeddings/{model_label(self.model)}"
+
+    def duration_s(self) -> float:
+        return round(time.perf_counter() - self.started, 3)
 
 
 def shard_asset(index: int) -> AssetsDefinition:
@@ -50,9 +71,7 @@ def shard_asset(index: int) -> AssetsDefinition:
         content_cache: ContentCacheResource,
         pack_store: PackStore,
     ) -> Output[pa.Table]:
-        started = time.perf_counter()
-        pack = context.partition_key
-        model = pack_store.config(pack).embedding_model
+        step = EmbedStep.begin(context, pack_store)
         texts = {
             h: text
             for h, text in distinct_texts(sections, chunks).items()
@@ -61,8 +80,8 @@ def shard_asset(index: int) -> AssetsDefinition:
         # The model is loaded on first use: a shard served from the cache never loads it.
         result = embed_shard(
             texts,
-            content_cache.load(cache_namespace(model), pack, CACHE_COLUMNS),
-            lambda batch: embedder.embed(batch, model),
+            content_cache.load(step.cache_namespace, step.pack, CACHE_COLUMNS),
+            lambda batch: embedder.embed(batch, step.model),
         )
         return Output(
             result.table,
@@ -76,7 +95,7 @@ def shard_asset(index: int) -> AssetsDefinition:
                 "texts_per_second": (
                     round(result.embedded / result.seconds, 1) if result.embedded else 0.0
                 ),
-                "duration_s": round(time.perf_counter() - started, 3),
+                "duration_s": step.duration_s(),
             },
         )
 
@@ -100,24 +119,22 @@ def embeddings(
     pack_store: PackStore,
     **shards: pa.Table,
 ) -> Output[pa.Table]:
-    started = time.perf_counter()
-    pack = context.partition_key
-    model = pack_store.config(pack).embedding_model
+    step = EmbedStep.begin(context, pack_store)
     gathered = pa.concat_tables([shards[name] for name in SHARD_NAMES])
     embedded = pc.sum(gathered["fresh"]).as_py() or 0
     table = gathered.select(list(CACHE_COLUMNS))
     if embedded:
         # The cache becomes exactly this pack's texts: new vectors in, vanished texts out.
-        content_cache.save(cache_namespace(model), pack, table)
+        content_cache.save(step.cache_namespace, step.pack, table)
     return Output(
         table,
         metadata={
-            "model": model_label(model),
+            "model": model_label(step.model),
             "dimension": len(table["embedding"][0]) if table.num_rows else 0,
             "texts": table.num_rows,
             "embedded": embedded,
             "cached": table.num_rows - embedded,
             "shards": SHARDS,
-            "duration_s": round(time.perf_counter() - started, 3),
+            "duration_s": step.duration_s(),
         },
     )

@@ -44,7 +44,6 @@ from typing import Any
 
 from corpora import (
     DEFAULT_SQUAD,
-    PYTHON_DOC_ROOT,
     ensure_python_docs,
     make_pack,
     page_urls,
@@ -52,15 +51,11 @@ from corpora import (
     render_squad,
     serve,
 )
-from harness import STAGES, emit, peak_rss_mib, run_child
+from harness import OFFLINE_ENV, OUT_DIR, STAGES, build_here, emit, peak_rss_mib, run_child
 
-# The packaged model must never reach for the hub, and tokenizers' own thread pool would
-# compete with torch's for the same cores; both children inherit these.
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["TOKENIZERS_PARALLELISM"] = "false"
+os.environ.update(OFFLINE_ENV)  # the build and the embedding-only children inherit it
 
 HERE = Path(__file__).resolve()
-OUT_DIR = HERE.parent / "out"
 PACKS = ("squad_wiki6", "python_docs")
 TARGET_PACK = "python_docs"
 TARGET_RATIO = 1.25
@@ -71,21 +66,8 @@ TARGET_RATIO = 1.25
 
 def child_build(pack: str, workspace: Path) -> dict[str, Any]:
     """Build one pack in-process, the way `kpack build` does, with a throwaway Dagster instance."""
-    started = time.perf_counter()
-    from dagster import DagsterInstance
-
-    from pipelines.build import build_pack
-
-    imported = time.perf_counter()
-    with DagsterInstance.ephemeral() as instance:
-        result = build_pack(
-            pack,
-            packs_dir=workspace / "packs",
-            storage=str(workspace / "storage"),
-            instance=instance,
-            log_level="WARNING",
-        )
-        built = time.perf_counter()
+    build = build_here(pack, workspace)
+    result = build.result
     return {
         "pack": pack,
         "success": result.success,
@@ -93,8 +75,8 @@ def child_build(pack: str, workspace: Path) -> dict[str, Any]:
         "failed_steps": result.failed_steps,
         "failed_checks": result.failed_checks,
         "manifest": result.manifest,
-        "import_s": round(imported - started, 3),
-        "build_pack_s": round(built - imported, 3),
+        "import_s": build.import_s,
+        "build_pack_s": build.build_pack_s,
         "peak_rss_mib": peak_rss_mib(),
     }
 
@@ -141,7 +123,7 @@ def squad_corpus(args: argparse.Namespace, workspace: Path) -> Corpus:
 
 
 def python_docs_corpus(args: argparse.Namespace, workspace: Path) -> Corpus:
-    root = ensure_python_docs(PYTHON_DOC_ROOT)
+    root = ensure_python_docs()
     pages = python_doc_pages(root, args.python_pages)
     if not pages:
         sys.exit(f"{root}: no HTML pages under its library/tutorial/reference/howto/faq folders")

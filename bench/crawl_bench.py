@@ -33,12 +33,11 @@ import os
 import platform
 import sys
 import tempfile
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from harness import emit, run_child
+from harness import OFFLINE_ENV, OUT_DIR, build_here, emit, run_child
 
 HERE = Path(__file__).resolve()
 ROOT = HERE.parent.parent
@@ -46,10 +45,8 @@ sys.path.insert(0, str(ROOT))
 
 from tests.docsite import bench_site, serve  # noqa: E402
 
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["TOKENIZERS_PARALLELISM"] = "false"
+os.environ.update(OFFLINE_ENV)  # the build children inherit it
 
-OUT_DIR = HERE.parent / "out"
 NO_CHANGE_TARGET = 0.10
 FETCH = {"allow_private_hosts": True, "per_host_delay_s": 0.0, "timeout_s": 10.0}
 CRAWL_STAGE_KEYS = (
@@ -93,27 +90,16 @@ def pack_contents(db: Path) -> dict[str, Any]:
 
 
 def child_build(workspace: Path, pack: str) -> dict[str, Any]:
-    started = time.perf_counter()
-    from dagster import DagsterInstance
-
     from kpack.packs import current_version
-    from pipelines.build import build_pack
 
-    with DagsterInstance.ephemeral() as instance:
-        result = build_pack(
-            pack,
-            packs_dir=workspace / "packs",
-            storage=str(workspace / "storage"),
-            instance=instance,
-            log_level="WARNING",
-        )
-    build_s = time.perf_counter() - started
+    build = build_here(pack, workspace)
+    result = build.result
     fetched = result.stage_metadata.get("fetched_pages", {})
     version = current_version(workspace / "packs" / pack)
     return {
         "outcome": result.outcome,
         "cause": result.cause,
-        "build_pack_s": round(build_s, 3),
+        "build_pack_s": build.total_s,
         "fetch": {key: fetched.get(key) for key in CRAWL_STAGE_KEYS},
         "embedded": result.stage_metadata.get("embeddings", {}).get("embedded"),
         "changes": (result.manifest or {}).get("changes"),

@@ -23,6 +23,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from harness import workspace_env
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 LOCATION = "knowledge_packs"  # workspace.yaml's location_name
 REPOSITORY = "__repository__"  # the repository a Definitions object becomes
@@ -107,15 +109,7 @@ def prepare(work: Path, packs: list[str], with_eval: bool = False) -> dict[str, 
     home = work / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")  # as kpack writes it
-    return {
-        **os.environ,
-        "KPACK_PACKS_DIR": str(work / "packs"),
-        "KPACK_STORAGE": str(work / "storage"),
-        "DAGSTER_HOME": str(home),
-        # The packaged model loads from disk; no run may wait on the hub.
-        "HF_HUB_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
+    return {**os.environ, **workspace_env(work)}
 
 
 def add_partitions(packs: list[str]) -> None:

@@ -12,10 +12,16 @@ import resource
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 RESULT_MARK = "BENCH_RESULT "
+OUT_DIR = Path(__file__).resolve().parent / "out"  # every benchmark's JSON and Markdown
+# The packaged model loads from disk, so no run waits on the hub, and tokenizers' own thread
+# pool would compete with torch's for the same cores. Set before huggingface_hub and torch are
+# imported (they read them then); child processes inherit them.
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 STAGES = (
     "fetched_pages",
     "articles",
@@ -26,6 +32,17 @@ STAGES = (
     "pack_graph",
     "pack_manifest",
 )
+
+
+def workspace_env(workdir: Path) -> dict[str, str]:
+    """The variables that point a kpack child process (build, query, Dagster) at ``workdir``'s
+    packs/, storage/ and dagster_home/, offline (OFFLINE_ENV)."""
+    return {
+        "KPACK_PACKS_DIR": str(workdir / "packs"),
+        "KPACK_STORAGE": str(workdir / "storage"),
+        "DAGSTER_HOME": str(workdir / "dagster_home"),
+        **OFFLINE_ENV,
+    }
 
 
 def peak_rss_mib() -> float:
@@ -50,3 +67,38 @@ def run_child(script: Path, args: list[str]) -> dict[str, Any]:
         sys.stdout.write(proc.stdout)
         raise SystemExit(f"child {' '.join(args)} failed (exit status {proc.returncode})")
     return {**json.loads(lines[-1][len(RESULT_MARK) :]), "process_s": round(elapsed, 3)}
+
+
+@dataclass(frozen=True)
+class TimedBuild:
+    result: Any  # pipelines.build.BuildResult
+    import_s: float  # importing Dagster and the pipeline
+    build_pack_s: float  # build_pack itself
+
+    @property
+    def total_s(self) -> float:
+        return round(self.import_s + self.build_pack_s, 3)
+
+
+def build_here(pack: str, workspace: Path, executor: dict | None = None) -> TimedBuild:
+    """Build ``pack`` of ``workspace`` (its packs/ and storage/) in this process, the way
+    `kpack build` runs it, with a throwaway Dagster instance; with an ``executor`` (Celery),
+    the DAGSTER_HOME instance its workers share."""
+    started = time.perf_counter()
+    from dagster import DagsterInstance
+
+    from pipelines.build import build_pack
+
+    imported = time.perf_counter()
+    instance = DagsterInstance.get() if executor else DagsterInstance.ephemeral()
+    with instance:
+        result = build_pack(
+            pack,
+            packs_dir=workspace / "packs",
+            storage=str(workspace / "storage"),
+            instance=instance,
+            log_level="WARNING",
+            executor=executor,
+        )
+    built = time.perf_counter()
+    return TimedBuild(result, round(imported - started, 3), round(built - imported, 3))

@@ -34,26 +34,22 @@ import platform
 import re
 import shutil
 import tempfile
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from corpora import (
-    PYTHON_DOC_ROOT,
     ensure_python_docs,
     make_pack,
     page_urls,
     python_doc_pages,
     serve,
 )
-from harness import STAGES, emit, run_child
+from harness import OFFLINE_ENV, OUT_DIR, STAGES, build_here, emit, run_child
 
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["TOKENIZERS_PARALLELISM"] = "false"
+os.environ.update(OFFLINE_ENV)  # the build children inherit it
 
 HERE = Path(__file__).resolve()
-OUT_DIR = HERE.parent / "out"
 PACK = "python_docs_incremental"
 NO_CHANGE_TARGET = 0.10  # no-change rebuild time / first build time
 # A body paragraph of a Sphinx page: starts a line (those inside the local table of contents,
@@ -65,21 +61,8 @@ ASIDE = re.compile(r"<aside\b.*?</aside>", re.DOTALL)
 
 def child_build(workspace: Path) -> dict[str, Any]:
     """One build in this (fresh) process, the way `kpack build` runs it."""
-    started = time.perf_counter()
-    from dagster import DagsterInstance
-
-    from pipelines.build import build_pack
-
-    imported = time.perf_counter()
-    with DagsterInstance.ephemeral() as instance:
-        result = build_pack(
-            PACK,
-            packs_dir=workspace / "packs",
-            storage=str(workspace / "storage"),
-            instance=instance,
-            log_level="WARNING",
-        )
-    built = time.perf_counter()
+    build = build_here(PACK, workspace)
+    result = build.result
     meta = result.stage_metadata
     return {
         "success": result.success,
@@ -103,8 +86,8 @@ def child_build(workspace: Path) -> dict[str, Any]:
             )
         },
         "stage_seconds": {s: meta.get(s, {}).get("duration_s") for s in STAGES},
-        "import_s": round(imported - started, 3),
-        "build_pack_s": round(built - imported, 3),
+        "import_s": build.import_s,
+        "build_pack_s": build.build_pack_s,
     }
 
 
@@ -245,7 +228,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"{workspace} already holds a build: use an empty --workdir")
     print(f"workspace: {workspace}", flush=True)
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
-    root = ensure_python_docs(PYTHON_DOC_ROOT)
+    root = ensure_python_docs()
     corpus = workspace / "corpus"
     pages = copy_pages(root, python_doc_pages(root, args.python_pages), corpus)
     try:

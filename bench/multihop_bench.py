@@ -71,9 +71,9 @@ from bench.corpora import (  # noqa: E402
     render_hotpotqa,
     serve,
 )
+from bench.harness import OUT_DIR, workspace_env  # noqa: E402
 
-OUT = REPO / "bench" / "out"
-DEFAULT_WORKDIR = OUT / "multihop"
+DEFAULT_WORKDIR = OUT_DIR / "multihop"
 PACK = "hotpotqa_100"
 PACK_CONFIG = {"extraction": "offline", "embedding_model": "default"}
 # Bumped whenever the rendering or the pack config changes in a way the fingerprint of the
@@ -203,14 +203,7 @@ def build_pack(
             shutil.rmtree(stale)
         elif stale.exists():
             stale.unlink()
-    env = {
-        **os.environ,
-        "KPACK_PACKS_DIR": str(workdir / "packs"),
-        "KPACK_STORAGE": str(workdir / "storage"),
-        "DAGSTER_HOME": str(workdir / "dagster_home"),
-        "HF_HUB_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
+    env = {**os.environ, **workspace_env(workdir)}
     env.pop("ANTHROPIC_API_KEY", None)  # offline extraction is in the config too
     log = workdir / "build.log"
     with serve(corpus_dir) as base_url:
@@ -472,10 +465,10 @@ def main() -> None:
         "retrievers": {name: evaluate(name, s, questions) for name, s in retrievers.items()},
         "gold": {q["id"]: q["gold"] for q in questions},
     }
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "multihop_bench.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    (OUT_DIR / "multihop_bench.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     table = render(report)
-    (OUT / "multihop_bench.md").write_text(table + "\n")
+    (OUT_DIR / "multihop_bench.md").write_text(table + "\n")
     print(table)
 
 

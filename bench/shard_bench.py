@@ -31,14 +31,13 @@ import json
 import os
 import platform
 import tempfile
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 # crawl_bench puts the project root on sys.path (for tests.*) and sets the offline variables.
-from crawl_bench import FETCH, OUT_DIR, pack_contents
-from harness import emit, run_child
+from crawl_bench import FETCH, pack_contents
+from harness import OUT_DIR, build_here, emit, run_child
 
 from tests.celery_cluster import celery_workers, redis_server
 from tests.docsite import bench_site, serve
@@ -59,27 +58,15 @@ SERIAL_STAGES = (
 
 
 def child_build(workspace: Path, executor: dict | None) -> dict[str, Any]:
-    started = time.perf_counter()
-    from dagster import DagsterInstance
-
     from kpack.packs import current_version
-    from pipelines.build import build_pack
 
-    instance = DagsterInstance.get() if executor else DagsterInstance.ephemeral()
-    with instance:
-        result = build_pack(
-            PACK,
-            packs_dir=workspace / "packs",
-            storage=str(workspace / "storage"),
-            instance=instance,
-            log_level="WARNING",
-            executor=executor,
-        )
+    build = build_here(PACK, workspace, executor)
+    result = build.result
     version = current_version(workspace / "packs" / PACK)
     return {
         "outcome": result.outcome,
         "cause": result.cause,
-        "build_pack_s": round(time.perf_counter() - started, 3),
+        "build_pack_s": build.total_s,
         "stages": result.stage_metadata,
         "contents": pack_contents(version / "pack.db") if version else None,
     }

@@ -43,10 +43,9 @@ from bench.corpora import (  # noqa: E402
     python_doc_pages,
     serve,
 )
-from bench.harness import RESULT_MARK, emit  # noqa: E402
+from bench.harness import OUT_DIR, RESULT_MARK, emit, workspace_env  # noqa: E402
 from retrieval.eval.metrics import percentile  # noqa: E402
 
-OUT = REPO / "bench" / "out"
 QUESTION_FILES = {
     "demo": REPO / "packs" / "demo" / "eval" / "questions.jsonl",
     "python_docs": REPO / "bench" / "python_docs_questions.jsonl",
@@ -124,17 +123,6 @@ def reader(args: argparse.Namespace) -> None:
 
 
 # --- the parent ----------------------------------------------------------------------------
-
-
-def workspace_env(workdir: Path) -> dict[str, str]:
-    """The variables that point kpack and retrieval at the work folder."""
-    return {
-        "KPACK_PACKS_DIR": str(workdir / "packs"),
-        "KPACK_STORAGE": str(workdir / "storage"),
-        "DAGSTER_HOME": str(workdir / "dagster_home"),
-        "HF_HUB_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
 
 
 def thread_env(setting: str) -> dict[str, str]:
@@ -317,7 +305,7 @@ def main(argv: list[str] | None = None) -> None:
     unknown = set(settings) - set(SETTINGS)
     if unknown or not settings:
         raise SystemExit(f"--settings takes {', '.join(SETTINGS)}; got {args.settings!r}")
-    workdir = (args.workdir or OUT / f"soak-{args.corpus}").resolve()
+    workdir = (args.workdir or OUT_DIR / f"soak-{args.corpus}").resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     # The Python docs are served for the whole soak: every rebuild fetches them again.
     served = serve(ensure_python_docs()) if args.corpus == "python_docs" else nullcontext(None)
@@ -330,8 +318,8 @@ def main(argv: list[str] | None = None) -> None:
         if first["rc"] != 0:
             raise SystemExit(f"the first build failed:\n{first['stderr_tail']}")
         print(f"built {pack} v{first['version']} ({first['seconds']} s)", file=sys.stderr)
-        OUT.mkdir(parents=True, exist_ok=True)
-        out = OUT / f"soak_{args.corpus}.json"
+        OUT_DIR.mkdir(parents=True, exist_ok=True)
+        out = OUT_DIR / f"soak_{args.corpus}.json"
         runs = []
         for setting in settings:  # saved after each setting: a long soak keeps what it measured
             runs.append(soak(args, workdir, pack, setting))

@@ -59,17 +59,17 @@ WARMUP = "demo-warmup"
 OUTCOME_WAIT_S = 90  # the run-status sensors tick every 30 s
 
 
+def run_kpack(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
+    """The kpack command as a user runs it, from the project root, its output captured."""
+    return subprocess.run(
+        [KPACK, *argv], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, check=False
+    )
+
+
 def cli_build(ui: DagsterUI, env: dict[str, str], pack: str) -> dict[str, Any]:
     started_at = time.time()
     started = time.perf_counter()
-    proc = subprocess.run(
-        [KPACK, "build", pack, "--no-progress"],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = run_kpack(env, "build", pack, "--no-progress")
     wall = time.perf_counter() - started
     if proc.returncode != 0:
         raise SystemExit(f"kpack build {pack} failed:\n{proc.stdout}\n{proc.stderr}")
@@ -133,14 +133,7 @@ def wait_for_outcome_tags(ui: DagsterUI, runs: list[dict[str, Any]]) -> None:
 
 
 def kpack_status(env: dict[str, str], pack: str) -> dict[str, Any]:
-    proc = subprocess.run(
-        [KPACK, "status", pack, "--json"],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = run_kpack(env, "status", pack, "--json")
     return json.loads(proc.stdout) if proc.returncode == 0 else {"error": proc.stderr.strip()}
 
 
@@ -169,19 +162,30 @@ def summarise(builds: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return table
 
 
+# The Markdown table's columns after the build kind: (heading, key in a row of the summary).
+COLUMNS = (
+    ("CLI wall s", "cli_wall_s"),
+    ("UI submit->end s", "ui_submit_to_end_s"),
+    ("UI/CLI", "ratio"),
+    ("CLI run s", "cli_run_s"),
+    ("UI run s", "ui_run_s"),
+    ("UI submit->run start s", "ui_submit_to_run_start_s"),
+    ("n", "n"),
+)
+
+
 def markdown(table: dict[str, dict[str, float]]) -> str:
     lines = [
-        "| build | CLI wall s | UI submit->end s | UI/CLI | CLI run s | UI run s "
-        "| UI submit->run start s | n |",
-        "|---|---|---|---|---|---|---|---|",
+        markdown_row(["build", *(heading for heading, _ in COLUMNS)]),
+        "|" + "---|" * (len(COLUMNS) + 1),
     ]
     for kind, row in table.items():
-        lines.append(
-            f"| {kind} | {row['cli_wall_s']} | {row['ui_submit_to_end_s']} | {row['ratio']} "
-            f"| {row['cli_run_s']} | {row['ui_run_s']} | {row['ui_submit_to_run_start_s']} "
-            f"| {row['n']} |"
-        )
+        lines.append(markdown_row([kind, *(row[key] for _, key in COLUMNS)]))
     return "\n".join(lines)
+
+
+def markdown_row(cells: list[object]) -> str:
+    return "| " + " | ".join(str(cell) for cell in cells) + " |"
 
 
 def main() -> int:

@@ -31,6 +31,13 @@ console = Console()
 err = Console(stderr=True)
 
 
+def _report(message: str) -> int:
+    """A command's closing line, and its exit status 0. ``message`` is Rich markup (paths in
+    it escaped); numbers and paths are not colour-highlighted."""
+    console.print(message, highlight=False)
+    return 0
+
+
 def cmd_new(args: argparse.Namespace) -> int:
     name = validate_pack_name(args.name)
     folder = settings.packs_dir() / name
@@ -96,12 +103,10 @@ def cmd_build(args: argparse.Namespace) -> int:
         )
         return 1
     if result.outcome == "unchanged":
-        console.print(
+        return _report(
             f"{args.name}: nothing changed since v{manifest['version']:04d}, so nothing was "
-            f"published ({elapsed:.1f}s; `kpack build {args.name} --force` publishes anyway)",
-            highlight=False,
+            f"published ({elapsed:.1f}s; `kpack build {args.name} --force` publishes anyway)"
         )
-        return 0
     _print_summary(manifest, elapsed)
     return 0
 
@@ -610,14 +615,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     from kpack.archive import ARCHIVE_MANIFEST, export_pack
 
     result = export_pack(args.name, Path(args.output) if args.output else None)
-    console.print(
+    return _report(
         f"exported {result.pack} version {result.version} to {escape(str(result.path))} "
         f"({result.bytes / 2**20:.1f} MiB, {len(result.files)} files with their SHA-256 in "
         f"{ARCHIVE_MANIFEST}); install it elsewhere with [bold]kpack install "
-        f"{escape(result.path.name)}[/]",
-        highlight=False,
+        f"{escape(result.path.name)}[/]"
     )
-    return 0
 
 
 def cmd_install(args: argparse.Namespace) -> int:
@@ -625,13 +628,11 @@ def cmd_install(args: argparse.Namespace) -> int:
 
     with console.status("verifying checksums, the database and the embedding model"):
         result = install(args.source, name=args.as_name, replace=args.replace)
-    console.print(
+    return _report(
         f"installed {result.source_pack} v{result.source_version} as {result.pack} version "
         f"{result.version} in {escape(str(result.folder))} ({len(result.files)} files verified, "
-        f'{result.seconds:.1f}s); ask it with [bold]kpack query {result.pack} "question"[/]',
-        highlight=False,
+        f'{result.seconds:.1f}s); ask it with [bold]kpack query {result.pack} "question"[/]'
     )
-    return 0
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -705,13 +706,11 @@ def cmd_push(args: argparse.Namespace) -> int:
 
     with console.status(f"uploading {args.name} to {storage_path()}"):
         pointer = push(args.name)
-    console.print(
+    return _report(
         f"pushed {pointer['pack']} version {pointer['version']} to "
         f"{escape(str(storage_path()))} ({pointer['bytes'] / 2**20:.1f} MiB); "
-        f"other machines get it with [bold]kpack pull {pointer['pack']}[/]",
-        highlight=False,
+        f"other machines get it with [bold]kpack pull {pointer['pack']}[/]"
     )
-    return 0
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
@@ -720,18 +719,14 @@ def cmd_pull(args: argparse.Namespace) -> int:
     with console.status(f"downloading {args.name} from {storage_path()}"):
         result = pull(args.name)
     if not result.downloaded:
-        console.print(
+        return _report(
             f"{result.pack} is already at the shared store's version "
-            f"(v{result.source_version}, local version {result.version})",
-            highlight=False,
+            f"(v{result.source_version}, local version {result.version})"
         )
-        return 0
-    console.print(
+    return _report(
         f"pulled {result.pack} v{result.source_version} ({result.bytes / 2**20:.1f} MiB, "
-        f"verified) as local version {result.version}",
-        highlight=False,
+        f"verified) as local version {result.version}"
     )
-    return 0
 
 
 def _add_store_commands(sub: argparse._SubParsersAction) -> None:

@@ -108,6 +108,11 @@ class CrawlConfig(_Settings):
     )
 
 
+def _stage_toggle(stages: str) -> Any:
+    """A query setting that switches ``stages`` on (true) or off (false) in any profile."""
+    return Field(None, description=f"{stages} on/off (None: the profile's)")
+
+
 class QueryConfig(_Settings):
     """How questions are answered (retrieval). ``None`` means: the profile's value."""
 
@@ -176,15 +181,21 @@ class QueryConfig(_Settings):
     expansion_model: str = Field(
         "claude-haiku-4-5", description="Claude model for multi-query phrasings"
     )
-    use_enhancements: bool | None = None
-    enable_reranker: bool | None = None
-    enable_multidoc: bool | None = None
-    enable_fewshot: bool | None = None
-    enable_cross_encoder: bool | None = None
-    enable_multi_query: bool | None = None
-    enable_hybrid: bool | None = None
-    enable_quality_filter: bool | None = None
-    enable_graph: bool | None = None
+    # The stage toggles (retrieval.profiles): each switches its stages off in a profile that
+    # has them, or on in one that lacks them.
+    use_enhancements: bool | None = Field(
+        None,
+        description="false keeps only the stages every profile needs and BM25 search (None: "
+        "the profile's)",
+    )
+    enable_reranker: bool | None = _stage_toggle("GraphReranker")
+    enable_multidoc: bool | None = _stage_toggle("MultiDocSynthesizer")
+    enable_fewshot: bool | None = _stage_toggle("few-shot examples")
+    enable_cross_encoder: bool | None = _stage_toggle("cross-encoder reranking")
+    enable_multi_query: bool | None = _stage_toggle("multi-query expansion")
+    enable_hybrid: bool | None = _stage_toggle("BM25 search")
+    enable_quality_filter: bool | None = _stage_toggle("content quality filter")
+    enable_graph: bool | None = _stage_toggle("graph retrieval and the graph second hop")
 
     @model_validator(mode="after")
     def _known_profile(self) -> QueryConfig:
@@ -331,8 +342,7 @@ def settings_reference() -> str:
             if name in ("fetch", "crawl", "query"):
                 continue
             default = field.get_default(call_default_factory=True)
-            meaning = field.description or "on/off override of the profile's stage"
-            lines.append(f"| `{prefix}{name}` | `{json.dumps(default)}` | {meaning} |")
+            lines.append(f"| `{prefix}{name}` | `{json.dumps(default)}` | {field.description} |")
         lines.append("")
     return "\n".join(lines)
 

@@ -79,6 +79,8 @@ def page_key(url: str) -> str:
 
 @dataclass(frozen=True)
 class Source:
+    """A URL line of urls.txt."""
+
     line_no: int
     url: str
     # Link hops a crawl follows from this URL (a seed line ``URL depth=N``); None: this page
@@ -88,6 +90,8 @@ class Source:
 
 @dataclass(frozen=True)
 class LineProblem:
+    """A line of urls.txt that names no page to fetch, and why."""
+
     line_no: int
     line: str
     reason: str

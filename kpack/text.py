@@ -1,11 +1,13 @@
 """Text utilities shared by ingest and retrieval: one sentence splitter, one code-fence
-scanner, one stopword list, so a passage is cut and scored the same way everywhere.
+scanner, one stopword list and one way to cut a text into search terms, so a passage is cut
+and scored the same way everywhere.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
+from functools import lru_cache
 from typing import Literal
 
 # A sentence ends at . ! or ? followed by space and something that starts a sentence
@@ -16,6 +18,9 @@ SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9`\"'(\[])")
 FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 
 LineRole = Literal["text", "open", "code", "close"]
+
+# A word: letters, digits and underscores, so an identifier (allow_private_hosts) is one word.
+WORD = re.compile(r"[a-z0-9_]+")
 
 # Function words: never a search term, never the start of a name.
 STOPWORDS = frozenset(
@@ -118,3 +123,31 @@ def fence_roles(lines: Iterable[str]) -> Iterator[tuple[str, LineRole]]:
 def prose_lines(content: str) -> list[str]:
     """The lines of a passage outside its fenced code blocks."""
     return [line for line, role in fence_roles(content.split("\n")) if role == "text"]
+
+
+def words(text: str) -> list[str]:
+    """The words of a text, lower-cased: letters, digits and underscores."""
+    return WORD.findall(text.lower())
+
+
+@lru_cache(maxsize=65536)
+def stem(word: str) -> str:
+    """A light suffix stripper, so "publishes", "published" and "publish" are one term (and
+    "page" and "pages")."""
+    if len(word) <= 3 or not word.isalpha():
+        return word
+    for suffix, replacement in (("sses", "ss"), ("ies", "y"), ("ss", "ss"), ("s", "")):
+        if word.endswith(suffix):
+            word = word[: len(word) - len(suffix)] + replacement
+            break
+    for suffix in ("ing", "ed"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            word = word[: -len(suffix)]
+            break
+    return word[:-1] if word.endswith("e") and len(word) > 3 else word
+
+
+def search_terms(text: str) -> list[str]:
+    """The search terms of a text, in order and repeated: its words of two characters or more
+    that are not stop words, stemmed. Keyword search counts them, the gate weighs them."""
+    return [stem(w) for w in words(text) if len(w) > 1 and w not in STOPWORDS]

@@ -37,15 +37,20 @@ from kpack import settings
 
 # What settings.dagster_home() wrote before this module existed: safe to upgrade.
 PLAIN_CONFIG = "telemetry:\n  enabled: false\n"
-CONFIG_TEMPLATE = """\
-# Written by kpack (pipelines/instance.py). Replace it with your own to use another storage.
+WRITTEN_BY_KPACK = "# Written by kpack (pipelines/instance.py)."
+CONFIG_TEMPLATE = f"""\
+{WRITTEN_BY_KPACK} Replace it with your own to use another storage.
 telemetry:
   enabled: false
+# Debug lines are not stored: the IO manager alone writes two per asset ("Writing file at
+# ...", "Loading file from ..."), and each is a row in the event log, a quarter of a build's.
+python_logs:
+  python_log_level: INFO
 event_log_storage:
   module: pipelines.instance
   class: PooledSqliteEventLogStorage
   config:
-    base_dir: {base_dir}
+    base_dir: {{base_dir}}
 # Runs launched from the UI, the sensor or the schedule wait in the daemon's queue: looking
 # every second instead of every 5 keeps a UI build within seconds of `kpack build`.
 run_coordinator:
@@ -60,7 +65,8 @@ BUSY_TIMEOUT_S = 15
 
 
 def ensure_dagster_home(home: Path | None = None) -> Path:
-    """Create ``home`` with kpack's dagster.yaml unless the user wrote their own. By default
+    """Create ``home`` with kpack's dagster.yaml unless the user wrote their own (one that an
+    older kpack wrote is brought up to date). By default
     ``home`` is settings.dagster_home(), which then becomes DAGSTER_HOME for
     ``DagsterInstance.get()``."""
     if home is None:
@@ -68,8 +74,14 @@ def ensure_dagster_home(home: Path | None = None) -> Path:
         os.environ["DAGSTER_HOME"] = str(home)
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
-    if not config.exists() or config.read_text() == PLAIN_CONFIG:
-        config.write_text(CONFIG_TEMPLATE.format(base_dir=home / "history" / "runs"))
+    wanted = CONFIG_TEMPLATE.format(base_dir=home / "history" / "runs")
+    written = config.read_text() if config.exists() else None
+    if (
+        written is None
+        or written == PLAIN_CONFIG
+        or (written.startswith(WRITTEN_BY_KPACK) and written != wanted)
+    ):
+        config.write_text(wanted)
     return home
 
 

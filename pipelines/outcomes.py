@@ -25,10 +25,9 @@ from dagster import (
     DagsterRun,
     DagsterRunStatus,
     DefaultSensorStatus,
-    RunFailureSensorContext,
     RunsFilter,
     RunStatusSensorContext,
-    run_failure_sensor,
+    SensorDefinition,
     run_status_sensor,
 )
 
@@ -168,22 +167,31 @@ def fail_abandoned_runs(
     return len(abandoned)
 
 
-@run_status_sensor(
-    run_status=DagsterRunStatus.SUCCESS,
-    monitored_jobs=[build_pack_job],
-    default_status=DefaultSensorStatus.RUNNING,
-    description="Records the outcome (published / unchanged) of build_pack runs.",
-)
-def build_outcome_sensor(context: RunStatusSensorContext) -> None:
-    if OUTCOME_TAG not in context.dagster_run.tags:
-        record_outcome(context.instance, context.dagster_run, settings.packs_dir())
+def _outcome_sensor(name: str, status: DagsterRunStatus, description: str) -> SensorDefinition:
+    """A sensor that records each build_pack run that ends in ``status``, unless ``kpack build``
+    recorded it already (its run has the outcome tag)."""
+
+    @run_status_sensor(
+        name=name,
+        run_status=status,
+        monitored_jobs=[build_pack_job],
+        default_status=DefaultSensorStatus.RUNNING,
+        description=description,
+    )
+    def record_unless_recorded(context: RunStatusSensorContext) -> None:
+        if OUTCOME_TAG not in context.dagster_run.tags:
+            record_outcome(context.instance, context.dagster_run, settings.packs_dir())
+
+    return record_unless_recorded
 
 
-@run_failure_sensor(
-    monitored_jobs=[build_pack_job],
-    default_status=DefaultSensorStatus.RUNNING,
-    description="Records failed build_pack runs, whoever started them, for `kpack status`.",
+build_outcome_sensor = _outcome_sensor(
+    "build_outcome_sensor",
+    DagsterRunStatus.SUCCESS,
+    "Records the outcome (published / unchanged) of build_pack runs.",
 )
-def build_failure_sensor(context: RunFailureSensorContext) -> None:
-    if OUTCOME_TAG not in context.dagster_run.tags:
-        record_outcome(context.instance, context.dagster_run, settings.packs_dir())
+build_failure_sensor = _outcome_sensor(
+    "build_failure_sensor",
+    DagsterRunStatus.FAILURE,
+    "Records failed build_pack runs, whoever started them, for `kpack status`.",
+)

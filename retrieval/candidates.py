@@ -1,5 +1,6 @@
-"""Candidate retrieval stages: embed the question, find passages by meaning (the HNSW vector
-indexes) and by words (the BM25 full-text index), and fuse the lists into one ranking.
+"""Candidate retrieval stages: embed the question, find passages by meaning (an exact scan of
+the pack's vectors) and by words (BM25 over the passages, retrieval.bm25), and fuse the lists into
+one ranking.
 
 Every candidate is a passage (a Chunk) and keeps the scores and reasons each stage gives it.
 """
@@ -8,21 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from kpack.contracts import FTS_INDEXES, VECTOR_INDEXES, chunk_id
-from retrieval.quality import words
+from kpack.contracts import chunk_id, section_of_chunk
+from retrieval.bm25 import keyword_index
 from retrieval.query import Candidate, Query, stage
 from retrieval.reader import PackReader
 
 RRF_K = 60
-VECTOR_CYPHER = (
-    "CALL QUERY_VECTOR_INDEX('{label}', '{index}', $v, $k) "
-    "RETURN node.{key} AS id, node.section_id AS sid, distance ORDER BY distance"
-)
-FTS_CYPHER = (
-    "CALL QUERY_FTS_INDEX('{label}', '{index}', $q, top := $k) "
-    "RETURN node.{key} AS id, node.section_id AS sid, score ORDER BY score DESC"
-)
-KEYS = {"Chunk": "chunk_id", "Section": "section_id"}
 
 
 def passage(
@@ -51,24 +43,28 @@ def nearest_passages(
     vector: np.ndarray,
     k: int,
     labels: tuple[str, ...] = ("Chunk", "Section"),
+    passage_similarity: np.ndarray | None = None,
 ) -> list[Candidate]:
-    """HNSW top-k per table as passages, best cosine similarity first.
+    """The k nearest vectors per table as passages, best cosine similarity first.
 
     A section-level hit stands for the section's first chunk: the model embedded the section
     truncated to its first ~256 tokens, which is that chunk. Results stay passages (not one hit
     per section) because long sections matter: a Wikipedia article is one section of fifty
-    paragraphs, and the passage that answers is rarely its first.
+    paragraphs, and the passage that answers is rarely its first. ``passage_similarity`` is
+    the vector's similarity with every passage, when the caller has it.
     """
     found = []
     for label in labels:
-        cypher = VECTOR_CYPHER.format(label=label, index=VECTOR_INDEXES[label], key=KEYS[label])
-        rows = reader.query(cypher, {"v": vector.tolist(), "k": k})
-        for rank, (passage_id, section_id, distance) in enumerate(rows, start=1):
+        known = passage_similarity if label == "Chunk" else None
+        nearest = reader.nearest(label, vector, k, known)
+        for rank, (node_id, similarity) in enumerate(nearest, start=1):
             if label == "Section":
-                passage_id = chunk_id(section_id, 0)
+                section_id, passage_id = node_id, chunk_id(node_id, 0)
+            else:
+                section_id, passage_id = section_of_chunk(node_id), node_id
             candidate = passage(reader, passage_id, section_id, phrasing)
             if candidate:
-                candidate.similarity = 1.0 - float(distance)
+                candidate.similarity = similarity
                 candidate.reasons.append(
                     f"vector #{rank} of {label}s (similarity {candidate.similarity:.3f})"
                 )
@@ -77,18 +73,14 @@ def nearest_passages(
 
 
 def keyword_passages(reader: PackReader, phrasing: str, k: int) -> list[Candidate]:
-    """BM25 top-k chunks for the words of a phrasing (none for a phrasing without words)."""
-    terms = " ".join(words(phrasing))
-    if not terms:
-        return []
-    cypher = FTS_CYPHER.format(label="Chunk", index=FTS_INDEXES["Chunk"], key=KEYS["Chunk"])
+    """BM25 top-k passages for the words of a phrasing (none for a phrasing without words),
+    from the reader's in-memory keyword index (retrieval.bm25)."""
     found = []
-    for rank, (passage_id, section_id, score) in enumerate(
-        reader.query(cypher, {"q": terms, "k": k}), start=1
-    ):
-        candidate = passage(reader, passage_id, section_id, phrasing)
+    for rank, (row, score) in enumerate(keyword_index(reader).search(phrasing, k), start=1):
+        passage_id = reader.chunk_ids[row]
+        candidate = passage(reader, passage_id, section_of_chunk(passage_id), phrasing)
         if candidate:
-            candidate.bm25 = float(score)
+            candidate.bm25 = score
             candidate.reasons.append(f"bm25 #{rank} (score {candidate.bm25:.2f})")
             found.append(candidate)
     return found
@@ -144,9 +136,16 @@ def embed_question(query: Query) -> None:
 @stage("vector_search", "retrieve")
 def vector_search(query: Query) -> None:
     assert query.vectors is not None, "embed_question must run before vector_search"
-    for phrasing, vector in zip(query.phrasings, query.vectors, strict=True):
+    for number, (phrasing, vector) in enumerate(zip(query.phrasings, query.vectors, strict=True)):
+        # The question's own similarities are kept for the graph stages (Query caches them).
+        known = query.passage_similarity if number == 0 else None
         query.rankings.append(
-            ("vector", nearest_passages(query.reader, phrasing, vector, query.depth))
+            (
+                "vector",
+                nearest_passages(
+                    query.reader, phrasing, vector, query.depth, passage_similarity=known
+                ),
+            )
         )
 
 
@@ -173,9 +172,10 @@ def fuse(query: Query) -> None:
         for rank, candidate in enumerate(candidates, start=1):
             if candidate.similarity is None:
                 row = query.reader.chunk_row.get(candidate.passage_id)
-                vectors = query.reader.chunk_vectors
                 candidate.similarity = (
-                    float(vectors[row] @ query.vector) if row is not None else 0.0
+                    float(query.reader.chunk_vectors[row] @ query.vector)
+                    if row is not None
+                    else 0.0
                 )
                 candidate.reasons.append(
                     f"similarity {candidate.similarity:.3f} from its stored vector"

@@ -37,39 +37,32 @@ class TextEncoder(Protocol):
     def encode(self, texts: list[str], threads: int) -> np.ndarray: ...
 
 
-# Numerical Recipes' erfc: t * exp(-z*z + polynomial(t)), coefficients from t^0 up.
-_ERFC_COEFFICIENTS = (
-    -1.26551223,
-    1.00002368,
-    0.37409196,
-    0.09678418,
-    -0.18628806,
-    0.27886807,
-    -1.13520398,
-    1.48851587,
-    -0.82215223,
-    0.17087277,
-)
+# Abramowitz & Stegun 7.1.26: erf(x) = 1 - t * polynomial(t) * exp(-x*x), t = 1 / (1 + p*x).
+_ERF_P = 0.3275911
+_ERF_COEFFICIENTS = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
-    """erf to a relative error below 1.2e-7, computed in float64 (numpy has no erf)."""
-    z = np.abs(x.astype(np.float64))
-    t = 1.0 / (1.0 + 0.5 * z)
-    polynomial = np.zeros_like(t)
-    for coefficient in reversed(_ERFC_COEFFICIENTS):  # Horner's scheme
-        polynomial = polynomial * t + coefficient
-    complement = t * np.exp(polynomial - z * z)
-    return np.where(x >= 0, 1.0 - complement, complement - 1.0)
+    """erf to an absolute error below 1.5e-7 (5.5e-7 in float32; numpy has no erf), in the
+    input's float32: five times faster than a float64 series, and GELU's erf is most of the
+    elementwise work of a forward pass."""
+    z = np.abs(x)
+    t = 1.0 / (1.0 + np.float32(_ERF_P) * z)
+    polynomial = np.float32(_ERF_COEFFICIENTS[-1])
+    for coefficient in reversed(_ERF_COEFFICIENTS[:-1]):  # Horner's scheme
+        polynomial = polynomial * t + np.float32(coefficient)
+    return np.copysign(1.0 - polynomial * t * np.exp(-z * z), x)
 
 
-def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
-    mean = x.mean(-1, keepdims=True)
-    variance = ((x - mean) ** 2).mean(-1, keepdims=True)
-    return (x - mean) / np.sqrt(variance + eps) * weight + bias
+def _layer_norm(h: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
+    """LayerNorm over the hidden axis, which is axis 0 here (see NumpyBert._forward)."""
+    share = 1.0 / h.shape[0]  # sums times this, not .mean(): its Python overhead showed
+    centred = h - h.sum(0) * share
+    variance = (centred * centred).sum(0) * share
+    return centred * (1.0 / np.sqrt(variance + eps)) * weight[:, None] + bias[:, None]
 
 
-def _blas_limit(threads: int) -> Any:
+def blas_limit(threads: int) -> Any:
     """A context that runs BLAS with at most ``threads`` threads."""
     global _controller
     from threadpoolctl import ThreadpoolController
@@ -98,13 +91,9 @@ class NumpyBert:
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         self.tokenizer.enable_truncation(max_length)
         self.tokenizer.enable_padding(pad_id=self.config.get("pad_token_id", 0))
-        weights = load_file(str(folder / "model.safetensors"))
-        # Linear layers computed as x @ W.T: transposed once here, contiguous for BLAS.
         self.weights = {
-            name.removeprefix("bert."): np.ascontiguousarray(value.T)
-            if value.ndim == 2 and name.endswith(".weight") and ".layer." in name
-            else value
-            for name, value in weights.items()
+            name.removeprefix("bert."): value
+            for name, value in load_file(str(folder / "model.safetensors")).items()
         }
 
     @classmethod
@@ -139,10 +128,14 @@ class NumpyBert:
         """Unit-length float32 vectors, as sentence-transformers' encode would give."""
         if not texts:
             return np.zeros((0, self.config["hidden_size"]), dtype=np.float32)
-        with _blas_limit(threads):
+        with blas_limit(threads):
             return self._forward(self.tokenizer.encode_batch(texts))
 
     def _forward(self, encodings: list) -> np.ndarray:
+        """BERT over a batch, with activations hidden-major: ``h`` is (hidden, tokens of the
+        batch). A question is a dozen tokens; single-threaded OpenBLAS multiplies a weight
+        matrix (out, in) by that narrow (in, tokens) matrix twice as fast as the token-major
+        product (tokens, in) @ (in, out), and the weights are used as stored."""
         w, config = self.weights, self.config
         ids = np.array([e.ids for e in encodings])
         types = np.array([e.type_ids for e in encodings])
@@ -159,39 +152,42 @@ class NumpyBert:
             + w["embeddings.position_embeddings.weight"][:length]
             + w["embeddings.token_type_embeddings.weight"][types]
         )
-        x = _layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], eps)
+        h = np.ascontiguousarray(x.reshape(batch * length, hidden).T)
+        h = _layer_norm(h, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], eps)
         padding = (1.0 - mask)[:, None, None, :] * np.finfo(np.float32).min
+        scale = np.float32(1.0 / math.sqrt(size))
 
         def linear(v: np.ndarray, prefix: str) -> np.ndarray:
-            return v @ w[prefix + ".weight"] + w[prefix + ".bias"]
+            return w[prefix + ".weight"] @ v + w[prefix + ".bias"][:, None]
 
-        def split(v: np.ndarray) -> np.ndarray:
-            return v.reshape(batch, length, heads, size).transpose(0, 2, 1, 3)
+        def split(v: np.ndarray) -> np.ndarray:  # (hidden, tokens) -> (batch, heads, length, size)
+            return v.reshape(heads, size, batch, length).transpose(2, 0, 3, 1)
 
         for layer in range(config["num_hidden_layers"]):
             p = f"encoder.layer.{layer}."
-            query = split(linear(x, p + "attention.self.query"))
-            key = split(linear(x, p + "attention.self.key"))
-            value = split(linear(x, p + "attention.self.value"))
-            scores = query @ key.transpose(0, 1, 3, 2) / math.sqrt(size) + padding
+            query = split(linear(h, p + "attention.self.query"))
+            key = split(linear(h, p + "attention.self.key"))
+            value = split(linear(h, p + "attention.self.value"))
+            scores = query @ key.transpose(0, 1, 3, 2) * scale + padding
             scores = np.exp(scores - scores.max(-1, keepdims=True))
             scores /= scores.sum(-1, keepdims=True)
-            context = (scores @ value).transpose(0, 2, 1, 3).reshape(batch, length, hidden)
-            x = _layer_norm(
-                linear(context, p + "attention.output.dense") + x,
+            context = (scores @ value).transpose(1, 3, 0, 2).reshape(hidden, batch * length)
+            h = _layer_norm(
+                linear(context, p + "attention.output.dense") + h,
                 w[p + "attention.output.LayerNorm.weight"],
                 w[p + "attention.output.LayerNorm.bias"],
                 eps,
             )
-            inner = linear(x, p + "intermediate.dense")
-            inner = (0.5 * inner * (1.0 + _erf(inner / math.sqrt(2.0)))).astype(np.float32)
-            x = _layer_norm(
-                linear(inner, p + "output.dense") + x,
+            inner = linear(h, p + "intermediate.dense")
+            inner = 0.5 * inner * (1.0 + _erf(inner * np.float32(1.0 / math.sqrt(2.0))))
+            h = _layer_norm(
+                linear(inner, p + "output.dense") + h,
                 w[p + "output.LayerNorm.weight"],
                 w[p + "output.LayerNorm.bias"],
                 eps,
             )
-        pooled = (x * mask[:, :, None]).sum(1) / np.clip(mask.sum(1, keepdims=True), 1e-9, None)
+        tokens = h.reshape(hidden, batch, length)
+        pooled = ((tokens * mask).sum(2) / np.clip(mask.sum(1), 1e-9, None)).T
         return (pooled / np.linalg.norm(pooled, axis=1, keepdims=True)).astype(np.float32)
 
 

@@ -36,7 +36,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
-from kpack.text import prose_lines, split_sentences
+from kpack.text import prose_lines, split_sentences, stem
 from retrieval.quality import terms
 from retrieval.query import ContextSection
 
@@ -90,23 +90,10 @@ class ScoredSentence:
     position: int  # its place among the candidates, which keep the passages' order
 
 
-def stem(word: str) -> str:
-    """A light suffix stripper, so "publishes", "published" and "publish" are one term."""
-    if len(word) <= 4 or not word.isalpha():
-        return word
-    for suffix, replacement in (("sses", "ss"), ("ies", "y"), ("ss", "ss"), ("s", "")):
-        if word.endswith(suffix):
-            word = word[: len(word) - len(suffix)] + replacement
-            break
-    for suffix in ("ing", "ed"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            word = word[: -len(suffix)]
-            break
-    return word[:-1] if word.endswith("e") and len(word) > 3 else word
-
-
+@lru_cache(maxsize=16384)
 def stems(text: str) -> frozenset[str]:
-    return frozenset(stem(t) for t in terms(text))
+    """The stemmed content terms of a text (pack sentences repeat across questions)."""
+    return frozenset(map(stem, terms(text)))
 
 
 def is_boilerplate(sentence: str) -> bool:
@@ -138,7 +125,7 @@ def sentences_of(text: str) -> tuple[str, ...]:
 @lru_cache(maxsize=16384)
 def word_stems(text: str) -> frozenset[str]:
     """Every word of a text (stop words too), stemmed: what a name is looked up in."""
-    return frozenset(stem(w) for w in WORD.findall(text.lower()))
+    return frozenset(map(stem, set(WORD.findall(text.lower()))))
 
 
 def missing_names(question: str, passages: list[ContextSection]) -> list[str]:

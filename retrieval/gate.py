@@ -4,13 +4,28 @@ When the best cosine similarity of all candidates is below ``context_confidence_
 (kg_config.json's, else the one calibrated when the pack was built, else the embedding model's
 default: kpack.gate), the passages are probably off-topic, and handing them to a model makes
 it invent connections and cite unrelated sources: the gate drops every candidate and the
-query falls back to an answer without pack content (``confidence_gated_fallback``). A query that found no passage
-at all falls back the same way (``vector_fallback``).
+query falls back to an answer without pack content (``confidence_gated_fallback``). A query
+that found no passage at all falls back the same way (``vector_fallback``).
+
+A question that clears the threshold is refused all the same when its specific words are not
+in the passages the search found (kpack.gate.coverage): the less of the question the best
+passage covers, the higher the similarity it must reach. A threshold of 0 switches the gate
+off, lexical evidence included. The trace's ``gate`` says why a question was refused, or how
+close it came ("'ingress' appears in no passage of this pack; ...").
 """
 
 from __future__ import annotations
 
+from kpack.gate import COVERAGE_PASSAGES, Vocabulary, coverage
+from retrieval.bm25 import keyword_index
 from retrieval.query import GATED, NOTHING_FOUND, Query
+from retrieval.reader import PackReader
+
+
+def pack_vocabulary(reader: PackReader) -> Vocabulary:
+    """The version's passage frequency of every search term: its keyword index's."""
+    index = keyword_index(reader)
+    return Vocabulary(index.passages, index.frequency)
 
 
 class ConfidenceGate:
@@ -22,10 +37,26 @@ class ConfidenceGate:
         best = query.max_similarity
         if not query.candidates:
             query.query_type = NOTHING_FOUND
-        elif best is None or best < threshold:
-            query.drop(list(query.candidates), "confidence gate")
-            for candidate in query.considered:
-                candidate.reasons.append(
-                    f"gate: best similarity {best or 0.0:.3f} < threshold {threshold}{source}"
-                )
-            query.query_type = GATED
+            return
+        if best is None or best < threshold:
+            why = f"best similarity {best or 0.0:.3f} < threshold {threshold}{source}"
+            query.notes["gate"] = {"gated": True, "why": why}
+            self._refuse(query, why)
+            return
+        if threshold <= 0:
+            return
+        vocabulary = pack_vocabulary(query.reader)
+        passages = [c.text for c in query.candidates[:COVERAGE_PASSAGES]]
+        evidence = coverage(query.text, passages, vocabulary, threshold)
+        gated = best < evidence.required
+        why = evidence.explain(vocabulary.passages, best)
+        query.notes["gate"] = {"gated": gated, "why": why, **evidence.as_dict()}
+        if gated:
+            self._refuse(query, why)
+
+    @staticmethod
+    def _refuse(query: Query, why: str) -> None:
+        query.drop(list(query.candidates), "confidence gate")
+        for candidate in query.considered:
+            candidate.reasons.append(f"gate: {why}")
+        query.query_type = GATED

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import math
 import threading
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,9 +73,21 @@ class GraphIndex:
     node_of: dict[str, int]  # passage id -> passage node
     terms: tuple[frozenset[str], ...]
     idf: dict[str, float]
+    postings: dict[str, np.ndarray]  # term -> the passage nodes that hold it, ascending
 
     def weight(self, words: frozenset[str]) -> float:
         return sum(self.idf.get(w, 0.0) for w in words)
+
+    def share(self, words: frozenset[str], passages: np.ndarray) -> np.ndarray:
+        """Per passage node, the idf-weighted share of ``words`` it holds (0 without words)."""
+        held = np.zeros(len(passages))
+        for word in words:
+            holders = self.postings.get(word)
+            if holders is not None:
+                at = np.minimum(np.searchsorted(holders, passages), len(holders) - 1)
+                held += self.idf[word] * (holders[at] == passages)
+        total = self.weight(words)
+        return held / total if total else held
 
 
 def graph_index(reader: PackReader) -> GraphIndex | None:
@@ -117,13 +128,17 @@ def _build_index(reader: PackReader) -> GraphIndex | None:
         terms(f"{reader.sections[section_of_chunk(chunk)].heading}\n{reader.chunk_text[chunk]}")
         for chunk in reader.chunk_row
     )
-    counts = Counter(word for words in passage_terms for word in words)
+    holders: dict[str, list[int]] = {}
+    for node, words in enumerate(passage_terms):
+        for word in words:
+            holders.setdefault(word, []).append(node)
     total = len(passage_terms)
     return GraphIndex(
         graph=graph,
         node_of={chunk: i for i, chunk in enumerate(reader.chunk_row)},
         terms=passage_terms,
-        idf={word: math.log((total + 1) / (n + 0.5)) for word, n in counts.items()},
+        idf={word: math.log((total + 1) / (len(n) + 0.5)) for word, n in holders.items()},
+        postings={word: np.array(nodes, dtype=np.int64) for word, nodes in holders.items()},
     )
 
 
@@ -175,9 +190,12 @@ class GraphRetriever:
         reached = np.flatnonzero(scores[: len(graph.passages)] > 0)
         if not len(reached):
             return
-        similarity = query.reader.chunk_vectors[reached] @ query.vector
+        similarity = query.passage_similarity[reached]
         ranking = scores[reached] * np.clip(similarity, 0.0, None)
-        order = np.argsort(-ranking, kind="stable")[: query.depth]
+        order = np.arange(len(ranking))
+        if len(ranking) > query.depth:
+            order = np.argpartition(-ranking, query.depth - 1)[: query.depth]
+        order = order[np.lexsort((order, -ranking[order]))]  # best first, ties by passage
         found = []
         for rank, at in enumerate(order, start=1):
             if ranking[at] <= 0:
@@ -250,7 +268,7 @@ class SecondHop:
                 moved = passage(query.reader, passage_id, section_of_chunk(passage_id), query.text)
                 if moved is None:
                     continue
-                moved.similarity = float(query.reader.chunk_vectors[other] @ query.vector)
+                moved.similarity = float(query.passage_similarity[other])
                 query.considered.append(moved)
             # It ranks right after the passage it bridges from, so it shares its scores.
             moved.rrf, moved.fused, moved.combined = (
@@ -270,21 +288,20 @@ class SecondHop:
     ) -> tuple[int, float, str] | None:
         """(passage node, score, the path in words) of the best bridge from ``node``."""
         graph = index.graph
-        bridges = [b for b in second_hop(graph, node) if graph.passages[b.passage] not in placed]
-        if not bridges:
+        bridges = second_hop(graph, node)
+        taken = [index.node_of[p] for p in placed if p in index.node_of]
+        open_ = ~np.isin(bridges.passages, taken)
+        rows, through = bridges.passages[open_], bridges.entities[open_]
+        if not len(rows):
             return None
-        rows = np.array([b.passage for b in bridges])
-        similarity = query.reader.chunk_vectors[rows] @ query.vector
-        missing = asked - index.terms[node]
-        wanted = index.weight(missing)
-        best: tuple[int, float, str] | None = None
-        for bridge, cosine in zip(bridges, similarity, strict=True):
-            residual = index.weight(missing & index.terms[bridge.passage]) / wanted if wanted else 0
-            score = float(cosine) + RESIDUAL_WEIGHT * residual
-            if score >= query.settings.graph_bridge_threshold and (best is None or score > best[1]):
-                how = (
-                    f"via entity {graph.name_of(bridge.entity)!r} from passage "
-                    f"{_label(query, graph, node)!r}"
-                )
-                best = (bridge.passage, score, how)
-        return best
+        score = query.passage_similarity[rows] + RESIDUAL_WEIGHT * index.share(
+            asked - index.terms[node], rows
+        )
+        at = int(np.lexsort((np.arange(len(rows)), -score))[0])  # best, the first on a tie
+        if score[at] < query.settings.graph_bridge_threshold:
+            return None
+        how = (
+            f"via entity {graph.name_of(int(through[at]))!r} from passage "
+            f"{_label(query, graph, node)!r}"
+        )
+        return int(rows[at]), float(score[at]), how

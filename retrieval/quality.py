@@ -1,22 +1,15 @@
-"""Content quality scoring (seed 000): drops stubs and off-topic sections from the context,
-and the one way retrieval cuts a text into search terms."""
+"""Content quality scoring (seed 000): drops stubs and off-topic sections from the context.
+A text's content terms (``terms``) are cached here for every stage that compares words."""
 
 from __future__ import annotations
 
-import re
 from functools import lru_cache
 
-from kpack.text import STOPWORDS
+from kpack.text import STOPWORDS, words
 from retrieval.query import Query
 
 QUALITY_THRESHOLD = 0.3
 MIN_WORDS = 20
-WORD = re.compile(r"[a-z0-9_]+")
-
-
-def words(text: str) -> list[str]:
-    """The words of a text, lower-cased: letters, digits and underscores."""
-    return WORD.findall(text.lower())
 
 
 def terms(text: str) -> frozenset[str]:
@@ -27,7 +20,7 @@ def terms(text: str) -> frozenset[str]:
 def text_profile(text: str) -> tuple[int, frozenset[str]]:
     """(word count, content terms) of a text. Pack texts repeat across queries, so each is
     scanned once per process."""
-    return len(text.split()), frozenset(w for w in words(text) if w not in STOPWORDS)
+    return len(text.split()), frozenset(words(text)).difference(STOPWORDS)
 
 
 def quality_score(content: str, question: str) -> float:

@@ -18,8 +18,8 @@ context pack.
 
 from __future__ import annotations
 
+from kpack.text import words
 from retrieval.candidates import nearest_passages
-from retrieval.quality import words
 from retrieval.reader import PackReader
 
 MIN_SCORE = 3

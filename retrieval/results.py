@@ -24,7 +24,10 @@ from retrieval.synthesis import CITATION
 if TYPE_CHECKING:
     import pandas as pd
 
-# What the response's cypher_query reports: the vector queries every question runs.
+    from retrieval.reader import PackReader
+
+# What the response's cypher_query reports: the Cypher that reproduces the vector search (the
+# reader scans the same vectors exactly, retrieval.reader.PackReader.nearest).
 VECTOR_CYPHER_SUMMARY = "; ".join(
     f"CALL QUERY_VECTOR_INDEX('{label}', '{index}', $v, $k)"
     for label, index in VECTOR_INDEXES.items()
@@ -199,14 +202,24 @@ class SearchResults(list):
         return frame
 
 
+def first_entities(reader: PackReader, urls: list[str], limit: int) -> list[dict]:
+    """The first ``limit`` entities of the articles, by name, in article order (each article's
+    most mentioned first); a page of a library's docs has thousands, so it stops at the limit."""
+    found: dict[str, dict] = {}
+    for url in urls:
+        for entity in reader.article_entities.get(url, []):
+            found.setdefault(entity["name"], entity)
+            if len(found) == limit:
+                return list(found.values())
+    return list(found.values())
+
+
 def query_result(query: Query, token_usage: dict[str, int]) -> QueryResult:
     """The response of a finished query (the seed's keys, then citations, timings, trace)."""
     started = time.perf_counter()
     reader, context = query.reader, query.context
     urls = list(dict.fromkeys(s.article_url for s in context))
-    entities = list(
-        {e["name"]: e for url in urls for e in reader.article_entities.get(url, [])}.values()
-    )[:10]
+    entities = first_entities(reader, urls, 10)
     facts = [fact for s in context for fact in reader.section_facts.get(s.section_id, [])][:10]
     result = QueryResult(
         answer=query.answer,

@@ -13,10 +13,13 @@ request (empty or too long question, wrong field), 409 a pack that cannot answer
 damaged, bad kg_config.json), 401 a missing or wrong bearer token, 413 a body over the limit,
 500 anything else (logged with its traceback on the server, never sent to the client).
 
-Retrieval is CPU-bound (embedding the question, vector and BM25 search) and runs in the
-threadpool, never on the event loop. Each request resolves the pack's ``current`` version
-again, so a build that publishes is picked up by the next request without a restart, and a
-request that started on the previous version finishes on it.
+Retrieval is CPU-bound (embedding the question, vector and BM25 search) and runs in a bounded
+pool of threads (retrieval_pool_size), never on the event loop; the response's JSON is encoded
+in the same thread. Every response says where its time went in a ``Server-Timing`` header
+(``queue``, ``retrieval``, ``encode`` and ``app``, in ms), which bench/serve_bench.py reads.
+Each request resolves the pack's ``current`` version again, so a build that publishes is
+picked up by the next request without a restart, and a request that started on the previous
+version finishes on it.
 """
 
 from __future__ import annotations
@@ -26,14 +29,16 @@ import hmac
 import ipaddress
 import json
 import logging
+import os
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import anyio
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response, StreamingResponse
@@ -48,6 +53,7 @@ log = logging.getLogger("kpack.serve")
 
 MAX_BODY_BYTES = 64 * 1024  # a question of 8,000 characters is at most 32 KiB of UTF-8
 VERSION_HEADER = "X-Kpack-Version"
+SERVER_TIMING = "Server-Timing"
 Profile = Literal["baseline", "balanced", "max"]
 # Module level: annotations are strings here (postponed), and FastAPI resolves them from the
 # module's globals, never from a function's locals.
@@ -83,20 +89,26 @@ def create_app(
     token: str | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
     warmup: bool = False,
+    retrieval_threads: int | None = None,
 ) -> FastAPI:
     """The API over the packs in ``packs_dir`` (KPACK_PACKS_DIR or ./packs by default).
 
     ``token``: when set, every route but /healthz and the docs needs ``Authorization: Bearer
     <token>``. ``warmup``: load each published pack and its embedding model before the server
-    accepts connections, so the first query does not pay for it.
+    accepts connections, so the first query does not pay for it. ``retrieval_threads``: how
+    many questions are worked on at once (see retrieval_pool_size); the others wait their turn.
     """
     root = catalog.packs_root(packs_dir)
+    pool = ThreadPoolExecutor(
+        max_workers=retrieval_threads or retrieval_pool_size(), thread_name_prefix="retrieval"
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if warmup:
-            await anyio.to_thread.run_sync(partial(_warm_up, root))
+            await asyncio.get_running_loop().run_in_executor(pool, _warm_up, root)
         yield
+        pool.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(
         title="Knowledge Packs",
@@ -106,13 +118,16 @@ def create_app(
     )
     app.state.packs_dir = root
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(ServerTiming)
     _install_error_handlers(app)
 
     @app.get("/healthz", tags=["service"])
     async def healthz() -> dict[str, Any]:
         return {"status": "ok"}
 
-    router = APIRouter(dependencies=[Depends(_bearer_check(token))], tags=["packs"])
+    # Without a token there is nothing to check, and no dependency to solve for each request.
+    guard = [Depends(_bearer_check(token))] if token is not None else []
+    router = APIRouter(dependencies=guard, tags=["packs"])
 
     # Plain `def` handlers: FastAPI runs them in the threadpool (they read files).
     @router.get("/packs")
@@ -126,43 +141,50 @@ def create_app(
 
     @router.post("/packs/{name}/search")
     async def search(name: str, body: SearchRequest) -> Response:
-        folder = _known(name, root)
-        question = catalog.clean_question(body.question)
-        version = catalog.version_of(folder)
-        hits = await anyio.to_thread.run_sync(
-            partial(retrieval.search, folder, question, k=body.k, profile=body.profile)
-        )
-        return _json({"pack": name, "version": version, "results": hits}, headers=_version(version))
+        def hits(folder: Path, question: str, version: int) -> dict[str, Any]:
+            found = retrieval.search(folder, question, k=body.k, profile=body.profile)
+            return {"pack": name, "version": version, "results": found}
+
+        return await _answer(pool, root, name, body.question, hits)
 
     @router.post(
         "/packs/{name}/query",
         responses={200: {"content": {"text/event-stream": {}}}},
     )
     async def query(name: str, body: QueryRequest, request: Request) -> Response:
-        folder = _known(name, root)
-        question = catalog.clean_question(body.question)
-        version = catalog.version_of(folder)
-        if version is None:
-            raise PackError(f"pack {name!r} has not been built yet: run `kpack build {name}`")
-        answer = partial(
-            retrieval.query,
-            folder,
-            question,
-            profile=body.profile,
-            use_llm=body.use_llm,
-            max_results=body.k,
-        )
+        def answer(folder: Path, question: str, version: int, **streaming: Any) -> dict:
+            return retrieval.query(
+                folder,
+                question,
+                profile=body.profile,
+                use_llm=body.use_llm,
+                max_results=body.k,
+                **streaming,
+            )
+
         if body.stream or "text/event-stream" in request.headers.get("accept", ""):
+            folder, question, version = _checked(root, name, body.question)
             return StreamingResponse(
-                _events(answer),
+                _events(partial(answer, folder, question, version), pool),
                 media_type="text/event-stream",
                 headers={**_version(version), "Cache-Control": "no-cache"},
             )
-        result = await anyio.to_thread.run_sync(answer)
-        return _json(result, headers=_version(version))
+        return await _answer(pool, root, name, body.question, answer)
 
     app.include_router(router)
     return app
+
+
+def retrieval_pool_size() -> int:
+    """Questions worked on at once: twice the cores this process may use.
+
+    A question's numeric work (embedding it, the vector scan) runs without the interpreter
+    lock, so two per core keep the cores busy (bench/serve_bench.py, 4 clients on 2 cores:
+    18.7 answers/s with 2 threads, 20.2 with 4, as many as in-process). The bound keeps a
+    crowd of clients from starting a thread each: the others wait their turn, in order.
+    """
+    usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None  # Linux
+    return 2 * (len(usable) if usable else os.cpu_count() or 1)
 
 
 def _known(name: str, root: Path) -> Path:
@@ -170,6 +192,61 @@ def _known(name: str, root: Path) -> Path:
         return catalog.pack_folder(name, root)
     except PackError as exc:
         raise HTTPException(404, str(exc)) from exc
+
+
+def _checked(root: Path, name: str, question: str) -> tuple[Path, str, int]:
+    """The pack's folder, the question and the published version, or the error to answer
+    with, in the CLI's order: an unknown pack (404), a bad question (422), a pack that was
+    never built (409)."""
+    folder = _known(name, root)
+    question = catalog.clean_question(question)
+    version = catalog.version_of(folder)
+    if version is None:
+        raise PackError(f"pack {name!r} has not been built yet: run `kpack build {name}`")
+    return folder, question, version
+
+
+async def _answer(
+    pool: ThreadPoolExecutor,
+    root: Path,
+    name: str,
+    question: str,
+    respond: Callable[[Path, str, int], Any],
+) -> Response:
+    """``respond(folder, question, version)``'s JSON, worked out in a thread of the pool.
+
+    Everything but parsing the request happens in that one thread: the file checks, the
+    retrieval and the JSON encoding. Each step taken on the event loop instead would cost a
+    thread switch, and under load a thread waits for the interpreter lock behind the running
+    retrievals at every switch (up to sys.getswitchinterval(), 5 ms, each time). The encoded
+    bytes are the response as they are: FastAPI's encoder would walk every candidate of the
+    trace again, for nothing (the data is plain JSON already).
+    """
+    submitted = time.perf_counter()
+
+    def work() -> tuple[bytes, int, str]:
+        started = time.perf_counter()
+        folder, cleaned, version = _checked(root, name, question)
+        data = respond(folder, cleaned, version)
+        answered = time.perf_counter()
+        body = _dumps(data).encode()
+        timing = _server_timing(
+            queue=started - submitted,
+            retrieval=answered - started,
+            encode=time.perf_counter() - answered,
+        )
+        return body, version, timing
+
+    body, version, timing = await asyncio.get_running_loop().run_in_executor(pool, work)
+    return Response(
+        body,
+        media_type="application/json",
+        headers={**_version(version), SERVER_TIMING: timing},
+    )
+
+
+def _server_timing(**seconds: float) -> str:
+    return ", ".join(f"{name};dur={value * 1000:.2f}" for name, value in seconds.items())
 
 
 def _version(version: int | None) -> dict[str, str]:
@@ -180,7 +257,7 @@ class _ClientGone(Exception):
     """Raised in the answering thread when the client has closed its event stream."""
 
 
-async def _events(answer: Callable[..., dict]) -> AsyncIterator[str]:
+async def _events(answer: Callable[..., dict], pool: ThreadPoolExecutor) -> AsyncIterator[str]:
     """Server-sent events of one answer: ``delta`` events ({"text": ...}) as Claude writes
     the answer (an offline answer is one delta), then ``result`` with the whole response
     (the JSON of a request without streaming), or one ``error`` event.
@@ -220,7 +297,7 @@ async def _events(answer: Callable[..., dict]) -> AsyncIterator[str]:
 
     # A thread started beside this generator, not awaited in a task group: an anyio task
     # group must not stay open across a generator's yields.
-    loop.run_in_executor(None, work)
+    loop.run_in_executor(pool, work)
     written: list[str] = []
     try:
         while True:
@@ -254,12 +331,8 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    # Serialized here, not by FastAPI's encoder: the response dict is plain data already, and
-    # the encoder's walk over every candidate of the trace costs more than the rest of HTTP.
-    return Response(
-        _dumps(data), status_code=status, media_type="application/json", headers=headers
-    )
+def _error(status: int, detail: str) -> Response:
+    return Response(_dumps({"detail": detail}), status_code=status, media_type="application/json")
 
 
 # --- errors --------------------------------------------------------------------------------
@@ -267,12 +340,12 @@ def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -
 
 def _install_error_handlers(app: FastAPI) -> None:
     async def question_error(request: Request, exc: Exception) -> Response:
-        return _json({"detail": str(exc)}, status=422)
+        return _error(422, str(exc))
 
     async def pack_error(request: Request, exc: Exception) -> Response:
         # Unknown packs are 404 before retrieval runs; what retrieval raises is about the
         # pack's state: never built, damaged, or a kg_config.json it cannot use.
-        return _json({"detail": str(exc)}, status=409)
+        return _error(409, str(exc))
 
     async def validation_error(request: Request, exc: Exception) -> Response:
         errors = exc.errors() if isinstance(exc, RequestValidationError) else []
@@ -280,11 +353,11 @@ def _install_error_handlers(app: FastAPI) -> None:
             f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body') or 'body'}: {e.get('msg')}"
             for e in errors
         ]
-        return _json({"detail": "; ".join(messages) or "invalid request"}, status=422)
+        return _error(422, "; ".join(messages) or "invalid request")
 
     async def internal_error(request: Request, exc: Exception) -> Response:
         log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-        return _json({"detail": "internal error; see the server log"}, status=500)
+        return _error(500, "internal error; see the server log")
 
     app.add_exception_handler(catalog.QuestionError, question_error)
     app.add_exception_handler(PackError, pack_error)
@@ -292,10 +365,8 @@ def _install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Exception, internal_error)
 
 
-def _bearer_check(token: str | None) -> Callable[..., Awaitable[None]]:
+def _bearer_check(token: str) -> Callable[..., Awaitable[None]]:
     async def check(credentials: Credentials) -> None:
-        if token is None:
-            return
         # compare_digest: the time taken must not tell how much of a guess was right.
         if credentials is None or not hmac.compare_digest(
             credentials.credentials.encode(), token.encode()
@@ -357,6 +428,32 @@ class BodyLimit:
             }
         )
         await send({"type": "http.response.body", "body": body})
+
+
+class ServerTiming:
+    """Adds ``Server-Timing: app;dur=MS`` to every response: the milliseconds from the request
+    reaching the application to its response starting. With the ``queue``, ``retrieval`` and
+    ``encode`` entries of a query or search, it tells a client where its wait went."""
+
+    def __init__(self, app: Callable) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        began = time.perf_counter()
+
+        async def timed_send(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                timing = _server_timing(app=time.perf_counter() - began).encode()
+                message = {
+                    **message,
+                    "headers": [*message.get("headers", ()), (b"server-timing", timing)],
+                }
+            await send(message)
+
+        await self.app(scope, receive, timed_send)
 
 
 # --- running -------------------------------------------------------------------------------

@@ -32,22 +32,22 @@ def tick(instance, cursor=None):
     return pack_sources_sensor(build_sensor_context(instance=instance, cursor=cursor))
 
 
-def added(result) -> list[str]:
+def partitions(result, kind: type) -> list[str]:
+    """The pack partitions a sensor tick asks to add or delete (``kind``: the request type)."""
     return [
         key
         for request in result.dynamic_partitions_requests
-        if isinstance(request, AddDynamicPartitionsRequest)
+        if isinstance(request, kind)
         for key in request.partition_keys
     ]
+
+
+def added(result) -> list[str]:
+    return partitions(result, AddDynamicPartitionsRequest)
 
 
 def deleted(result) -> list[str]:
-    return [
-        key
-        for request in result.dynamic_partitions_requests
-        if isinstance(request, DeleteDynamicPartitionsRequest)
-        for key in request.partition_keys
-    ]
+    return partitions(result, DeleteDynamicPartitionsRequest)
 
 
 def test_sensor_adds_partitions_and_builds_a_pack_whose_sources_change(workspace):

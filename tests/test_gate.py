@@ -5,6 +5,7 @@ trace and in `kpack status`; and the evaluation's count of near-miss unanswerabl
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -14,16 +15,20 @@ import pytest
 import retrieval
 from kpack.cli import main
 from kpack.gate import (
+    COVERAGE_TARGET,
     FALLBACK_THRESHOLD,
     FROM_CALIBRATION,
     FROM_CONFIG,
     MODEL_THRESHOLDS,
     OUT_OF_DOMAIN_PROBES,
     SECTION_VECTOR,
+    Vocabulary,
+    coverage,
     model_threshold,
     pack_probes,
 )
 from retrieval.agent import FROM_AGENT, KnowledgeGraphAgent
+from retrieval.bm25 import KeywordIndex
 from retrieval.eval import evaluate, load_questions, markdown_summary
 from retrieval.eval.metrics import summarize
 from retrieval.eval.runner import declined
@@ -35,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ("pack-layout.md", "troubleshooting.md")
 IN_DOMAIN = "How do I roll a pack back to the version before?"
 OUT_OF_DOMAIN = "What is a good recipe for banana bread?"
+FOREIGN = "How do I configure an ingress controller in Kubernetes?"
 NEAR_MISSES = [
     {"id": "n1", "question": "Which Neo4j plugin loads a pack's graph?", "unanswerable": True},
     {"id": "n2", "question": "Is kpack sold with an enterprise licence?", "unanswerable": True},
@@ -64,6 +70,10 @@ def docs_pack(tmp_path_factory) -> Path:
     )
     assert build(root, "docs").success
     return folder
+
+
+def read_pages(folder: Path) -> str:
+    return "\n".join(page.read_text() for page in sorted((folder / "pages").iterdir()))
 
 
 def manifest_of(folder: Path) -> dict:
@@ -133,6 +143,56 @@ def test_readers_use_the_calibrated_threshold_and_say_so(docs_pack, capsys, monk
     # ...and an option passed with the call wins over everything.
     loose = KnowledgeGraphAgent(docs_pack, use_llm=False, context_confidence_threshold=0.0)
     assert (loose.gate.source, loose.gate.value) == (OPTION, 0.0)
+
+
+def test_a_question_about_a_subject_the_pack_never_mentions_is_refused_with_the_reason(docs_pack):
+    # Both questions clear the same similarity margin; only the words tell them apart. The
+    # threshold is put just under each question's own best similarity, so the similarity
+    # alone would answer both.
+    retrieval.close_all()
+
+    def asked(question: str) -> dict:
+        open_gate = KnowledgeGraphAgent(docs_pack, use_llm=False, context_confidence_threshold=0)
+        best = open_gate.query(question)["trace"]["max_similarity"]
+        agent = KnowledgeGraphAgent(
+            docs_pack, use_llm=False, context_confidence_threshold=round(best - 0.01, 3)
+        )
+        return agent.query(question)
+
+    foreign = asked(FOREIGN)
+    gate = foreign["trace"]["gate"]
+    assert foreign["query_type"] == "confidence_gated_fallback" and foreign["sources"] == []
+    assert gate["gated"] is True and gate["absent_terms"]
+    # ...and they name words that really are on no page of the pack.
+    words = set(re.findall(r"[a-z0-9]+", read_pages(docs_pack).lower()))
+    assert not any(term in words for term in gate["absent_terms"])
+    assert f"'{gate['absent_terms'][0]}'" in gate["why"]
+    assert "in no passage of this pack" in gate["why"]
+    assert gate["required_similarity"] > foreign["trace"]["max_similarity"]
+    assert "gate: " in foreign["trace"]["candidates"][0]["why"]
+
+    own = asked(IN_DOMAIN)  # its words are the pack's: the calibrated threshold is enough
+    assert own["query_type"] == "vector_search" and own["sources"]
+    assert own["trace"]["gate"]["gated"] is False
+    assert own["trace"]["gate"]["coverage"] >= COVERAGE_TARGET
+    assert own["trace"]["gate"]["required_similarity"] == own["trace"]["threshold"]
+
+
+def test_coverage_weighs_a_term_by_how_rare_it_is_in_the_pack():
+    index = KeywordIndex.of(
+        ["Roll a pack back with kpack rollback.", "A pack has versions.", "Versions of a pack."]
+    )
+    vocabulary = Vocabulary(index.passages, index.frequency)
+    assert vocabulary.passages == 3 and vocabulary.frequency["pack"] == 3
+    covered = coverage("How do I roll back a pack?", ["Roll a pack back."], vocabulary, 0.3)
+    assert covered.share == 1.0 and covered.required == 0.3 and not covered.absent
+    # "versions" is in two passages, "Kubernetes" in none: missing it costs far more.
+    missing_rare = coverage(
+        "Pack versions on Kubernetes?", ["A pack has versions."], vocabulary, 0.3
+    )
+    missing_common = coverage("Pack versions on Kubernetes?", ["Kubernetes pack."], vocabulary, 0.3)
+    assert missing_rare.absent == ("kubernetes",) and missing_rare.share < missing_common.share
+    assert missing_rare.required > missing_common.required >= 0.3
 
 
 def test_the_model_table_gives_the_default_and_unknown_models_the_fallback():

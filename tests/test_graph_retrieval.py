@@ -113,9 +113,9 @@ def test_personalized_pagerank_reaches_the_founder_through_her_name(pack):
         others = [passage_of(reader, graph, t) for t in ("Osvald Brenner", "Teodor Sala")]
         assert scores[founder] > max(scores[o] for o in others)
         assert np.isclose(scores.sum(), 1.0)
-        bridges = {graph.passages[b.passage]: b for b in second_hop(graph, company)}
-        assert list(bridges) == [graph.passages[founder]]
-        assert graph.name_of(bridges[graph.passages[founder]].entity) == "Mirela Quandt"
+        bridges = second_hop(graph, company)
+        assert [graph.passages[p] for p in bridges.passages] == [graph.passages[founder]]
+        assert graph.name_of(int(bridges.entities[0])) == "Mirela Quandt"
 
 
 def passage_of(reader, graph, title: str) -> int:

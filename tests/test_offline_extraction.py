@@ -141,9 +141,20 @@ def test_short_definitions_are_not_facts():
     assert extract_offline("", "X is a thing.")["facts"] == []
 
 
-def test_facts_are_capped_per_section():
-    text = " ".join(f"Gadget number{i} is a component that does task number {i}." for i in range(9))
-    assert len(extract_offline("", text)["facts"]) == MAX_FACTS_PER_SECTION
+@pytest.mark.parametrize(
+    ("kind", "sentence", "cap"),
+    [
+        (
+            "facts",
+            "Gadget number{i} is a component that does task number {i}.",
+            MAX_FACTS_PER_SECTION,
+        ),
+        ("relations", "Use alpha_{i} with beta_{i} and gamma_{i} here.", MAX_RELATIONS_PER_SECTION),
+    ],
+)
+def test_facts_and_relations_are_capped_per_section(kind, sentence, cap):
+    text = " ".join(sentence.format(i=i) for i in range(2 * cap))
+    assert len(extract_offline("", text)[kind]) == cap
 
 
 def test_relations_link_entities_named_in_one_sentence():
@@ -167,11 +178,6 @@ def test_relations_link_entities_named_in_one_sentence():
 def test_no_relation_across_sentences():
     result = extract_offline("", "Acme Corp builds gizmos. The Sprocket Registry stores them.")
     assert result["relations"] == []
-
-
-def test_relations_are_capped_per_section():
-    text = " ".join(f"Use alpha_{i} with beta_{i} and gamma_{i} here." for i in range(20))
-    assert len(extract_offline("", text)["relations"]) == MAX_RELATIONS_PER_SECTION
 
 
 def test_code_blocks_are_not_read_as_prose():

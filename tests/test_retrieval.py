@@ -504,9 +504,13 @@ def test_the_connection_is_recycled_and_threads_are_sized_for_a_shared_machine(
     retrieval.close_all()
     with retrieval.reading(pack) as reader:
         assert reader.threads == 1
+        assert "WIDGET_HOME" in retrieval.query(pack, IN_DOMAIN)["answer"]
+        statements = reader._statements
+        assert "WIDGET_HOME" in retrieval.query(pack, IN_DOMAIN)["answer"]
+        assert reader._statements == statements  # a question needs no database call
         connections = set()
         for _ in range(4):
-            assert "WIDGET_HOME" in retrieval.query(pack, IN_DOMAIN)["answer"]
+            assert reader.query("MATCH (a:Article) RETURN count(a)")[0][0] > 0
             connections.add(id(reader._conn))
         assert len(connections) > 1  # a fresh connection every 3 statements
     monkeypatch.setenv("KPACK_READER_THREADS", "many")

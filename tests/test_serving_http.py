@@ -124,6 +124,51 @@ def test_search_returns_the_ranked_passages(api, root):
     assert len(body["results"]) == 3 and body["results"][0]["title"] == "User Guide"
 
 
+def server_timing(response: httpx.Response) -> dict[str, float]:
+    """``queue;dur=0.1, retrieval;dur=20.5, ...`` -> {"queue": 0.1, "retrieval": 20.5, ...}."""
+    entries = (
+        entry.strip().split(";dur=") for entry in response.headers["server-timing"].split(",")
+    )
+    return {name: float(ms) for name, ms in entries}
+
+
+def test_responses_say_where_their_time_went(api):
+    assert set(server_timing(api.get("/healthz"))) == {"app"}
+    for endpoint in ("search", "query"):
+        response = api.post(f"/packs/widgets/{endpoint}", json={"question": QUESTION})
+        timing = server_timing(response)
+        assert set(timing) == {"queue", "retrieval", "encode", "app"}, endpoint
+        assert timing["retrieval"] > 0
+        # The app's time holds the others: they are parts of one request.
+        assert timing["app"] >= timing["queue"] + timing["retrieval"] + timing["encode"]
+
+
+def test_questions_beyond_the_pool_wait_their_turn(root):
+    """With one retrieval thread, questions asked at once are answered one after another:
+    the ones that came later say they waited in the queue."""
+    clients = 3
+    timings: list[dict[str, float]] = []
+    start = threading.Barrier(clients)
+
+    def ask(url: str) -> None:
+        with httpx.Client(base_url=url, timeout=60) as client:
+            start.wait()
+            response = client.post("/packs/widgets/search", json={"question": QUESTION})
+            assert response.status_code == 200
+            timings.append(server_timing(response))
+
+    with running(create_app(root / "packs", warmup=True, retrieval_threads=1)) as url:
+        threads = [threading.Thread(target=ask, args=(url,)) for _ in range(clients)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+    assert len(timings) == clients
+    waited = sorted(t["queue"] for t in timings)
+    # The last one waited for at least one other question to be answered.
+    assert waited[-1] >= min(t["retrieval"] for t in timings), timings
+
+
 def events_of(response: httpx.Response) -> Iterator[tuple[str, dict, float]]:
     """(event, data, time.monotonic() when it arrived) for each server-sent event."""
     event = None
