@@ -7,7 +7,7 @@ database (opened through kpack.graphdb, after kpack.store.verify_version passed:
 the process on some damaged files instead of raising) and the tables every query reads (articles,
 sections and their vectors, chunk texts and vectors, links, entities, facts), held in memory so
 a query needs no database call: nearest vectors are found by an exact scan of the vectors held
-(:meth:`PackReader.nearest`; about 1 ms for 10,000 passages on one thread, where Kuzu's HNSW
+(:meth:`PackReader.nearest`; about 2.5 ms for 10,000 vectors on one thread, where Kuzu's HNSW
 index took 10 ms and returned approximate neighbours), keyword search by BM25 over the chunk
 texts (retrieval.bm25). Kuzu serves the tables when the reader opens, the entity graph
 (retrieval.graph) and related articles.
