@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import uuid
+from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 
@@ -436,7 +437,7 @@ def pack_status(name: str) -> dict:
         "changes": manifest.get("changes") if manifest else None,
         "failures": manifest["sources"]["failures"] if manifest else [],
         "extraction": manifest["extraction"] if manifest else None,
-        "gate": configured_threshold(manifest).as_dict() if manifest else None,
+        "gate": asdict(configured_threshold(manifest)) if manifest else None,
         "last_build": store.last_build(name),
         "build_running": build_running(folder),
         "schedule": {

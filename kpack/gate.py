@@ -157,12 +157,9 @@ OUT_OF_DOMAIN_PROBES = (
 class GateThreshold:
     """The threshold in force, where it came from and why (for the trace and status)."""
 
-    value: float
+    threshold: float
     source: str
     why: str
-
-    def as_dict(self) -> dict:
-        return {"threshold": self.value, "source": self.source, "why": self.why}
 
 
 def model_threshold(model: str) -> float:

@@ -264,7 +264,7 @@ def plan(
     threshold = settings.context_confidence_threshold
     if threshold is None:  # the fallback was checked where it was made (kpack.gate)
         gate = fallback
-        settings = settings.model_copy(update={"context_confidence_threshold": fallback.value})
+        settings = settings.model_copy(update={"context_confidence_threshold": fallback.threshold})
     elif options.get("context_confidence_threshold") is not None:
         gate = GateThreshold(threshold, OPTION, "context_confidence_threshold passed by the caller")
     else:

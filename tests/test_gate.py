@@ -138,11 +138,11 @@ def test_readers_use_the_calibrated_threshold_and_say_so(docs_pack, capsys, monk
         CONTEXT_CONFIDENCE_THRESHOLD = 0.99
 
     strict = Strict(docs_pack, use_llm=False)
-    assert strict.gate.source == FROM_AGENT and strict.gate.value == 0.99
+    assert strict.gate.source == FROM_AGENT and strict.gate.threshold == 0.99
     assert strict.query(IN_DOMAIN)["query_type"] == "confidence_gated_fallback"
     # ...and an option passed with the call wins over everything.
     loose = KnowledgeGraphAgent(docs_pack, use_llm=False, context_confidence_threshold=0.0)
-    assert (loose.gate.source, loose.gate.value) == (OPTION, 0.0)
+    assert (loose.gate.source, loose.gate.threshold) == (OPTION, 0.0)
 
 
 def test_a_question_about_a_subject_the_pack_never_mentions_is_refused_with_the_reason(docs_pack):
