@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kpack.embedding import model_label
-from kpack.text import STOPWORDS, prose_lines, search_terms, split_sentences, stem, words
+from kpack.text import prose_lines, search_terms, search_words, split_sentences, stem
 
 if TYPE_CHECKING:
     # Readers import this module for the threshold only; pyarrow is the build's.
@@ -503,9 +503,8 @@ def question_terms(text: str) -> dict[str, str]:
     """The search terms of a text (kpack.text.search_terms), each with its first spelling in
     the text, for a reason a reader recognises."""
     spelled: dict[str, str] = {}
-    for word in words(text):
-        if len(word) > 1 and word not in STOPWORDS:
-            spelled.setdefault(stem(word), word)
+    for word in search_words(text):
+        spelled.setdefault(stem(word), word)
     return spelled
 
 

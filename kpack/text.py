@@ -147,7 +147,12 @@ def stem(word: str) -> str:
     return word[:-1] if word.endswith("e") and len(word) > 3 else word
 
 
+def search_words(text: str) -> list[str]:
+    """The words of a text that become search terms: two characters or more, no stop words."""
+    return [w for w in words(text) if len(w) > 1 and w not in STOPWORDS]
+
+
 def search_terms(text: str) -> list[str]:
-    """The search terms of a text, in order and repeated: its words of two characters or more
-    that are not stop words, stemmed. Keyword search counts them, the gate weighs them."""
-    return [stem(w) for w in words(text) if len(w) > 1 and w not in STOPWORDS]
+    """The search terms of a text, in order and repeated: its search words, stemmed. Keyword
+    search counts them, the gate weighs them."""
+    return [stem(w) for w in search_words(text)]
