@@ -80,10 +80,10 @@ def extractions(
     started = time.perf_counter()
     pack = context.partition_key
     config = pack_store.config(pack)
-    use_claude = config.extraction == "claude" or (config.extraction == "auto" and claude.available)
     if config.extraction == "claude" and not claude.available:
         raise Failure(f"kg_config.json asks for Claude extraction but ${API_KEY_ENV} is not set")
-    method = f"claude:{config.extraction_model}" if use_claude else "offline"
+    method = config.extraction_method(claude.available)
+    use_claude = method != "offline"
     inputs = hashlib.sha256(
         f"{method} {table_digest(sections)} {source_digest(extraction, text)}".encode()
     ).hexdigest()

@@ -6,6 +6,13 @@ A URL that fails is a row with its error; the build goes on (kpack.ingest.pages)
 incremental: the stage reads its own previous output for the pack (through the shared storage,
 see resources.storage.IntermediatesResource) and makes every request conditional on the stored
 ETag / Last-Modified.
+
+A build whose sources are those the latest build confirmed the current version from (the
+same pages, settings, extraction method, embedding model and build code:
+kpack.changes.sources_fingerprint) stops here: the stage records an observation (outcome
+"unchanged") instead of a materialization, so every later stage is skipped. A no-change rebuild
+therefore runs one step. ``force_publish`` (``kpack build --force``) runs every stage and
+publishes; pack_graph reads it from this stage's facts.
 """
 
 import time
@@ -17,32 +24,47 @@ from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
     AssetExecutionContext,
+    Config,
     Failure,
     MetadataValue,
     Output,
     asset,
 )
 
-from assets.partitions import pack_check, packs_partitions
+import assets
+import kpack
+import resources
+from assets.partitions import observe_unchanged, pack_check, packs_partitions
+from kpack.changes import package_digest, page_changes, sources_fingerprint
+from kpack.embedding import model_label
 from kpack.ingest.crawl import crawl
 from kpack.ingest.pages import CHANGE_KINDS, stored_pages
 from resources.fetcher import FetcherResource
+from resources.llm import ClaudeResource
 from resources.pack_store import PackStore
 from resources.storage import IntermediatesResource
+
+
+class FetchConfig(Config):
+    force_publish: bool = False  # run every stage and publish a new version, changed or not
 
 
 @asset(
     partitions_def=packs_partitions,
     group_name="ingest",
     compute_kind="requests",
-    description="Every URL of the pack's urls.txt fetched (or its error), main content kept.",
+    output_required=False,
+    description="Every URL of the pack's urls.txt fetched (or its error), main content kept; "
+    "not materialized when the current version was built from these very sources.",
 )
 def fetched_pages(
     context: AssetExecutionContext,
+    config: FetchConfig,
     fetcher: FetcherResource,
     pack_store: PackStore,
     intermediates: IntermediatesResource,
-) -> Output[list[dict]]:
+    claude: ClaudeResource,  # whether a key is set decides the extraction method (a source)
+):
     started = time.perf_counter()
     pack = context.partition_key
     sources, problems = pack_store.sources(pack)
@@ -53,10 +75,13 @@ def fetched_pages(
             f"pack {pack!r} has no valid URL in urls.txt",
             metadata={"invalid_lines": MetadataValue.json([str(p) for p in problems])},
         )
-    config = pack_store.config(pack)
-    stored = stored_pages(intermediates.previous("fetched_pages", pack))
-    with fetcher.fetcher(config.fetch, pack_store.file_roots(pack)) as pages_fetcher:
-        rows, crawl_report = crawl(sources, pages_fetcher, config.crawl, stored, datetime.now(UTC))
+    pack_config = pack_store.config(pack)
+    previous = intermediates.previous("fetched_pages", pack)
+    stored = stored_pages(previous)
+    with fetcher.fetcher(pack_config.fetch, pack_store.file_roots(pack)) as pages_fetcher:
+        rows, crawl_report = crawl(
+            sources, pages_fetcher, pack_config.crawl, stored, datetime.now(UTC)
+        )
     for problem in crawl_report.problems:
         context.log.warning(problem)
     failures = [
@@ -67,26 +92,42 @@ def fetched_pages(
             f"urls.txt line {failure['line']}: {failure['url']}: {failure['error']}"
         )
     changes = {kind: sum(r["change"] == kind for r in rows) for kind in CHANGE_KINDS}
-    return Output(
+    fingerprint = sources_fingerprint(
         rows,
-        metadata={
-            "urls": len(rows),
-            "ok": len(rows) - len(failures),
-            "failed": len(failures),
-            **{f"change_{kind}": n for kind, n in changes.items()},
-            "not_modified": sum(r["status"] == 304 for r in rows),
-            "previous_fetch": bool(stored),
-            "failed_share": round(len(failures) / len(rows), 4),
-            "failures": MetadataValue.json(failures[:200]),
-            "invalid_lines": MetadataValue.json([str(p) for p in problems]),
-            "redirected": sum(1 for r in rows if r["redirects"]),
-            "bytes": sum(len(r["body"] or "") for r in rows),
-            **crawl_report.metadata(),
-            "robots_refused": MetadataValue.json(crawl_report.robots_refused[:200]),
-            "preview": MetadataValue.md(_preview(rows)),
-            "duration_s": round(time.perf_counter() - started, 3),
-        },
+        pack_config,
+        pack_config.extraction_method(claude.available),
+        model_label(pack_config.embedding_model),
+        package_digest(kpack, assets, resources),
     )
+    # A missing or damaged previous fetch is written again: the next conditional requests need it.
+    confirmed = (
+        None
+        if config.force_publish or previous is None
+        else pack_store.confirmed_version(pack, fingerprint)
+    )
+    metadata = {
+        "urls": len(rows),
+        "ok": len(rows) - len(failures),
+        "failed": len(failures),
+        **{f"change_{kind}": n for kind, n in changes.items()},
+        "not_modified": sum(r["status"] == 304 for r in rows),
+        "previous_fetch": bool(stored),
+        "failed_share": round(len(failures) / len(rows), 4),
+        "invalid_lines": MetadataValue.json([str(p) for p in problems]),
+        "redirected": sum(1 for r in rows if r["redirects"]),
+        "bytes": sum(len(r["body"] or "") for r in rows),
+        **crawl_report.metadata(),
+        "robots_refused": MetadataValue.json(crawl_report.robots_refused[:200]),
+        "preview": MetadataValue.md(_preview(rows)),
+        "sources_fingerprint": fingerprint,
+        "force_publish": config.force_publish,
+        "duration_s": round(time.perf_counter() - started, 3),
+    }
+    if confirmed is not None:
+        changes_since = page_changes(rows, pack_store.published_articles(pack))
+        observe_unchanged(context, confirmed, changes_since, failures, **metadata)
+        return
+    yield Output(rows, metadata={**metadata, "failures": MetadataValue.json(failures[:200])})
 
 
 def _preview(rows: list[dict], limit: int = 20) -> str:

@@ -17,12 +17,11 @@ database and emits no materialization, so pack_manifest and the graph checks are
 current version stays current, and the check is recorded as an observation of pack_graph and
 in ``.versions/last_build.json`` (outcome "unchanged"). The version number therefore increases
 on every build that changed content, and only then. ``force_publish`` (``kpack build --force``)
-publishes a new version regardless, and so does a build whose current version fails its
+(set on fetched_pages, read from its facts) publishes a new version regardless, and so does a build whose current version fails its
 checksum (kpack.store.verify_version): a damaged version is never kept as "unchanged".
 """
 
 import json
-import logging
 import re
 import time
 from pathlib import Path
@@ -34,14 +33,12 @@ from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
     AssetExecutionContext,
-    AssetObservation,
-    Config,
     MetadataValue,
     Output,
     asset,
 )
 
-from assets.partitions import follow_upstream, pack_check, packs_partitions
+from assets.partitions import follow_upstream, observe_unchanged, pack_check, packs_partitions
 from kpack.changes import inputs_fingerprint, page_changes
 from kpack.contracts import FTS_INDEXES, VECTOR_INDEXES, StagedBuild, facts_of
 from kpack.embedding import model_label
@@ -131,24 +128,6 @@ def _damage_of(version: Path | None) -> str | None:
     return None
 
 
-class _NothingToGateFilter(logging.Filter):
-    """Drops Dagster's warning that graph_is_queryable "emitted no result" on a no-change build.
-
-    When pack_graph stages nothing, its check is skipped and so is pack_manifest (it depends on
-    pack_graph itself), so nothing goes ungated; the warning would only mislead.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "'pack_graph:graph_is_queryable' emitted no result" not in record.getMessage()
-
-
-logging.getLogger("dagster._core.execution.plan.active").addFilter(_NothingToGateFilter())
-
-
-class PackGraphConfig(Config):
-    force_publish: bool = False  # stage and publish a new version even if nothing changed
-
-
 @asset(
     partitions_def=packs_partitions,
     group_name="graph",
@@ -161,7 +140,6 @@ class PackGraphConfig(Config):
 )
 def pack_graph(
     context: AssetExecutionContext,
-    config: PackGraphConfig,
     pack_store: PackStore,
     fetched_pages: pa.Table,
     articles: pa.Table,
@@ -178,7 +156,10 @@ def pack_graph(
     started = time.perf_counter()
     pack = context.partition_key
     pack_config = pack_store.config(pack)
-    errors = fetched_pages.select(["url", "error"]).to_pylist()
+    sources = facts_of(fetched_pages)  # this build's sources fingerprint and force_publish
+    forced = bool(sources.get("force_publish"))
+    pages = fetched_pages.select(["url", "status", "content_hash", "error"]).to_pylist()
+    failed = [{"url": page["url"], "error": page["error"]} for page in pages if page["error"]]
     fingerprint = inputs_fingerprint(
         {
             "articles": articles,
@@ -193,40 +174,28 @@ def pack_graph(
         embeddings,
         model_label(pack_config.embedding_model),
         pack_config,
-        [row["url"] for row in errors if row["error"] is not None],
+        [page["url"] for page in failed],
     )
     current = pack_store.current(pack)
     previous_version = version_number(current) if current else None
     previous_manifest = _manifest_of(current)
-    changes = page_changes(fetched_pages, pack_store.published_articles(pack))
+    changes = page_changes(pages, pack_store.published_articles(pack))
     damage = _damage_of(current)
     if damage:
         context.log.warning(f"{damage}: building a new version to replace it")
     if (
-        not config.force_publish
+        not forced
         and damage is None
         and previous_manifest is not None
         and previous_manifest.get("inputs_fingerprint") == fingerprint
     ):
-        failures = [{"url": row["url"], "error": row["error"]} for row in errors if row["error"]][
-            :200
-        ]
-        context.log_event(
-            AssetObservation(
-                asset_key=context.asset_key,
-                partition=pack,
-                metadata={
-                    "unchanged": True,
-                    "current_version": previous_version,
-                    "inputs_fingerprint": fingerprint,
-                    "changes": MetadataValue.json(changes),
-                    "failures": MetadataValue.json(failures),
-                    "outcome": f"unchanged since v{previous_version:04d}",
-                },
-            )
-        )
-        context.log.info(
-            f"{pack}: nothing changed since version {previous_version}; nothing to publish"
+        observe_unchanged(
+            context,
+            previous_version,
+            changes,
+            failed,
+            inputs_fingerprint=fingerprint,
+            sources_fingerprint=sources.get("sources_fingerprint"),
         )
         return
     dim = len(embeddings["embedding"][0]) if embeddings.num_rows else 0
@@ -258,7 +227,8 @@ def pack_graph(
         inputs_fingerprint=fingerprint,
         embedding_dimension=dim,
         changes=changes,
-        forced=config.force_publish,
+        forced=forced,
+        sources_fingerprint=sources.get("sources_fingerprint"),
         invalid_lines=[str(problem) for problem in pack_store.sources(pack)[1]],
         stages={
             **{name: facts_of(table) for name, table in stages.items()},
@@ -272,7 +242,7 @@ def pack_graph(
             "embedding_dimension": dim,
             "inputs_fingerprint": fingerprint,
             "previous_version": previous_version,
-            "forced": config.force_publish,
+            "forced": forced,
             "changes": MetadataValue.json(changes),
             "staged_at": MetadataValue.path(str(db_path)),
             "db_bytes": db_path.stat().st_size,

@@ -104,6 +104,7 @@ def build_manifest(
         "stage_seconds": {s: stage_meta.get(s, {}).get("duration_s") for s in STAGES},
         "config": config.to_json(),
         "inputs_fingerprint": staged.inputs_fingerprint,
+        "sources_fingerprint": staged.sources_fingerprint,
     }
 
 

@@ -11,6 +11,11 @@ previous fetch, so a build that failed or was killed in between cannot hide a ch
   tables, the embedded texts and model, the build settings, the failed URLs and the graph
   schema). Equal fingerprints mean the new database would hold exactly what the published one
   holds, so the build publishes nothing (see assets.graph).
+* ``sources_fingerprint``: one hash over everything a build starts from (the fetched pages,
+  the build settings, the extraction method, the embedding model and the build code). When the
+  latest build confirmed the current version from the same sources, nothing after the fetch can
+  come out different, so the build stops there (see assets.fetch): a no-change rebuild runs
+  one step, not every stage.
 * ``source_digest``: a stage records the digest of its inputs and code in its facts
   (kpack.contracts.with_facts), so a rebuild over the same inputs reuses its output.
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
 
@@ -43,6 +49,18 @@ GRAPH_INPUTS = (
 # and what the fetch and crawl settings change (pages, their failures) is in the tables.
 NOT_CONTENT_SETTINGS = ("schedule", "fetch", "crawl")
 MAX_LISTED_URLS = 200
+# fetched_pages columns that say nothing about what later stages read: how the page was fetched
+# this time, and the body (its content hash stands for it).
+VOLATILE_PAGE_COLUMNS = (
+    "status",
+    "change",
+    "etag",
+    "last_modified",
+    "fetched_at",
+    "elapsed_ms",
+    "body",
+    "error",
+)
 
 
 def table_digest(table: pa.Table) -> str:
@@ -68,6 +86,48 @@ def graph_schema_digest() -> str:
     return hashlib.sha256("\n".join(ddl).encode()).hexdigest()
 
 
+@lru_cache(maxsize=8)
+def package_digest(*packages: ModuleType) -> str:
+    """SHA-256 of every source file of the packages: the code version of what they build.
+
+    Computed once per process: the code a process runs does not change under it.
+    """
+    digest = hashlib.sha256()
+    for package in packages:
+        root = Path(inspect.getfile(package)).parent
+        for path in sorted(root.rglob("*.py")):
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def content_settings(config: PackConfig) -> dict:
+    """The settings that can change what a pack holds (see NOT_CONTENT_SETTINGS)."""
+    return {k: v for k, v in config.to_json().items() if k not in NOT_CONTENT_SETTINGS}
+
+
+def sources_fingerprint(
+    pages: list[dict], config: PackConfig, extraction: str, embedding_model: str, code: str
+) -> str:
+    """One hash over what a build starts from: ``pages`` (fetched_pages rows), the content
+    settings, the extraction method (``claude:<model>`` or ``offline``), the embedding model and
+    ``code`` (the package_digest of the build code)."""
+    parts = {
+        "pages": [
+            {
+                **{k: v for k, v in page.items() if k not in VOLATILE_PAGE_COLUMNS},
+                "failed": page["error"] is not None,
+            }
+            for page in pages
+        ],
+        "settings": content_settings(config),
+        "extraction": extraction,
+        "embedding_model": embedding_model,
+        "code": code,
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def inputs_fingerprint(
     tables: dict[str, pa.Table],
     embeddings: pa.Table,
@@ -75,10 +135,9 @@ def inputs_fingerprint(
     config: PackConfig,
     failed_urls: list[str],
 ) -> str:
-    settings = {k: v for k, v in config.to_json().items() if k not in NOT_CONTENT_SETTINGS}
     parts = {
         "schema": graph_schema_digest(),
-        "settings": settings,
+        "settings": content_settings(config),
         "tables": {name: table_digest(tables[name]) for name in GRAPH_INPUTS},
         # A vector is determined by its model and text: the hashes stand for the vectors.
         "embeddings": [embedding_model, sorted(embeddings["content_hash"].to_pylist())],
@@ -87,10 +146,11 @@ def inputs_fingerprint(
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-def page_changes(pages: pa.Table, published: dict[str, str] | None) -> dict:
+def page_changes(pages: list[dict], published: dict[str, str] | None) -> dict:
     """Counts of fetched / new / changed / unchanged / failed / removed pages, and the URLs.
 
-    ``pages`` is the fetched_pages table of this build; ``published`` maps the current
+    ``pages`` are the fetched_pages rows of this build (url, status, content_hash and error
+    are read); ``published`` maps the current
     version's article URLs to their content hashes (None when nothing is published yet).
     ``fetched == new + changed + unchanged + failed``; ``removed`` counts the current
     version's articles whose URL is no longer in urls.txt. ``not_modified`` counts the 304s.
@@ -98,8 +158,7 @@ def page_changes(pages: pa.Table, published: dict[str, str] | None) -> dict:
     published = published or {}
     counts = {"new": 0, "changed": 0, "unchanged": 0, "failed": 0}
     listed: dict[str, list[str]] = {"new": [], "changed": []}
-    rows = pages.select(["url", "status", "content_hash", "error"]).to_pylist()
-    for row in rows:
+    for row in pages:
         if row["error"] is not None:
             kind = "failed"
         elif row["url"] not in published:
@@ -111,11 +170,11 @@ def page_changes(pages: pa.Table, published: dict[str, str] | None) -> dict:
         counts[kind] += 1
         if kind in listed:
             listed[kind].append(row["url"])
-    removed = sorted(set(published) - {row["url"] for row in rows})
+    removed = sorted(set(published) - {row["url"] for row in pages})
     return {
-        "fetched": len(rows),
+        "fetched": len(pages),
         **counts,
-        "not_modified": sum(row["status"] == 304 for row in rows),
+        "not_modified": sum(row["status"] == 304 for row in pages),
         "removed": len(removed),
         "new_urls": listed["new"][:MAX_LISTED_URLS],
         "changed_urls": listed["changed"][:MAX_LISTED_URLS],

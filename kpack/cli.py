@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import subprocess
 import sys
@@ -825,5 +826,16 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def run() -> None:
+    """The ``kpack`` console script: :func:`main` in a process of its own."""
+    code = main()
+    # Python's last garbage collections at exit walk every object of the ~3,000 modules that
+    # Dagster loads: 0.5 s, an eighth of a no-change rebuild. Frozen objects are skipped;
+    # atexit handlers, flushing and module clean-up still run. Not in main(): a process that
+    # calls it (the tests) lives on, and frozen objects are never collected.
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

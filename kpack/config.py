@@ -245,6 +245,11 @@ class PackConfig(_Settings):
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
 
+    def extraction_method(self, claude_available: bool) -> str:
+        """``claude:<model>`` or ``offline``: how a build extracts, given whether a key is set."""
+        use_claude = self.extraction == "claude" or (self.extraction == "auto" and claude_available)
+        return f"claude:{self.extraction_model}" if use_claude else "offline"
+
     def build_settings(self) -> dict[str, Any]:
         """The settings that change what a pack holds (not when it is rebuilt or queried)."""
         return self.model_dump(mode="json", exclude={"schedule", "query"})

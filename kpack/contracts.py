@@ -161,6 +161,8 @@ class StagedBuild:
     forced: bool
     invalid_lines: list[str]
     stages: dict[str, dict] = field(default_factory=dict)
+    # kpack.changes.sources_fingerprint of the fetch this build started from
+    sources_fingerprint: str | None = None
 
 
 def conform(name: str, data: pa.Table | list[dict]) -> pa.Table:

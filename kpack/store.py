@@ -25,7 +25,10 @@ mtime, size), remembered in ``.verified.json``. A build reads what it needs of t
 version (the article hashes) from ``articles.json``, never from the database.
 
 ``.versions/last_build.json`` records the outcome of the latest build (published, unchanged or
-failed) for ``kpack status``; it is written atomically and never read by queries.
+failed) for ``kpack status``; it is written atomically and never read by queries. A build reads
+it back for one thing: when the latest build confirmed the current version from the very
+sources this build fetched (kpack.changes.sources_fingerprint), the build stops after the fetch
+(:meth:`PackStoreOps.confirmed_version`).
 """
 
 from __future__ import annotations
@@ -248,6 +251,25 @@ class PackStoreOps:
 
     def last_build(self, pack: str) -> dict | None:
         return _read_json(versions_dir(self.folder(pack)) / LAST_BUILD)
+
+    def confirmed_version(self, pack: str, sources_fingerprint: str) -> int | None:
+        """The current version's number when the latest build of ``pack`` succeeded from sources
+        with this fingerprint, that version is still current (no publish, rollback or install
+        since) and it verifies; None otherwise, and the build runs every stage."""
+        last, current = self.last_build(pack), self.current(pack)
+        if not isinstance(last, dict) or current is None:
+            return None
+        if (
+            last.get("outcome") not in ("published", "unchanged")
+            or last.get("sources_fingerprint") != sources_fingerprint
+            or last.get("version") != version_number(current)
+        ):
+            return None
+        try:
+            verify_version(current)
+        except PackNotReady:
+            return None  # damaged: the build replaces it (assets.graph)
+        return version_number(current)
 
 
 class PackStore(PackStoreOps):

@@ -41,7 +41,9 @@ class BuildResult:
     failed_checks: list[str] = field(default_factory=list)
     outcome: str = "failed"  # published | unchanged | failed
     cause: str | None = None  # why a failed build failed, in one line
-    # This run's materialization metadata by asset (e.g. stage_metadata["embeddings"]["embedded"])
+    # This run's metadata by asset: of its materialization (stage_metadata["embeddings"]
+    # ["embedded"]), or of its observation when the stage found nothing changed
+    # (stage_metadata["fetched_pages"]["unchanged"]; see assets.partitions.observe_unchanged).
     stage_metadata: dict[str, dict] = field(default_factory=dict)
 
     @property
@@ -89,7 +91,7 @@ def build_pack(
         fail_abandoned_runs(instance, pack)
         run_config = {
             "loggers": {"console": {"config": {"log_level": log_level}}},
-            "ops": {"pack_graph": {"config": {"force_publish": force}}},
+            "ops": {"fetched_pages": {"config": {"force_publish": force}}},
         }
         if executor is None:
             result = job.execute_in_process(
@@ -110,10 +112,14 @@ def build_pack(
             shutil.rmtree(PackStore(packs_dir).staging(pack, result.run_id), ignore_errors=True)
         summary = record_outcome(instance, instance.get_run_by_id(result.run_id), packs_dir)
     stage_metadata = {
-        event.asset_key.path[-1]: {
-            k: getattr(v, "value", v) for k, v in event.materialization.metadata.items()
-        }
-        for event in result.get_asset_materialization_events()
+        event.asset_key.path[-1]: {k: getattr(v, "value", v) for k, v in metadata.items()}
+        for event, metadata in [
+            *((e, e.materialization.metadata) for e in result.get_asset_materialization_events()),
+            *(
+                (e, e.asset_observation_data.asset_observation.metadata)
+                for e in result.get_asset_observation_events()
+            ),
+        ]
     }
     return BuildResult(
         pack=pack,

@@ -38,7 +38,6 @@ from pipelines.jobs import JOB_NAME, build_pack_job
 
 OUTCOME_TAG = "kpack/outcome"
 PARTITION_TAG = "dagster/partition"
-MAX_LISTED_FAILURES = 200
 
 
 def _metadata(event) -> dict:
@@ -60,9 +59,10 @@ def run_summary(instance: DagsterInstance, run: DagsterRun) -> dict:
             if materialization.asset_key.path[-1] == "pack_manifest":
                 published = _metadata(materialization)
         elif event.event_type == DagsterEventType.ASSET_OBSERVATION:
-            observation = event.asset_observation_data.asset_observation
-            if observation.asset_key.path[-1] == "pack_graph":
-                unchanged = _metadata(observation)
+            # fetched_pages or pack_graph, whichever found nothing changed (assets.partitions)
+            metadata = _metadata(event.asset_observation_data.asset_observation)
+            if metadata.get("unchanged"):
+                unchanged = metadata
         elif event.event_type == DagsterEventType.STEP_FAILURE and event.step_key:
             failed_steps.append(event.step_key)
             error = event.step_failure_data.error
@@ -82,6 +82,7 @@ def run_summary(instance: DagsterInstance, run: DagsterRun) -> dict:
             **base,
             "outcome": "published",
             "version": published.get("version"),
+            "sources_fingerprint": manifest.get("sources_fingerprint"),
             "previous_version": manifest.get("previous_version"),
             "changes": manifest.get("changes"),
             "failures": manifest.get("sources", {}).get("failures", []),
@@ -91,8 +92,9 @@ def run_summary(instance: DagsterInstance, run: DagsterRun) -> dict:
             **base,
             "outcome": "unchanged",
             "version": unchanged.get("current_version"),
+            "sources_fingerprint": unchanged.get("sources_fingerprint"),
             "changes": unchanged.get("changes"),
-            "failures": unchanged.get("failures", [])[:MAX_LISTED_FAILURES],
+            "failures": unchanged.get("failures", []),
         }
     if run.status == DagsterRunStatus.CANCELED:
         causes.append("the run was canceled")

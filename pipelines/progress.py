@@ -2,11 +2,14 @@
 
 The build runs in this process; a watcher thread reads the run's events from the Dagster
 instance (the same event log the UI shows) and renders them: a live table in a terminal, one
-plain line per finished stage when the output is piped.
+plain line per finished stage when the output is piped. While the run executes, Dagster points
+file descriptors 1 and 2 at the run's compute-log files, so the progress writes to a copy of
+the console's descriptor taken before the run starts.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -40,7 +43,8 @@ class BuildProgress:
     ) -> None:
         # The build's own instance: a second DagsterInstance.get() racing the build's first
         # one on a new DAGSTER_HOME would run the storage migrations twice.
-        self.instance, self.tag, self.console, self.live = instance, tag, console, live
+        self.instance, self.tag, self.live = instance, tag, live
+        self.console = _outside_capture(console)
         self.stages: dict[str, StageProgress] = {}
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._follow, daemon=True)
@@ -52,6 +56,7 @@ class BuildProgress:
     def __exit__(self, *exc: object) -> None:
         self._done.set()
         self._thread.join(timeout=10)
+        self.console.file.close()
 
     def _follow(self) -> None:
         instance = self.instance
@@ -137,3 +142,16 @@ class BuildProgress:
                     f"{stage.name}  {stage.state}  {stage.seconds:.1f}s{rows}", highlight=False
                 )
                 stage.reported = True
+
+
+def _outside_capture(console: Console) -> Console:
+    """``console`` on a copy of its file descriptor, with its size and colours as they are now
+    (the terminal cannot be asked while the descriptors point at log files)."""
+    stream = os.fdopen(os.dup(console.file.fileno()), "w", encoding="utf-8")
+    return Console(
+        file=stream,
+        force_terminal=console.is_terminal,
+        color_system=console.color_system,  # type: ignore[arg-type]
+        width=console.width,
+        height=console.height,
+    )

@@ -77,7 +77,24 @@ def stage(
 
 
 @dataclass
+class ContextSection:
+    """A section (or passage) handed to synthesis."""
+
+    section_id: str
+    article_url: str
+    title: str
+    heading: str
+    text: str
+    similarity: float
+    pagerank: float
+    via: str  # retrieved | linked | passage
+    quality: float | None = None
+
+
+@dataclass
 class Candidate:
+    """A passage found for the question, with what each stage made of it."""
+
     passage_id: str  # a chunk_id: every hit is a passage of at most ~200 words
     section_id: str
     article_url: str
@@ -129,21 +146,6 @@ class Candidate:
 
 
 TRACED_FIELDS = tuple(f.name for f in fields(Candidate) if f.name != "reasons")
-
-
-@dataclass
-class ContextSection:
-    """A section (or passage) handed to synthesis."""
-
-    section_id: str
-    article_url: str
-    title: str
-    heading: str
-    text: str
-    similarity: float
-    pagerank: float
-    via: str  # retrieved | linked | passage
-    quality: float | None = None
 
 
 @dataclass(eq=False)

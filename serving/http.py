@@ -13,9 +13,10 @@ request (empty or too long question, wrong field), 409 a pack that cannot answer
 damaged, bad kg_config.json), 401 a missing or wrong bearer token, 413 a body over the limit,
 500 anything else (logged with its traceback on the server, never sent to the client).
 
-Retrieval is CPU-bound (embedding the question, vector and BM25 search) and runs in a bounded
-pool of threads (retrieval_pool_size), never on the event loop; the response's JSON is encoded
-in the same thread. Every response says where its time went in a ``Server-Timing`` header
+Retrieval is CPU-bound (embedding the question, vector and BM25 search) and runs in a pool of
+one thread per core (retrieval_pool_size), never on the event loop; the response's JSON is
+encoded in the same thread. A question that Claude answers waits seconds on the network: those
+run in a pool of their own (LLM_THREADS), so they never hold a core's turn. Every response says where its time went in a ``Server-Timing`` header
 (``queue``, ``retrieval``, ``encode`` and ``app``, in ms), which bench/serve_bench.py reads.
 Each request resolves the pack's ``current`` version again, so a build that publishes is
 picked up by the next request without a restart, and a request that started on the previous
@@ -46,12 +47,14 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
 import retrieval
+from kpack.llm import API_KEY_ENV
 from kpack.packs import PackError
 from serving import catalog
 
 log = logging.getLogger("kpack.serve")
 
 MAX_BODY_BYTES = 64 * 1024  # a question of 8,000 characters is at most 32 KiB of UTF-8
+LLM_THREADS = 16  # questions Claude answers at once; each mostly waits on the network
 VERSION_HEADER = "X-Kpack-Version"
 SERVER_TIMING = "Server-Timing"
 Profile = Literal["baseline", "balanced", "max"]
@@ -96,19 +99,22 @@ def create_app(
     ``token``: when set, every route but /healthz and the docs needs ``Authorization: Bearer
     <token>``. ``warmup``: load each published pack and its embedding model before the server
     accepts connections, so the first query does not pay for it. ``retrieval_threads``: how
-    many questions are worked on at once (see retrieval_pool_size); the others wait their turn.
+    many questions are worked on at once without Claude (see retrieval_pool_size); the others
+    wait their turn.
     """
     root = catalog.packs_root(packs_dir)
     pool = ThreadPoolExecutor(
         max_workers=retrieval_threads or retrieval_pool_size(), thread_name_prefix="retrieval"
     )
+    llm_pool = ThreadPoolExecutor(max_workers=LLM_THREADS, thread_name_prefix="claude")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if warmup:
             await asyncio.get_running_loop().run_in_executor(pool, _warm_up, root)
         yield
-        pool.shutdown(wait=False, cancel_futures=True)
+        for executor in (pool, llm_pool):
+            executor.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(
         title="Knowledge Packs",
@@ -162,29 +168,32 @@ def create_app(
                 **streaming,
             )
 
+        # Read per request: a key set for the server is seen without a restart, like a new version.
+        workers = llm_pool if body.use_llm and os.environ.get(API_KEY_ENV) else pool
         if body.stream or "text/event-stream" in request.headers.get("accept", ""):
             folder, question, version = _checked(root, name, body.question)
             return StreamingResponse(
-                _events(partial(answer, folder, question, version), pool),
+                _events(partial(answer, folder, question, version), workers),
                 media_type="text/event-stream",
                 headers={**_version(version), "Cache-Control": "no-cache"},
             )
-        return await _answer(pool, root, name, body.question, answer)
+        return await _answer(workers, root, name, body.question, answer)
 
     app.include_router(router)
     return app
 
 
 def retrieval_pool_size() -> int:
-    """Questions worked on at once: twice the cores this process may use.
+    """Questions worked on at once without Claude: one per core this process may use.
 
-    A question's numeric work (embedding it, the vector scan) runs without the interpreter
-    lock, so two per core keep the cores busy (bench/serve_bench.py, 4 clients on 2 cores:
-    18.7 answers/s with 2 threads, 20.2 with 4, as many as in-process). The bound keeps a
-    crowd of clients from starting a thread each: the others wait their turn, in order.
+    More only contend for the cores and the interpreter lock. bench/serve_bench.py, 4 clients
+    on 2 cores, Python docs pack: with 2 threads the server answers 51.6 searches/s at p50
+    75.1 ms (in-process, 4 threads: 51.4/s, 74.8 ms); with 4 threads, 42.1/s at 91.8 ms. The
+    bound also keeps a crowd of clients from starting a thread each: the others wait their
+    turn, in order.
     """
     usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None  # Linux
-    return 2 * (len(usable) if usable else os.cpu_count() or 1)
+    return len(usable) if usable else os.cpu_count() or 1
 
 
 def _known(name: str, root: Path) -> Path:

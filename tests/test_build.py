@@ -163,7 +163,8 @@ def test_claude_extraction_through_the_sdk_and_its_cache(workspace, site, monkey
         first = build(workspace, "llm", claude=claude)
         calls_after_first = len(fake.requests)
         second = build(workspace, "llm", claude=claude)
-    assert first.success and second.success
+        forced = build(workspace, "llm", claude=claude, force=True)
+    assert first.success and second.success and forced.success
     extraction = first.manifest["extraction"]
     assert extraction["method"] == "claude:claude-haiku-4-5"
     assert extraction["llm_calls"] == calls_after_first > 0
@@ -172,12 +173,15 @@ def test_claude_extraction_through_the_sdk_and_its_cache(workspace, site, monkey
     sent_key = headers.get("x-api-key") or headers.get("authorization", "").removeprefix("Bearer ")
     assert sent_key == "test-key-not-real"
     assert fake.requests[0]["body"]["tool_choice"]["name"] == "record_knowledge"
-    # The rebuild found every section in the cache: not one more call, no text embedded, and
-    # with nothing changed it published nothing (version 1 stays current).
+    # With nothing changed the rebuild stopped after the fetch and published nothing (version 1
+    # stays current); a forced one ran every stage and reused every extraction and vector: not
+    # one more call, no text embedded.
     assert len(fake.requests) == calls_after_first
     assert second.outcome == "unchanged" and second.manifest["version"] == 1
-    assert second.stage_metadata["entities"]["llm_calls"] == 0
-    assert second.stage_metadata["embeddings"]["embedded"] == 0
+    assert list(second.stage_metadata) == ["fetched_pages"]  # its "unchanged" observation
+    assert forced.published and forced.manifest["version"] == 2
+    assert forced.stage_metadata["entities"]["llm_calls"] == 0
+    assert forced.stage_metadata["embeddings"]["embedded"] == 0
 
     with opened(workspace / "packs" / "llm" / "pack.db", read_only=True) as conn:
         names = {n for (n,) in query(conn, "MATCH (e:Entity) RETURN e.name")}

@@ -173,23 +173,34 @@ def test_incremental_rebuilds(workspace, site, claude):
     assert third.stage_metadata["pagerank"]["articles"] == len(ranks_after) == 4
     assert ranks_after[url("/docs/index.html")] != ranks_before[url("/docs/index.html")]
 
-    # --- 4. Nothing changed: no LLM call, no embedding, nothing published.
+    # --- 4. Nothing changed: the latest build confirmed the current version from these very
+    # sources, so the build stops after the fetch: no stage materializes, nothing is published.
     fourth, fourth_calls = rebuild()
     assert fourth.outcome == "unchanged" and not fourth.published
     assert fourth_calls == 0 and EMBEDDED == []
-    assert fourth.stage_metadata["entities"]["llm_calls"] == 0
-    # The sections are those of the last build: its extractions are reused, not recomputed.
-    assert fourth.stage_metadata["entities"]["reused"] is True
-    assert second.stage_metadata["entities"]["reused"] is False
-    assert fourth.stage_metadata["embeddings"]["embedded"] == 0
-    assert "pack_graph" not in fourth.stage_metadata
+    assert list(fourth.stage_metadata) == ["fetched_pages"]  # an observation: "unchanged"
+    assert fourth.stage_metadata["fetched_pages"]["unchanged"] is True
     assert fourth.manifest["version"] == 3
     assert sorted(p.name for p in (folder / ".versions").glob("v*")) == ["v0002", "v0003"]
     record = json.loads((folder / ".versions" / "last_build.json").read_text())
     assert record["outcome"] == "unchanged" and record["version"] == 3
     assert record["run_id"] == fourth.run_id
+    assert record["sources_fingerprint"] == third.manifest["sources_fingerprint"]
+    assert record["changes"]["unchanged"] == 4 and record["changes"]["failed"] == 1
 
-    # --- 5. --force publishes anyway; a settings change is a change too.
+    # Without that record (the last build failed, or an older kpack built the pack) every stage
+    # runs, reusing what it computed before, and pack_graph finds the graph inputs unchanged.
+    (folder / ".versions" / "last_build.json").unlink()
+    full, full_calls = rebuild()
+    assert full.outcome == "unchanged" and full_calls == 0 and EMBEDDED == []
+    assert full.stage_metadata["entities"]["reused"] is True
+    assert second.stage_metadata["entities"]["reused"] is False
+    assert full.stage_metadata["embeddings"]["embedded"] == 0
+    assert full.stage_metadata["pack_graph"]["unchanged"] is True  # observed, not staged
+    again = rebuild()[0].stage_metadata  # confirmed again: the fetch is the last step
+    assert list(again) == ["fetched_pages"] and again["fetched_pages"]["unchanged"] is True
+
+    # --- 5. --force runs every stage and publishes; a settings change is a change too.
     forced, _ = rebuild(force=True)
     assert forced.published and forced.manifest["version"] == 4
     assert forced.manifest["changes"]["unchanged"] == 4

@@ -56,7 +56,7 @@ if __name__ == "__main__":  # dagster imports this file again to reconstruct the
         reconstructable(build_pack_job),
         instance,
         tags={"dagster/partition": pack},
-        run_config={"ops": {"pack_graph": {"config": {"force_publish": force}}}},
+        run_config={"ops": {"fetched_pages": {"config": {"force_publish": force}}}},
     )
     for event in result.all_events:
         error = getattr(event.event_specific_data, "error", None)

@@ -289,6 +289,35 @@ def test_a_client_that_hangs_up_stops_the_claude_request(api, claude):
     assert api.get("/healthz").json() == {"status": "ok"}
 
 
+def test_a_slow_claude_answer_does_not_hold_back_offline_questions(root, claude):
+    fake = claude(stream_pieces=8, delta_delay_s=0.25)  # Claude takes 2 s to write its answer
+    with (
+        running(create_app(root / "packs", warmup=True, retrieval_threads=1)) as url,
+        httpx.Client(base_url=url, timeout=60) as client,
+    ):
+        streamed: list[tuple[str, dict, float]] = []
+
+        def ask_claude() -> None:
+            with client.stream(
+                "POST", "/packs/widgets/query", json={"question": QUESTION, "stream": True}
+            ) as response:
+                streamed.extend(events_of(response))
+
+        claude_thread = threading.Thread(target=ask_claude)
+        claude_thread.start()
+        while not fake.streams:  # Claude is writing
+            time.sleep(0.02)
+        # The one retrieval thread is free: the Claude question waits in a pool of its own.
+        search = client.post("/packs/widgets/search", json={"question": QUESTION})
+        offline = client.post("/packs/widgets/query", json={"question": QUESTION, "use_llm": False})
+        answered_offline = time.monotonic()
+        claude_thread.join(timeout=60)
+    assert search.status_code == offline.status_code == 200
+    assert server_timing(search)["queue"] < 100 and server_timing(offline)["queue"] < 100
+    assert [event for event, _, _ in streamed] == ["delta"] * 8 + ["result"]
+    assert answered_offline < streamed[-1][2]  # both offline answers came while Claude wrote
+
+
 @pytest.mark.parametrize(
     ("path", "payload", "status", "detail"),
     [
