@@ -28,6 +28,7 @@ client count.
     .venv/bin/python bench/serve_bench.py                       # build (or reuse) in bench/out
     .venv/bin/python bench/serve_bench.py --python-pages 60 --n 200
     .venv/bin/python bench/serve_bench.py --pack packs/mypack   # any built pack
+    .venv/bin/python bench/serve_bench.py --in-process-limit 2  # in-process bounded as the server
 
 Results: a Markdown report on stdout and bench/out/serve_bench.{json,md}.
 """
@@ -46,6 +47,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
@@ -200,15 +202,30 @@ def run_clients(
     return measured
 
 
-def in_process(folder: Path, endpoint: str, k: int) -> Callable[[int, str], Sample]:
+def in_process(
+    folder: Path, endpoint: str, k: int, limit: int | None = None
+) -> Callable[[int, str], Sample]:
+    """The call in this process; ``limit``: run by a pool of that many threads, first come
+    first served (the wait is timed), as the server runs its retrievals. None: each client
+    thread calls directly, all at once."""
     import retrieval
 
-    def call(_: int, question: str) -> Sample:
-        began = time.perf_counter()
+    def answer(question: str) -> None:
         if endpoint == "search":
             retrieval.search(folder, question, k=k)
         else:
             retrieval.query(folder, question, use_llm=False, max_results=k)
+
+    # A pool, not a semaphore: a semaphore lets a releasing thread take its turn again at once,
+    # so two clients would run while two starve, and the waits would hide in a few calls.
+    pool = ThreadPoolExecutor(max_workers=limit) if limit else None
+
+    def call(_: int, question: str) -> Sample:
+        began = time.perf_counter()
+        if pool is None:
+            answer(question)
+        else:
+            pool.submit(answer, question).result()
         return Sample((time.perf_counter() - began) * 1000)
 
     return call
@@ -458,7 +475,12 @@ def table(results: dict[str, Any]) -> str:
         f"\n### {results['pack']} ({results['articles']} articles, {results['chunks']} chunks), "
         f"{results['questions']} distinct questions, k={results['k']}, no LLM\n",
         f"In-process and HTTP measured in {results['rounds']} alternating rounds of the same "
-        f"questions; the server works on {results['server_threads']} questions at once.\n",
+        f"questions; the server works on {results['server_threads']} questions at once, "
+        + (
+            f"in-process callers on at most {results['in_process_limit']}.\n"
+            if results.get("in_process_limit")
+            else "in-process callers all at once.\n"
+        ),
         "| endpoint | clients | where | requests | errors | p50 ms | p95 ms | req/s |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -529,6 +551,11 @@ def main() -> None:
         "--client", choices=sorted(CLIENTS), default="http.client", help="the HTTP client"
     )
     parser.add_argument("--endpoints", default="search,query")
+    parser.add_argument(
+        "--in-process-limit",
+        type=int,
+        help="in-process: at most N retrievals at once, as the server runs (default: no bound)",
+    )
     parser.add_argument("--_child-build", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args._child_build:
@@ -556,6 +583,7 @@ def main() -> None:
         "rounds": args.rounds,
         "client": args.client,
         "server_threads": retrieval_pool_size(),
+        "in_process_limit": args.in_process_limit,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "load_average": {"start": [round(x, 1) for x in os.getloadavg()]},
@@ -568,7 +596,7 @@ def main() -> None:
         results["healthz"] = {kind: healthz_floor(server.url, args.n, kind) for kind in CLIENTS}
         for endpoint in endpoints:
             for clients in sorted({1, args.clients}):
-                local = in_process(folder, endpoint, args.k)
+                local = in_process(folder, endpoint, args.k, args.in_process_limit)
                 connections = [CLIENTS[args.client](server.url) for _ in range(clients)]
                 remote = over_http(server.url, folder.name, endpoint, args.k, connections)
                 reconnect = partial(reopen, connections)
