@@ -33,6 +33,7 @@ EXTENSIONS = ("vector", "fts", "algo")
 # hides the errno, and a write that failed with more room left than this had another cause.
 LOW_SPACE_BYTES = 64 << 20
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+IN_MEMORY = Path(":memory:")  # Kuzu's name for a database that lives in memory only
 
 
 def connect(db_path: Path, read_only: bool) -> tuple[kuzu.Database, kuzu.Connection]:

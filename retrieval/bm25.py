@@ -7,7 +7,7 @@ Kuzu connection for it. The index is built once per pack version, on the first k
 (about half a second for 7,000 passages), and kept in the reader's cache.
 
 Scoring is Okapi BM25 as Lucene and Kuzu compute it (k1 = 1.2, b = 0.75, idf = ln(1 + (N - n +
-0.5) / (n + 0.5))) over the passage text. Terms are retrieval.quality's: words of letters,
+0.5) / (n + 0.5))) over the passage text. Terms are kpack.text.search_terms: words of letters,
 digits and underscores (``allow_private_hosts`` stays one term), lower-cased, stop words
 dropped, and lightly stemmed so "publishes", "published" and "publish" meet. Each distinct
 term of the question counts once.
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kpack.text import search_terms, words
-from retrieval.reader import PackReader
+from retrieval.reader import PackReader, best_rows
 
 K1 = 1.2
 B = 0.75
@@ -74,10 +74,7 @@ class KeywordIndex:
             weights=np.concatenate([self.weights[t] for t in known]),
             minlength=self.passages,
         )
-        matched = np.flatnonzero(scores > 0)
-        if len(matched) > k:
-            matched = matched[np.argpartition(-scores[matched], k - 1)[:k]]
-        best = matched[np.lexsort((matched, -scores[matched]))]
+        best = best_rows(scores, k, np.flatnonzero(scores > 0))
         return [(int(row), float(scores[row])) for row in best]
 
 

@@ -50,7 +50,7 @@ from kpack.ingest.extraction import normalize_entity
 from retrieval.candidates import RRF_K, passage
 from retrieval.quality import terms
 from retrieval.query import Candidate, Query
-from retrieval.reader import PackReader
+from retrieval.reader import PackReader, best_rows
 
 CACHE_KEY = "entity_graph"
 NO_GRAPH = "this pack version has no entity graph (built before MENTIONS): rebuild it to use it"
@@ -135,7 +135,7 @@ def _build_index(reader: PackReader) -> GraphIndex | None:
     total = len(passage_terms)
     return GraphIndex(
         graph=graph,
-        node_of={chunk: i for i, chunk in enumerate(reader.chunk_row)},
+        node_of=reader.chunk_row,  # passage nodes are numbered as the reader's chunk rows
         terms=passage_terms,
         idf={word: math.log((total + 1) / (len(n) + 0.5)) for word, n in holders.items()},
         postings={word: np.array(nodes, dtype=np.int64) for word, nodes in holders.items()},
@@ -192,10 +192,7 @@ class GraphRetriever:
             return
         similarity = query.passage_similarity[reached]
         ranking = scores[reached] * np.clip(similarity, 0.0, None)
-        order = np.arange(len(ranking))
-        if len(ranking) > query.depth:
-            order = np.argpartition(-ranking, query.depth - 1)[: query.depth]
-        order = order[np.lexsort((order, -ranking[order]))]  # best first, ties by passage
+        order = best_rows(ranking, query.depth)  # best first, ties by passage
         found = []
         for rank, at in enumerate(order, start=1):
             if ranking[at] <= 0:

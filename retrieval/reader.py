@@ -76,6 +76,15 @@ class SectionInfo:
     word_count: int
 
 
+def best_rows(scores: np.ndarray, k: int, rows: np.ndarray | None = None) -> np.ndarray:
+    """The ``k`` rows (of ``rows``, default all) with the highest ``scores``, best first, ties
+    by row: a partial sort, so ranking a few of thousands costs little."""
+    rows = np.arange(len(scores)) if rows is None else rows
+    if len(rows) > k:
+        rows = rows[np.argpartition(-scores[rows], k - 1)[:k]]
+    return rows[np.lexsort((rows, -scores[rows]))]
+
+
 def reader_threads() -> int:
     """Threads one reader may use for Kuzu and for embedding: KPACK_READER_THREADS, else 1.
 
@@ -343,12 +352,7 @@ class PackReader:
         if similarity is None:
             similarity = self.similarities(label, vector)
         ids = self.chunk_ids if label == "Chunk" else self.section_ids
-        if k < len(similarity):
-            top = np.argpartition(-similarity, k - 1)[:k]
-            top = top[np.lexsort((top, -similarity[top]))]
-        else:
-            top = np.lexsort((np.arange(len(similarity)), -similarity))
-        return [(ids[row], float(similarity[row])) for row in top[:k]]
+        return [(ids[row], float(similarity[row])) for row in best_rows(similarity, k)]
 
     def query(self, cypher: str, params: dict | None = None) -> list[list]:
         """Run one read statement (threads of a process share the connection, one at a time)."""

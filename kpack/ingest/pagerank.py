@@ -7,8 +7,9 @@ Normalised to [0, 1] by the maximum (0 everywhere when the pack has no links).
 
 from __future__ import annotations
 
-import kuzu
 import pyarrow as pa
+
+from kpack.graphdb import IN_MEMORY, opened
 
 DAMPING = 0.85
 
@@ -16,23 +17,18 @@ DAMPING = 0.85
 def page_rank(urls: list[str], edges: list[tuple[str, str]]) -> dict[str, float]:
     if not urls:
         return {}
-    db = kuzu.Database(":memory:")
-    conn = kuzu.Connection(db)
-    conn.execute("LOAD algo")
-    conn.execute("CREATE NODE TABLE Article(url STRING, PRIMARY KEY (url))")
-    conn.execute("CREATE REL TABLE LINKS_TO(FROM Article TO Article)")
-    conn.execute("COPY Article FROM $t", {"t": pa.table({"url": urls})})
-    if edges:
-        sources, targets = zip(*edges, strict=True)
-        conn.execute("COPY LINKS_TO FROM $t", {"t": pa.table({"from": sources, "to": targets})})
-    conn.execute("CALL PROJECT_GRAPH('links', ['Article'], ['LINKS_TO'])")
-    result = conn.execute(
-        f"CALL page_rank('links', dampingFactor := {DAMPING}) RETURN node.url, rank"
-    )
-    ranks = dict(result.get_all())
-    conn.close()
-    db.close()
-    return ranks
+    with opened(IN_MEMORY, read_only=False) as conn:
+        conn.execute("CREATE NODE TABLE Article(url STRING, PRIMARY KEY (url))")
+        conn.execute("CREATE REL TABLE LINKS_TO(FROM Article TO Article)")
+        conn.execute("COPY Article FROM $t", {"t": pa.table({"url": urls})})
+        if edges:
+            sources, targets = zip(*edges, strict=True)
+            conn.execute("COPY LINKS_TO FROM $t", {"t": pa.table({"from": sources, "to": targets})})
+        conn.execute("CALL PROJECT_GRAPH('links', ['Article'], ['LINKS_TO'])")
+        result = conn.execute(
+            f"CALL page_rank('links', dampingFactor := {DAMPING}) RETURN node.url, rank"
+        )
+        return dict(result.get_all())
 
 
 def pagerank_rows(urls: list[str], edges: list[tuple[str, str]]) -> list[dict]:
