@@ -43,8 +43,8 @@ from kpack.changes import inputs_fingerprint, page_changes
 from kpack.contracts import FTS_INDEXES, VECTOR_INDEXES, StagedBuild, facts_of
 from kpack.embedding import model_label
 from kpack.errors import PackNotReady
-from kpack.graph import chunk_mentions
 from kpack.graphdb import graph_counts, opened, write_graph
+from kpack.ingest.mentions import chunk_mentions
 from kpack.store import verify_version, version_number, write_articles
 from resources.pack_store import PackStore
 

@@ -31,9 +31,9 @@ from assets.partitions import follow_upstream, pack_check, packs_partitions
 from kpack.config import PackConfig
 from kpack.contracts import StagedBuild
 from kpack.embedding import model_label
-from kpack.gate import PROBE_CACHE_COLUMNS, probe_cache_namespace
-from kpack.gate import calibrate as calibrate_gate
 from kpack.graphdb import graph_counts, opened
+from kpack.ingest.gate_calibration import PROBE_CACHE_COLUMNS, probe_cache_namespace
+from kpack.ingest.gate_calibration import calibrate as calibrate_gate
 from kpack.llm import estimate_cost_usd, model_prices
 from kpack.skill import skill_inputs, skill_markdown
 from kpack.store import verify_version
@@ -133,7 +133,8 @@ def pack_manifest(
     version = pack_store.next_version(pack)
     config = pack_store.config(pack)
     manifest = build_manifest(pack, version, config, counts, pack_graph)
-    # The confidence gate's threshold for this version (kpack.gate), from the build's vectors.
+    # The confidence gate's threshold for this version (kpack.ingest.gate_calibration), from
+    # the build's vectors.
     probe_cache = probe_cache_namespace(config.embedding_model)
     gate = calibrate_gate(
         sections,

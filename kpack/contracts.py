@@ -239,7 +239,8 @@ KUZU_RELS = (
     RelTable(
         "ENTITY_RELATION", "Entity", "Entity", kuzu_columns("relations", "relation", "context")
     ),
-    # The entity-passage graph (kpack.graph): which passage names which entity.
+    # The entity-passage graph: which passage names which entity (kpack.ingest.mentions
+    # works it out, kpack.graph walks it).
     RelTable("MENTIONS", "Chunk", "Entity"),
 )
 

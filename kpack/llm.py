@@ -18,7 +18,6 @@ from typing import Any
 
 EXTRACTION_PROMPT_VERSION = "extract-v1"
 API_KEY_ENV = "ANTHROPIC_API_KEY"
-SYNTHESIS_MODEL = "claude-opus-4-6"
 EXPANSION_MODEL = "claude-haiku-4-5"
 SYNTHESIS_MAX_TOKENS = 1024
 

@@ -29,7 +29,8 @@ class CountingEmbedder(EmbedderResource):
 
 
 def probes_embedded(result) -> int:
-    """Texts the build's gate calibration embedded (kpack.gate: its probes, cached after)."""
+    """Texts the build's gate calibration embedded (kpack.ingest.gate_calibration: its probes,
+    cached after)."""
     return result.manifest["gate"].get("probes", {}).get("embedded_this_build", 0)
 
 
