@@ -191,25 +191,26 @@ class PackStoreOps:
 
         Atomic like publish (a symlink renamed over ``current``). The version rolled back from
         stays on disk until the next publish prunes it, so a mistaken rollback can be undone
-        by hand; ``.versions/rollback.json`` says which one it is. The caller holds the build
-        lock, so no publish runs meanwhile. It opens no database, so it works when the
-        current version is damaged.
+        by hand; ``.versions/rollback.json`` says which one it is. It holds the build lock,
+        so no build publishes meanwhile, and opens no database, so it works when the current
+        version is damaged.
         """
-        current = self.current(pack)
-        if current is None:
-            raise PackError(f"pack {pack!r} has no published version to roll back from")
-        target = self.previous_version(pack)
-        if target is None:
-            raise PackError(
-                f"pack {pack!r} has no previous version to roll back to "
-                f"(only {current.name} is kept)"
-            )
-        root = versions_dir(self.folder(pack))
-        record = {"from": current.name, "to": target.name, "at": _now()}
-        _write_json_atomically(root / ROLLBACK, record)
-        _atomic_symlink(target.name, root / "current")
-        _fsync_dir(root)
-        return current, target
+        with build_lock(self.folder(pack)):
+            current = self.current(pack)
+            if current is None:
+                raise PackError(f"pack {pack!r} has no published version to roll back from")
+            target = self.previous_version(pack)
+            if target is None:
+                raise PackError(
+                    f"pack {pack!r} has no previous version to roll back to "
+                    f"(only {current.name} is kept)"
+                )
+            root = versions_dir(self.folder(pack))
+            record = {"from": current.name, "to": target.name, "at": _now()}
+            _write_json_atomically(root / ROLLBACK, record)
+            _atomic_symlink(target.name, root / "current")
+            _fsync_dir(root)
+            return current, target
 
     def rolled_back_from(self, pack: str) -> Path | None:
         """The version the last rollback left, while it is still on disk and not current."""

@@ -21,8 +21,8 @@ from threading import Thread
 import pytest
 
 import retrieval
+from cli.main import main
 from kpack.archive import ARCHIVE_MANIFEST, export_pack, install, validate
-from kpack.cli import main
 from kpack.packs import PackError
 from tests.conftest import TEST_FETCH, build, write_pack
 

@@ -17,10 +17,10 @@ from dagster import (
     build_run_status_sensor_context,
 )
 
-from kpack.cli import pack_status
 from pipelines.definitions import make_definitions
 from pipelines.jobs import JOB_NAME
 from pipelines.outcomes import OUTCOME_TAG, build_failure_sensor
+from pipelines.status import pack_status
 from tests.conftest import TEST_FETCH, build, write_pack
 
 PAGES = ["/docs/index.html", "/docs/guide.html"]
@@ -80,7 +80,7 @@ def test_kpack_build_in_a_terminal_shows_progress_rows_while_it_runs(workspace, 
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "120"}
     main, child = pty.openpty()
     process = subprocess.Popen(
-        [sys.executable, "-m", "kpack.cli", "build", "watched"],
+        [sys.executable, "-m", "cli.main", "build", "watched"],
         stdin=child,
         stdout=child,
         stderr=child,

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import retrieval
-from kpack.cli import main
+from cli.main import main
 from kpack.gate import (
     COVERAGE_TARGET,
     FALLBACK_THRESHOLD,

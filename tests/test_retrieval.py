@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import retrieval
-from kpack.cli import main
+from cli.main import main
 from kpack.config import PROFILE_NAMES
 from kpack.contracts import section_of_chunk
 from kpack.gate import FROM_MODEL, model_threshold
