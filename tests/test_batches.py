@@ -213,6 +213,25 @@ def test_a_build_killed_while_polling_resumes_its_batch(workspace, keyed):
     assert not record.exists()
 
 
+def test_a_build_stops_waiting_at_its_deadline_and_the_next_collects_the_batch(workspace, keyed):
+    folder = docs_pack(
+        workspace, "waited", 2, 3, {"extraction_batch_threshold": 4, "extraction_batch_wait_s": 1.0}
+    )
+    polls = {"max_retries": 0, "batch_poll_s": 0.2, "batch_poll_max_s": 5.0}
+    with fake_anthropic_server(batch_polls=10**9) as fake:
+        stopped = build(workspace, "waited", claude=ClaudeResource(base_url=fake.base, **polls))
+        assert not stopped.success and not (folder / "manifest.json").exists()
+        assert "message batch msgbatch_fake0001 has not ended after the 1 s" in stopped.cause
+        # Polled with a growing interval until the deadline: 0.2 s, 0.3 s, 0.45 s, ...
+        assert 3 <= fake.hits["/v1/messages/batches/msgbatch_fake0001"] <= 6
+        assert ledger(workspace, "waited").exists()
+        fake.batch_polls = 0
+        result = build(workspace, "waited", claude=ClaudeResource(base_url=fake.base, **polls))
+    assert result.published, result.cause
+    assert list(fake.batches) == ["msgbatch_fake0001"]
+    assert result.manifest["extraction"]["llm_batch_requests"] == 6
+
+
 def test_a_refused_key_fails_the_build_in_one_line(workspace, capsys, monkeypatch):
     folder = docs_pack(workspace, "refused", 3, 3, {})
     assert main(["build", "refused", "--no-progress"]) == 0  # offline: no key yet
