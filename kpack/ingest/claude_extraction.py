@@ -161,13 +161,11 @@ class _Extraction:
         cache: ExtractionCache,
         warn: Callable[[str], None],
     ) -> None:
-        self.client, self.settings, self.wanted, self.cache, self.warn = (
-            client,
-            settings,
-            wanted,
-            cache,
-            warn,
-        )
+        self.client = client
+        self.settings = settings
+        self.wanted = wanted  # the sections to extract, by content hash
+        self.cache = cache
+        self.warn = warn
         self.deadline = time.monotonic() + settings.batch_wait_s
         self.result = ClaudeExtractions({}, Billing(settings.model))
 
