@@ -37,8 +37,9 @@ import resources
 from assets.partitions import observe_unchanged, pack_check, packs_partitions
 from kpack.changes import package_digest, page_changes, sources_fingerprint
 from kpack.embedding import model_label
-from kpack.ingest.crawl import crawl
+from kpack.ingest.crawl import CrawlReport, crawl
 from kpack.ingest.pages import CHANGE_KINDS, stored_pages
+from kpack.packs import Source
 from resources.fetcher import FetcherResource
 from resources.llm import ClaudeResource
 from resources.pack_store import PackStore
@@ -78,10 +79,7 @@ def fetched_pages(
     pack_config = pack_store.config(pack)
     previous = intermediates.previous("fetched_pages", pack)
     stored = stored_pages(previous)
-    with fetcher.fetcher(pack_config.fetch, pack_store.file_roots(pack)) as pages_fetcher:
-        rows, crawl_report = crawl(
-            sources, pages_fetcher, pack_config.crawl, stored, datetime.now(UTC)
-        )
+    rows, crawl_report = fetch_pages(pack, sources, fetcher, pack_store, stored)
     for problem in crawl_report.problems:
         context.log.warning(problem)
     failures = [
@@ -128,6 +126,20 @@ def fetched_pages(
         observe_unchanged(context, confirmed, changes_since, failures, **metadata)
         return
     yield Output(rows, metadata={**metadata, "failures": MetadataValue.json(failures[:200])})
+
+
+def fetch_pages(
+    pack: str,
+    sources: list[Source],
+    fetcher: FetcherResource,
+    pack_store: PackStore,
+    stored: dict[str, dict],
+) -> tuple[list[dict], CrawlReport]:
+    """The pack's pages fetched (seeds and sitemaps expanded), each request conditional on
+    the ``stored`` pages of its last fetch (kpack.ingest.pages.stored_pages)."""
+    config = pack_store.config(pack)
+    with fetcher.fetcher(config.fetch, pack_store.file_roots(pack)) as pages_fetcher:
+        return crawl(sources, pages_fetcher, config.crawl, stored, datetime.now(UTC))
 
 
 def _preview(rows: list[dict], limit: int = 20) -> str:

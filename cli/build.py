@@ -51,6 +51,10 @@ def cmd_new(args: argparse.Namespace) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
+    if args.dry_run:  # pipelines.dry_run: fetches and estimates, sends and publishes nothing
+        from pipelines.dry_run import dry_run
+
+        return report(escape(dry_run(args.name).report()))
     from dagster import DagsterInstance
 
     from pipelines.build import BUILD_TAG, build_pack
@@ -301,6 +305,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     )
     build.add_argument(
         "--force", action="store_true", help="publish a new version even if nothing changed"
+    )
+    build.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the sections Claude would extract and the estimated tokens and dollars",
     )
     build.set_defaults(run=cmd_build)
     sub.add_parser("list", help="packs and their manifest figures").set_defaults(run=cmd_list)

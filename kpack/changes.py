@@ -31,7 +31,7 @@ from types import ModuleType
 
 import pyarrow as pa
 
-from kpack.config import PackConfig
+from kpack.config import HOW_TO_EXTRACT, PackConfig
 from kpack.contracts import KUZU_NODES, KUZU_RELS
 
 # The intermediates the graph is loaded from (pagerank is derived from articles and links).
@@ -47,7 +47,7 @@ GRAPH_INPUTS = (
 )
 # Settings that never change what a pack holds by themselves: a new cron is not a new version,
 # and what the fetch and crawl settings change (pages, their failures) is in the tables.
-NOT_CONTENT_SETTINGS = ("schedule", "fetch", "crawl")
+NOT_CONTENT_SETTINGS = ("schedule", "fetch", "crawl", *HOW_TO_EXTRACT)
 MAX_LISTED_URLS = 200
 # fetched_pages columns that say nothing about what later stages read: how the page was fetched
 # this time, and the body (its content hash stands for it).

@@ -72,12 +72,7 @@ def build_pack(
     """
     quiet_env()
     packs_dir = packs_dir or settings.packs_dir()
-    folder = pack_dir(pack, packs_dir)
-    sources, problems = read_urls(folder)
-    if not sources:
-        detail = "; ".join(str(p) for p in problems) or "the file is empty"
-        raise PackError(f"pack {pack!r} has no valid URL in urls.txt ({detail})")
-    load_config(folder)  # a malformed kg_config.json stops here, before anything runs
+    folder = buildable_pack(pack, packs_dir)
     if instance is None:
         ensure_dagster_home()
         instance = DagsterInstance.get()
@@ -132,6 +127,18 @@ def build_pack(
         cause=summary.get("cause"),
         stage_metadata=stage_metadata,
     )
+
+
+def buildable_pack(pack: str, packs_dir: Path) -> Path:
+    """The pack's folder, or PackError when nothing could be built: no valid URL in urls.txt,
+    or a malformed kg_config.json (checked before anything runs)."""
+    folder = pack_dir(pack, packs_dir)
+    sources, problems = read_urls(folder)
+    if not sources:
+        detail = "; ".join(str(p) for p in problems) or "the file is empty"
+        raise PackError(f"pack {pack!r} has no valid URL in urls.txt ({detail})")
+    load_config(folder)
+    return folder
 
 
 def quiet_env() -> None:

@@ -7,8 +7,8 @@ single capitalised word inside a sentence, read across the line breaks of wrappe
 relations between entities named in the same sentence, and definitional sentences as facts.
 Same input, same output, no network.
 
-``claude_extractions`` sends the sections that changed to Claude (results are cached by section
-content hash, model and prompt version); ``merge_extractions`` turns section-level results into
+Claude's extractions (kpack.ingest.claude_extraction) have the same shape.
+``merge_extractions`` turns section-level results into
 pack-level tables, entities deduplicated across the pack by normalised name
 (kpack.text.normalize_entity, the key queries look names up by: aliases meet), and adds the
 pack's own article titles as entities of their sections and of every section that names them
@@ -18,15 +18,12 @@ for the build, kpack.graph for queries) is built from these mentions.
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable
 from itertools import pairwise
 
 from kpack.contracts import stable_id
-from kpack.llm import EXTRACTION_PROMPT_VERSION, ClaudeClient, ExtractionFailed, Usage
 from kpack.text import (
     NAME_WORD,
     QUALIFIER,
@@ -326,56 +323,6 @@ def _meaningful(key: str) -> bool:
         and not key.isdigit()
         and not all(w in STOPWORDS or w == "page" for w in words)
     )
-
-
-MIN_WORDS_FOR_LLM = 20
-LLM_WORKERS = 4
-
-
-def extraction_cache_namespace(model: str) -> str:
-    """Where Claude extractions are cached: a new model or prompt never reuses old results."""
-    return f"extractions/{model}/{EXTRACTION_PROMPT_VERSION}"
-
-
-def claude_extractions(
-    client: ClaudeClient,
-    model: str,
-    max_tokens: int,
-    sections: list[dict],
-    cached: dict[str, str],
-    warn: Callable[[str], None],
-) -> tuple[dict[str, dict], dict[str, str], Usage, int]:
-    """Claude's extraction of every section long enough to send, by section content hash.
-
-    ``cached`` maps content hash to a JSON extraction from earlier builds; only the sections
-    missing from it are sent. Returns the extractions, the cache to keep (the wanted sections
-    only), the token usage and how many sections failed (those fall back to the offline
-    extractor; ``warn`` is told why).
-    """
-    wanted = {s["content_hash"]: s for s in sections if s["word_count"] >= MIN_WORDS_FOR_LLM}
-    missing = [s for h, s in wanted.items() if h not in cached]
-    fresh = dict(cached)
-    usage, failures = Usage(), 0
-
-    def run(section: dict) -> tuple[str, dict | None, Usage, str | None]:
-        try:
-            data, used = client.extract(
-                model, section["heading_path"], section["content"], max_tokens
-            )
-            return section["content_hash"], data, used, None
-        except ExtractionFailed as exc:
-            return section["content_hash"], None, Usage(), str(exc)
-
-    with ThreadPoolExecutor(max_workers=LLM_WORKERS) as pool:
-        for key, data, used, error in pool.map(run, missing):
-            usage.add(used)
-            if data is None:
-                failures += 1
-                warn(f"Claude extraction failed, offline extractor used: {error}")
-            else:
-                fresh[key] = json.dumps(data)
-    keep = {k: fresh[k] for k in wanted if k in fresh}
-    return {k: json.loads(v) for k, v in keep.items()}, keep, usage, failures
 
 
 def merge_extractions(per_section: Iterable[tuple[dict, dict]]) -> dict[str, list[dict]]:
