@@ -7,7 +7,7 @@ first::
     pack.db                 the Kuzu database of the version          } the version folder
     manifest.json           the build's manifest                      }
     skill.md                the Claude Code skill                     }
-    articles.json           url -> content hash, if the version has it}
+    articles.json           url -> content hash, if any               }
     urls.txt                the sources                               } the pack folder (the
     kg_config.json          build and query settings, if any          } query side reads
     few_shot_examples.json  example answers, if any                   } kg_config.json and the
