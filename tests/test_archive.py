@@ -211,7 +211,7 @@ def test_bad_archives_are_refused_and_nothing_is_written(archive, tmp_path, make
     assert leftovers(other) == []  # no pack, no staging, no leftovers
     assert not other.exists() or [p.name for p in other.iterdir()] == [STAGING_FOLDER]
     assert not (tmp_path / "evil.txt").exists() and not Path("/tmp/evil.txt").exists()
-    report = validate(bad)
+    report = validate(bad, other)
     assert not report.ok and re.search(message, report.failures()), report.checks
 
 
