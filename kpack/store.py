@@ -306,45 +306,49 @@ def seal_version(staging: Path) -> dict:
 def verify_version(version_dir: Path) -> None:
     """Raise PackNotReady unless the version's pack.db is the one its manifest describes.
 
-    Cheap on every open: the size is compared each time (a truncated file fails here) and the
-    full SHA-256 only when the file changed since the last verification (new inode, mtime or
-    size than ``.verified.json`` records). Call it before opening the database: Kuzu crashes
-    the process on some damaged files instead of raising.
+    Call it before opening the database: Kuzu crashes the process on some damaged files
+    instead of raising. See :func:`database_problem` for what is checked.
     """
     version_dir = version_dir.resolve()
-    pack, version = version_dir.parent.parent.name, version_dir.name
-    rebuild = f"rebuild it with `kpack build {pack}` or `kpack rollback {pack}`"
+    problem = database_problem(version_dir)
+    if problem is not None:
+        pack = version_dir.parent.parent.name
+        raise PackNotReady(
+            f"pack {pack!r} version {version_dir.name} {problem}; "
+            f"rebuild it with `kpack build {pack}` or `kpack rollback {pack}`"
+        )
+
+
+def database_problem(version_dir: Path) -> str | None:
+    """What keeps a version's pack.db from being the one its manifest was sealed with, worded
+    to follow "version vN" ("is damaged (checksum mismatch)"), or None when it is that file.
+
+    Cheap on every call: the size is compared each time (a truncated file fails here) and the
+    full SHA-256 only when the file changed since the last verification (new inode, mtime or
+    size than ``.verified.json`` records).
+    """
     manifest = _read_json(version_dir / "manifest.json")
     if manifest is None:
-        raise PackNotReady(
-            f"pack {pack!r} version {version} has no readable manifest.json; {rebuild}"
-        )
+        return "has no readable manifest.json"
     seal = manifest.get("database")
     if not isinstance(seal, dict) or not {"bytes", "sha256"} <= seal.keys():
-        raise PackNotReady(
-            f"pack {pack!r} version {version} has no database checksum (it was published by "
-            f"an older kpack); rebuild it with `kpack build {pack}`"
-        )
+        return "has no database checksum (it was published by an older kpack)"
     db = version_dir / DATABASE
     try:
         stat = db.stat()
-    except OSError as exc:
-        raise PackNotReady(f"pack {pack!r} version {version} has no {DATABASE}; {rebuild}") from exc
+    except OSError:
+        return f"has no {DATABASE}"
     if stat.st_size != seal["bytes"]:
-        raise PackNotReady(
-            f"pack {pack!r} version {version} is damaged ({DATABASE} is {stat.st_size} bytes, "
-            f"{seal['bytes']} were published); {rebuild}"
-        )
+        return f"is damaged ({DATABASE} is {stat.st_size} bytes, {seal['bytes']} were published)"
     state = {**_file_state(stat), "sha256": seal["sha256"]}
     if _read_json(version_dir / VERIFIED) == state:
-        return
+        return None
     if file_sha256(db) != seal["sha256"]:
-        raise PackNotReady(
-            f"pack {pack!r} version {version} is damaged (checksum mismatch); {rebuild}"
-        )
+        return "is damaged (checksum mismatch)"
     # Remembered for the next open; a read-only version folder just hashes again.
     with contextlib.suppress(OSError):
         _write_json_atomically(version_dir / VERIFIED, state)
+    return None
 
 
 # One build of a pack at a time, across processes and threads (flock on a file opened per

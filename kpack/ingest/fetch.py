@@ -33,7 +33,7 @@ import ipaddress
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -294,6 +294,19 @@ def _scope() -> _Scope:
     return getattr(_thread, "scope", None) or _Scope()
 
 
+@contextlib.contextmanager
+def guarded(deadline: Deadline, *, allow_private: bool) -> Iterator[None]:
+    """While it is open, the requests of a :func:`guarded_session` made on this thread have
+    their sockets shut when ``deadline`` passes, and connect only to globally routable
+    addresses unless ``allow_private``."""
+    _thread.scope = _Scope(deadline, allow_private)
+    try:
+        yield
+    finally:
+        deadline.cancel()
+        _thread.scope = None
+
+
 class _GuardedConnection:
     """Mixed into urllib3's connections: connect only to checked addresses, and let the fetch's
     deadline shut the socket it reads the answer from."""
@@ -348,6 +361,16 @@ class _GuardedAdapter(HTTPAdapter):
         }
 
 
+def guarded_session(user_agent: str, pool_size: int = 4) -> requests.Session:
+    """A requests session whose direct connections follow the rules of :func:`guarded`."""
+    session = requests.Session()
+    session.headers["User-Agent"] = user_agent
+    adapter = _GuardedAdapter(pool_connections=16, pool_maxsize=pool_size)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
 USER_AGENT = "knowledge-packs/0.1 (documentation pack builder)"
 GITHUB_HOST = "github.com"
 GITHUB_RAW_BASE = "https://raw.githubusercontent.com"
@@ -377,11 +400,7 @@ class Fetcher:
         self.github_host = github_host
         self.github_raw_base = github_raw_base
         self.throttle = HostThrottle(config.per_host_delay_s)
-        self.session = requests.Session()
-        self.session.headers["User-Agent"] = user_agent
-        adapter = _GuardedAdapter(pool_connections=16, pool_maxsize=max(config.max_workers, 4))
-        self.session.mount("http://", adapter)
-        self.session.mount("https://", adapter)
+        self.session = guarded_session(user_agent, pool_size=max(config.max_workers, 4))
 
     def __enter__(self) -> Fetcher:
         return self
@@ -412,21 +431,18 @@ class Fetcher:
         """One URL; ``xml`` also accepts an XML document (a sitemap) as text."""
         started = time.perf_counter()
         deadline = Deadline(self.deadline_s)
-        _thread.scope = _Scope(deadline, self.config.allow_private_hosts)
         try:
-            if urlsplit(url).scheme == "file":
-                response = self._fetch_file(url, previous, xml)
-            else:
-                response = self._fetch_http(url, previous, deadline, xml)
+            with guarded(deadline, allow_private=self.config.allow_private_hosts):
+                if urlsplit(url).scheme == "file":
+                    response = self._fetch_file(url, previous, xml)
+                else:
+                    response = self._fetch_http(url, previous, deadline, xml)
         except (FetchError, ValueError) as exc:  # ValueError: a URL urllib cannot parse
             response = FetchResponse(url=url, final_url=url, error=str(exc))
         except requests.RequestException as exc:
             # A connection shut by the deadline surfaces as whatever the read was doing.
             error = deadline.message if deadline.expired else _describe(exc)
             response = FetchResponse(url=url, final_url=url, error=error)
-        finally:
-            deadline.cancel()
-            _thread.scope = None
         response.elapsed_ms = (time.perf_counter() - started) * 1000
         return response
 
