@@ -22,7 +22,8 @@ A published version carries the size and SHA-256 of its pack.db in its manifest
 bytes were damaged, so nothing opens a published database before :func:`verify_version`
 passed: it compares the size on every call, and the full hash once per file state (inode,
 mtime, size), remembered in ``.verified.json``. A build reads what it needs of the published
-version (the article hashes) from ``articles.json``, never from the database.
+version from ``articles.json`` (the article hashes) and its manifest (the sources fingerprint),
+never from the database.
 
 ``.versions/last_build.json`` records the outcome of the latest build (published, unchanged or
 failed) for ``kpack status``; it is written atomically and never read by queries or builds.

@@ -150,7 +150,7 @@ def fail_dead_builds(instance: DagsterInstance, pack: str, current_run_id: str) 
     """Report the started build runs of ``pack`` whose process is gone as failed; their ids.
 
     Called with the pack's build lock held, so no other build of it is running; a run with no
-    process tag never reached its lock, and is left to the run that holds it.
+    process tag never began its build (build_lifecycle tags a run first), and is left alone.
     """
     runs = instance.get_runs(
         RunsFilter(statuses=[DagsterRunStatus.STARTED], tags={PARTITION_TAG: pack})
