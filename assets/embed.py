@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from dagster import AssetExecutionContext, AssetIn, AssetsDefinition, Output, asset
 
-from assets.partitions import follow_upstream, packs_partitions
+from assets.partitions import BUILD_CODE_VERSION, follow_upstream, packs_partitions
 from kpack.embedding import model_label
 from kpack.ingest.shards import embed_shard, shard_count, shard_of
 from kpack.ingest.vectors import distinct_texts
@@ -59,6 +59,7 @@ def shard_asset(index: int) -> AssetsDefinition:
         partitions_def=packs_partitions,
         group_name="embed",
         compute_kind="sentence-transformers",
+        code_version=BUILD_CODE_VERSION,
         automation_condition=follow_upstream,
         metadata={"contract": "embedding_shard"},
         description=f"Vectors of the texts in content-hash range {index + 1} of {SHARDS}.",
@@ -110,6 +111,7 @@ embedding_shards = [shard_asset(index) for index in range(SHARDS)]
     partitions_def=packs_partitions,
     group_name="embed",
     compute_kind="sentence-transformers",
+    code_version=BUILD_CODE_VERSION,
     automation_condition=follow_upstream,
     description="Sentence-transformers vectors of every distinct section and chunk text.",
 )

@@ -18,7 +18,7 @@ import time
 import pyarrow as pa
 from dagster import AssetExecutionContext, AssetOut, Failure, MetadataValue, Output, multi_asset
 
-from assets.partitions import follow_upstream, packs_partitions
+from assets.partitions import BUILD_CODE_VERSION, follow_upstream, packs_partitions
 from kpack import contracts, text
 from kpack.changes import source_digest, table_digest
 from kpack.config import PackConfig
@@ -104,7 +104,11 @@ OUTPUTS = {
 
 @multi_asset(
     outs={
-        name: AssetOut(description=description, automation_condition=follow_upstream)
+        name: AssetOut(
+            description=description,
+            code_version=BUILD_CODE_VERSION,
+            automation_condition=follow_upstream,
+        )
         for name, description in OUTPUTS.items()
     },
     partitions_def=packs_partitions,

@@ -7,12 +7,15 @@ incremental: the stage reads its own previous output for the pack (through the s
 see resources.storage.IntermediatesResource) and makes every request conditional on the stored
 ETag / Last-Modified.
 
-A build whose sources are those the latest build confirmed the current version from (the
-same pages, settings, extraction method, embedding model and build code:
-kpack.changes.sources_fingerprint) stops here: the stage records an observation (outcome
-"unchanged") instead of a materialization, so every later stage is skipped. A no-change rebuild
-therefore runs one step. ``force_publish`` (``kpack build --force``) runs every stage and
-publishes; pack_graph reads it from this stage's facts.
+This stage makes the build's one decision about "nothing changed". It computes the sources
+fingerprint (kpack.changes.sources_fingerprint: the pages, content settings, extraction method,
+embedding model and build code), which is also its Dagster data version. When the current
+version's manifest records the same fingerprint and that version verifies
+(kpack.store.PackStoreOps.built_from), nothing after the fetch can come out different: the stage
+records an observation (outcome "unchanged", the same data version) instead of a materialization,
+so every later stage is skipped and nothing is published. A no-change rebuild therefore runs one
+step. Otherwise every stage runs and the build publishes. The run tag ``kpack/force=true``
+(``kpack build --force``) skips the decision.
 """
 
 import time
@@ -24,19 +27,17 @@ from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
     AssetExecutionContext,
-    Config,
+    DataVersion,
     Failure,
     MetadataValue,
     Output,
     asset,
 )
 
-import assets
-import kpack
-import resources
-from assets.partitions import observe_unchanged, pack_check, packs_partitions
-from kpack.changes import package_digest, page_changes, sources_fingerprint
+from assets.partitions import BUILD_CODE_VERSION, observe_unchanged, pack_check, packs_partitions
+from kpack.changes import page_changes, sources_fingerprint
 from kpack.embedding import model_label
+from kpack.errors import PackNotReady
 from kpack.ingest.crawl import CrawlReport, crawl
 from kpack.ingest.pages import CHANGE_KINDS, stored_pages
 from kpack.packs import Source
@@ -45,22 +46,29 @@ from resources.llm import ClaudeResource
 from resources.pack_store import PackStore
 from resources.storage import IntermediatesResource
 
+# A run with this tag set to "true" runs every stage and publishes a new version, changed or not.
+FORCE_TAG = "kpack/force"
 
-class FetchConfig(Config):
-    force_publish: bool = False  # run every stage and publish a new version, changed or not
+
+def forced(context: AssetExecutionContext) -> bool:
+    """Whether the run carries FORCE_TAG; a value other than true or false is an error."""
+    value = context.run.tags.get(FORCE_TAG, "false")
+    if value.lower() not in ("true", "false"):
+        raise Failure(f"run tag {FORCE_TAG} must be true or false, not {value!r}")
+    return value.lower() == "true"
 
 
 @asset(
     partitions_def=packs_partitions,
     group_name="ingest",
     compute_kind="requests",
+    code_version=BUILD_CODE_VERSION,
     output_required=False,
     description="Every URL of the pack's urls.txt fetched (or its error), main content kept; "
     "not materialized when the current version was built from these very sources.",
 )
 def fetched_pages(
     context: AssetExecutionContext,
-    config: FetchConfig,
     fetcher: FetcherResource,
     pack_store: PackStore,
     intermediates: IntermediatesResource,
@@ -68,6 +76,7 @@ def fetched_pages(
 ):
     started = time.perf_counter()
     pack = context.partition_key
+    force = forced(context)
     sources, problems = pack_store.sources(pack)
     for problem in problems:
         context.log.warning(str(problem))
@@ -95,14 +104,15 @@ def fetched_pages(
         pack_config,
         pack_config.extraction_method(claude.available),
         model_label(pack_config.embedding_model),
-        package_digest(kpack, assets, resources),
+        BUILD_CODE_VERSION,
     )
     # A missing or damaged previous fetch is written again: the next conditional requests need it.
-    confirmed = (
-        None
-        if config.force_publish or previous is None
-        else pack_store.confirmed_version(pack, fingerprint)
-    )
+    unchanged_since = None
+    if not force and previous is not None:
+        try:
+            unchanged_since = pack_store.built_from(pack, fingerprint)
+        except PackNotReady as damage:
+            context.log.warning(f"{damage}: building a new version to replace it")
     metadata = {
         "urls": len(rows),
         "ok": len(rows) - len(failures),
@@ -117,15 +127,21 @@ def fetched_pages(
         **crawl_report.metadata(),
         "robots_refused": MetadataValue.json(crawl_report.robots_refused[:200]),
         "preview": MetadataValue.md(_preview(rows)),
-        "sources_fingerprint": fingerprint,
-        "force_publish": config.force_publish,
+        "sources_fingerprint": fingerprint,  # the facts pack_manifest records it from
         "duration_s": round(time.perf_counter() - started, 3),
     }
-    if confirmed is not None:
+    data_version = DataVersion(fingerprint)
+    if unchanged_since is not None:
         changes_since = page_changes(rows, pack_store.published_articles(pack))
-        observe_unchanged(context, confirmed, changes_since, failures, **metadata)
+        observe_unchanged(
+            context, unchanged_since, data_version, changes_since, failures, **metadata
+        )
         return
-    yield Output(rows, metadata={**metadata, "failures": MetadataValue.json(failures[:200])})
+    yield Output(
+        rows,
+        metadata={**metadata, "failures": MetadataValue.json(failures[:200])},
+        data_version=data_version,
+    )
 
 
 def fetch_pages(

@@ -9,9 +9,9 @@ database's size and SHA-256 into the manifest (``database``, see kpack.store).
 Per build it also records what changed against the version it replaces (``changes``: pages
 fetched, new, changed, unchanged (a 304 or the same content hash), failed, removed from
 urls.txt, and the 304 count), that ``previous_version``, the LLM requests and tokens with an
-estimated cost (list prices with the batch and caching discounts, kpack.llm), and the inputs
-fingerprint the next build compares with to tell whether anything changed at all (see
-assets.graph).
+estimated cost (list prices with the batch and caching discounts, kpack.llm), and the sources
+fingerprint the version was built from, which the next build's fetch compares with to tell
+whether anything changed at all (see assets.fetch).
 """
 
 import json
@@ -28,7 +28,7 @@ from dagster import (
     asset,
 )
 
-from assets.partitions import follow_upstream, pack_check, packs_partitions
+from assets.partitions import BUILD_CODE_VERSION, follow_upstream, pack_check, packs_partitions
 from kpack.config import PackConfig
 from kpack.contracts import StagedBuild
 from kpack.embedding import model_label
@@ -111,7 +111,6 @@ def build_manifest(
         },
         "stage_seconds": {s: stage_meta.get(s, {}).get("duration_s") for s in STAGES},
         "config": config.to_json(),
-        "inputs_fingerprint": staged.inputs_fingerprint,
         "sources_fingerprint": staged.sources_fingerprint,
     }
 
@@ -119,6 +118,7 @@ def build_manifest(
 @asset(
     partitions_def=packs_partitions,
     group_name="publish",
+    code_version=BUILD_CODE_VERSION,
     automation_condition=follow_upstream,
     description="manifest.json and skill.md; publishes the staged pack as the next version.",
 )

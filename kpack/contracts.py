@@ -155,14 +155,13 @@ class StagedBuild:
     database's facts, and the facts of the stages it was built from, by stage."""
 
     previous_version: int | None
-    inputs_fingerprint: str
+    # kpack.changes.sources_fingerprint of the fetch this build started from (None: a fetch
+    # stored by a kpack that did not record it), which the manifest records
+    sources_fingerprint: str | None
     embedding_dimension: int
     changes: dict
-    forced: bool
     invalid_lines: list[str]
     stages: dict[str, dict] = field(default_factory=dict)
-    # kpack.changes.sources_fingerprint of the fetch this build started from
-    sources_fingerprint: str | None = None
 
 
 def conform(name: str, data: pa.Table | list[dict]) -> pa.Table:

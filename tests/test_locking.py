@@ -55,8 +55,7 @@ if __name__ == "__main__":  # dagster imports this file again to reconstruct the
     result = execute_job(
         reconstructable(build_pack_job),
         instance,
-        tags={"dagster/partition": pack},
-        run_config={"ops": {"fetched_pages": {"config": {"force_publish": force}}}},
+        tags={"dagster/partition": pack, "kpack/force": "true" if force else "false"},
     )
     for event in result.all_events:
         error = getattr(event.event_specific_data, "error", None)

@@ -115,7 +115,7 @@ def _install_over(archive: Archive, root: Path, name: str, archive_sha: str) -> 
     folder = store.folder(name)
     run_id = f"install-{uuid.uuid4().hex}"
     # The build lock: an install never publishes while a build or rollback of the pack runs.
-    store.begin_build(name)
+    lock = store.begin_build(name)
     try:
         previous = store.current(name)
         previous_number = int(previous.name[1:]) if previous else None
@@ -135,7 +135,7 @@ def _install_over(archive: Archive, root: Path, name: str, archive_sha: str) -> 
         store.publish(name, version, staging)
         _record(store, name, version, previous_number, archive, archive_sha)
     finally:
-        store.end_build(name, run_id)  # removes the staging folder unless it was published
+        store.end_build(name, run_id, lock)  # removes the staging folder unless it was published
     return version
 
 
