@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from w3lib.url import canonicalize_url
+
 from kpack import settings
 from kpack.errors import PackError
 
@@ -51,9 +53,12 @@ def pack_dir(name: str, root: Path | None = None) -> Path:
 
 
 def normalize_url(url: str) -> str:
-    """The form used to match links to articles: fragment dropped, scheme/host lower-cased."""
-    parts = urlsplit(url.strip())
-    netloc = parts.netloc.lower()
+    """The form used to match URLs, w3lib's canonical one: percent-encoding normalised
+    (``%7E`` is ``~``), dot segments resolved, the host IDNA-encoded and lower-cased, query
+    arguments sorted, the fragment dropped; and the default port dropped. ValueError for a URL
+    that cannot be parsed."""
+    parts = urlsplit(canonicalize_url(url.strip()))
+    netloc = parts.netloc
     if (parts.scheme == "http" and netloc.endswith(":80")) or (
         parts.scheme == "https" and netloc.endswith(":443")
     ):
