@@ -74,7 +74,9 @@ class SourcesSite:
         if path == "/docs/sitemap.xml":
             return Answer(content_type="application/xml", body=self.sitemap().encode())
         if path == "/docs/sitemap.xml.gz":
-            return Answer(content_type="application/gzip", body=gzip.compress(self.sitemap().encode()))
+            return Answer(
+                content_type="application/gzip", body=gzip.compress(self.sitemap().encode())
+            )
         if path in ("/docs/", "/docs/index.html"):
             links = "".join(f'<li><a href="{p}">{p}</a></li>' for p in self.article_paths())
             page = f"<html><body><main><h1>Docs</h1><p>{prose('index', 30)}</p><ul>{links}</ul></main></body></html>"

@@ -113,7 +113,8 @@ def test_a_pack_whose_only_line_is_an_unreadable_sitemap_fails_with_a_clear_mess
 
 def test_a_sitemap_that_lists_no_page_fails_with_a_clear_message(workspace, site):
     site.answers["/docs/sitemap.xml"] = Answer(
-        content_type="application/xml", body=b"<urlset><url><loc>http://elsewhere.invalid/a</loc></url></urlset>"
+        content_type="application/xml",
+        body=b"<urlset><url><loc>http://elsewhere.invalid/a</loc></url></urlset>",
     )
     write_pack(workspace, "empty", [site.url("/docs/sitemap.xml")], {"fetch": TEST_FETCH})
     result = build(workspace, "empty")

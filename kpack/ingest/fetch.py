@@ -521,16 +521,18 @@ class Fetcher:
         if previous is not None and previous.etag == etag:
             response.status, response.not_modified = 304, True
             return response
-        response.text = self._text(path.read_bytes(), fmt, None, deadline)
+        response.text = self._text(url, path.read_bytes(), fmt, None, deadline)
         return response
 
-    def _text(self, body: bytes, fmt: str, content_type: str | None, deadline: Deadline) -> str:
+    def _text(
+        self, url: str, body: bytes, fmt: str, content_type: str | None, deadline: Deadline
+    ) -> str:
         """The text of a fetched body: a PDF read into HTML, a gzipped XML document unpacked,
         anything else decoded (see decode)."""
         config = self.config
         if fmt == "pdf":
             try:
-                return pdf_html(body, config.max_pdf_pages, config.max_bytes, deadline.check)
+                return pdf_html(body, url, config.max_pdf_pages, config.max_bytes, deadline.check)
             except PdfError as exc:
                 raise FetchError(str(exc)) from None
         if fmt == "xml" and body.startswith(GZIP_MAGIC):
@@ -650,7 +652,9 @@ class Fetcher:
             # A body cut short by the deadline can end like a complete one.
             deadline.check()
             try:
-                result.text = self._text(bytes(body), result.format, result.content_type, deadline)
+                result.text = self._text(
+                    final_url, bytes(body), result.format, result.content_type, deadline
+                )
             except FetchError as exc:
                 result.error = str(exc)
             return result

@@ -4,7 +4,7 @@ pypdf (pure Python) reads the text of each page. The entries of the document's o
 bookmarks) become headings at the start of the page each points to: h2 for the top level, h3
 for the next (a section each, kpack.ingest.sections), h4 below (bold text inside the section).
 A PDF without an outline gets one heading per page ("Page 3"). The document's Title metadata
-is the title. Written as HTML with every text escaped, the result is parsed like any page, and
+is the title, else the name of its file. Written as HTML with every text escaped, the result is parsed like any page, and
 no text of the PDF can pose as a heading or a link.
 
 Bounds: the fetcher's size cap applies to the PDF file itself, ``max_pages`` to its pages and
@@ -24,6 +24,8 @@ from typing import Any, TypeVar
 from pypdf import PdfReader
 from pypdf.generic import Destination
 
+from kpack.ingest.sections import url_name
+
 OUTLINE_TOP_LEVEL = 2  # the outline's first level is an h2 heading
 T = TypeVar("T")
 
@@ -32,8 +34,11 @@ class PdfError(Exception):
     """A PDF that cannot be read into text, for a reason worth telling the user."""
 
 
-def pdf_html(data: bytes, max_pages: int, max_chars: int, check: Callable[[], None]) -> str:
-    """The text of a PDF as HTML: ``<title>``, then per page its headings and paragraphs."""
+def pdf_html(
+    data: bytes, url: str, max_pages: int, max_chars: int, check: Callable[[], None]
+) -> str:
+    """The text of the PDF at ``url`` as HTML: its title, then per page its headings and
+    paragraphs."""
     reader = _pypdf(PdfReader, BytesIO(data))
     if _pypdf(_locked, reader):
         raise PdfError("the PDF is locked with a password")
@@ -42,11 +47,9 @@ def pdf_html(data: bytes, max_pages: int, max_chars: int, check: Callable[[], No
         raise PdfError(
             f"the PDF has {pages} pages, over the cap of {max_pages} (fetch.max_pdf_pages)"
         )
-    title = str(_pypdf(_title, reader) or "").strip()
+    title = str(_pypdf(_title, reader) or "").strip() or url_name(url)
     headings = _pypdf(_outline_headings, reader, pages)
-    parts = [f"<title>{escape(title)}</title><main>"]
-    if title:
-        parts.append(f"<h1>{escape(title)}</h1>")
+    parts = [f"<title>{escape(title)}</title><main><h1>{escape(title)}</h1>"]
     chars = 0
     for index in range(pages):
         check()
