@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from w3lib.url import canonicalize_url
-
 from kpack import settings
 from kpack.errors import PackError
 
@@ -57,6 +55,10 @@ def normalize_url(url: str) -> str:
     (``%7E`` is ``~``), dot segments resolved, the host IDNA-encoded and lower-cased, query
     arguments sorted, the fragment dropped; and the default port dropped. ValueError for a URL
     that cannot be parsed."""
+    # Imported here: w3lib.url loads urllib.request and http.client (~40 ms), which a query,
+    # reading kpack.packs for pack folders only, does not need.
+    from w3lib.url import canonicalize_url
+
     parts = urlsplit(canonicalize_url(url.strip()))
     netloc = parts.netloc
     if (parts.scheme == "http" and netloc.endswith(":80")) or (

@@ -3,7 +3,8 @@
 ``/docs/`` links to ``/docs/article-N.html`` (N from 1 to ``articles``); ``/docs/sitemap.xml``
 lists the same articles (``/docs/sitemap.xml.gz`` gzipped); ``/robots.txt`` serves
 ``site.robots``. A test replaces any path's answer with ``site.answers[path] = Answer(...)``:
-a 503 for an outage, an oversized or unreadable sitemap, another robots.txt, a PDF. Every
+a 503 for an outage, a slow answer, an oversized or unreadable sitemap, another robots.txt, a
+PDF. Every
 request is counted in ``site.hits`` and its start time kept in ``site.started``.
 """
 
@@ -29,6 +30,7 @@ class Answer:
     content_type: str = HTML
     body: bytes = b""
     headers: tuple[tuple[str, str], ...] = ()
+    delay_s: float = 0.0  # waited before answering
 
 
 OUTAGE = Answer(503, "text/plain", b"down for maintenance")
@@ -100,6 +102,7 @@ def handler_for(site: SourcesSite) -> type[BaseHTTPRequestHandler]:
                 site.hits[path] = site.hits.get(path, 0) + 1
                 site.started.setdefault(path, []).append(time.monotonic())
             answer = site.answer(path)
+            time.sleep(answer.delay_s)
             self.send_response(answer.status)
             self.send_header("Content-Type", answer.content_type)
             self.send_header("Content-Length", str(len(answer.body)))

@@ -3,13 +3,17 @@ seed brought in last time are kept from the last good fetch, and the failure is 
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
+from kpack.config import CrawlConfig, FetchConfig
 from kpack.graphdb import opened
-from kpack.packs import current_version
+from kpack.ingest.crawl import crawl
+from kpack.ingest.fetch import Fetcher
+from kpack.packs import current_version, parse_urls
 from tests.conftest import TEST_FETCH, build, write_pack
 from tests.sources_site import OUTAGE, Answer, SourcesSite, serve
 
@@ -120,3 +124,30 @@ def test_a_sitemap_that_lists_no_page_fails_with_a_clear_message(workspace, site
     result = build(workspace, "empty")
     assert result.outcome == "failed"
     assert result.cause == "pack 'empty': its urls.txt led to no page to fetch"
+
+
+def crawl_states(site: SourcesSite, line: str, stored: list[dict] = ()) -> dict[str, tuple]:
+    """(expansion state, error) of each row of one crawl, by URL path."""
+    sources, _ = parse_urls(site.base + line, Path("."))
+    config = FetchConfig(**{**TEST_FETCH, "timeout_s": 0.3, "retries": 1})
+    with Fetcher(config, backoff_s=0.05) as fetcher:
+        rows, _ = crawl(
+            sources, fetcher, CrawlConfig(), {r["url"]: r for r in stored}, datetime.now(UTC)
+        )
+    return {r["url"].removeprefix(site.base): r for r in rows}
+
+
+def test_a_sitemap_that_times_out_keeps_its_pages_and_one_that_is_gone_does_not(site):
+    first = crawl_states(site, "/docs/sitemap.xml")
+    assert set(first) == set(site.article_paths())
+    site.answers["/docs/sitemap.xml"] = Answer(content_type="application/xml", delay_s=1.0)
+    slow = crawl_states(site, "/docs/sitemap.xml", list(first.values()))
+    assert "timed out" in slow["/docs/sitemap.xml"]["error"]
+    assert {p: r["expansion_state"] for p, r in slow.items() if r["error"] is None} == {
+        p: "kept" for p in site.article_paths()
+    }
+    # 404: the sitemap is gone, and so are its pages (the failure is still counted).
+    site.answers["/docs/sitemap.xml"] = Answer(404, "text/plain", b"no sitemap here")
+    gone = crawl_states(site, "/docs/sitemap.xml", list(first.values()))
+    assert list(gone) == ["/docs/sitemap.xml"]
+    assert gone["/docs/sitemap.xml"]["error"] == "sitemap: HTTP 404 Not Found"
