@@ -2,7 +2,10 @@
 
 Seed lines (``URL depth=N``) and sitemap URLs expand into the pages they reach
 (kpack.ingest.crawl); a plain line is that page only.
-A URL that fails is a row with its error; the build goes on (kpack.ingest.pages). Rebuilds are
+A URL that fails is a row with its error, and so is a sitemap or robots.txt that cannot be
+read; the build goes on (kpack.ingest.pages), and the blocking check failed_url_share counts
+them all. During an outage of a source, its pages of the previous fetch are kept (state
+``kept``, kpack.ingest.crawl). Rebuilds are
 incremental: the stage reads its own previous output for the pack (through the shared storage,
 see resources.storage.IntermediatesResource) and makes every request conditional on the stored
 ETag / Last-Modified.
@@ -91,6 +94,11 @@ def fetched_pages(
     rows, crawl_report = fetch_pages(pack, sources, fetcher, pack_store, stored)
     for problem in crawl_report.problems:
         context.log.warning(problem)
+    if not rows:  # e.g. a sitemap that lists no page in its scope
+        raise Failure(
+            f"pack {pack!r}: its urls.txt led to no page to fetch",
+            metadata={"problems": MetadataValue.json(crawl_report.problems[:200])},
+        )
     failures = [
         {"line": r["line_no"], "url": r["url"], "error": r["error"]} for r in rows if r["error"]
     ]

@@ -80,8 +80,12 @@ class FetchConfig(_Settings):
     deadline_s: float | None = Field(
         None,
         ge=0.001,
-        description="most seconds one URL may take in all: redirects, retries and the body, "
-        "however slowly a server sends it (None: timeout_s × (retries + 1))",
+        description="most seconds one URL may take from its first request: redirects, "
+        "retries, the body however slowly a server sends it, and reading a PDF "
+        "(None: timeout_s × (retries + 1))",
+    )
+    max_pdf_pages: int = Field(
+        500, ge=1, description="most pages of a PDF read into text; a longer PDF is a failed URL"
     )
 
 

@@ -23,7 +23,7 @@ EMBEDDING = pa.list_(pa.float32())
 CRAWL_COLUMNS = (
     ("seed", STR),  # the urls.txt URL (page, seed or sitemap) the page came from
     ("expansion_depth", I32),  # link hops from the seed (0: the seed or a sitemap's page)
-    ("expansion_state", STR),  # listed | expanded | discovered | failed
+    ("expansion_state", STR),  # listed | expanded | discovered | failed | kept
 )
 
 PARQUET_SCHEMAS: dict[str, pa.Schema] = {

@@ -60,9 +60,16 @@ def new_pack_folder(name: str, root: Path | None = None) -> Path:
 
 
 def normalize_url(url: str) -> str:
-    """The form used to match links to articles: fragment dropped, scheme/host lower-cased."""
-    parts = urlsplit(url.strip())
-    netloc = parts.netloc.lower()
+    """The form used to match URLs, w3lib's canonical one: percent-encoding normalised
+    (``%7E`` is ``~``), dot segments resolved, the host IDNA-encoded and lower-cased, query
+    arguments sorted, the fragment dropped; and the default port dropped. ValueError for a URL
+    that cannot be parsed."""
+    # Imported here: w3lib.url loads urllib.request and http.client (~40 ms), which a query,
+    # reading kpack.packs for pack folders only, does not need.
+    from w3lib.url import canonicalize_url
+
+    parts = urlsplit(canonicalize_url(url.strip()))
+    netloc = parts.netloc
     if (parts.scheme == "http" and netloc.endswith(":80")) or (
         parts.scheme == "https" and netloc.endswith(":443")
     ):
