@@ -3,18 +3,15 @@
 import time
 
 import pyarrow as pa
-from dagster import AssetExecutionContext, Output, asset
+from dagster import AssetExecutionContext, Output
 
-from assets.partitions import BUILD_CODE_VERSION, follow_upstream, packs_partitions
+from assets.partitions import build_stage
 from kpack.ingest.chunking import chunk_rows
 from resources.pack_store import PackStore
 
 
-@asset(
-    partitions_def=packs_partitions,
+@build_stage(
     group_name="parse",
-    code_version=BUILD_CODE_VERSION,
-    automation_condition=follow_upstream,
     description="Sections split into overlapping passages for retrieval.",
 )
 def chunks(

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from dagster import AssetExecutionContext, AssetIn, AssetsDefinition, Output, asset
+from dagster import AssetExecutionContext, AssetIn, AssetsDefinition, Output
 
-from assets.partitions import BUILD_CODE_VERSION, follow_upstream, packs_partitions
+from assets.partitions import build_stage
 from kpack.embedding import model_label
 from kpack.ingest.shards import embed_shard, shard_count, shard_of
 from kpack.ingest.vectors import distinct_texts
@@ -54,13 +54,10 @@ class EmbedStep:
 def shard_asset(index: int) -> AssetsDefinition:
     """The step that embeds shard ``index`` of the pack's texts."""
 
-    @asset(
+    @build_stage(
         name=SHARD_NAMES[index],
-        partitions_def=packs_partitions,
         group_name="embed",
         compute_kind="sentence-transformers",
-        code_version=BUILD_CODE_VERSION,
-        automation_condition=follow_upstream,
         metadata={"contract": "embedding_shard"},
         description=f"Vectors of the texts in content-hash range {index + 1} of {SHARDS}.",
     )
@@ -106,13 +103,10 @@ def shard_asset(index: int) -> AssetsDefinition:
 embedding_shards = [shard_asset(index) for index in range(SHARDS)]
 
 
-@asset(
+@build_stage(
     ins={name: AssetIn() for name in SHARD_NAMES},
-    partitions_def=packs_partitions,
     group_name="embed",
     compute_kind="sentence-transformers",
-    code_version=BUILD_CODE_VERSION,
-    automation_condition=follow_upstream,
     description="Sentence-transformers vectors of every distinct section and chunk text.",
 )
 def embeddings(

@@ -16,9 +16,9 @@ import hashlib
 import time
 
 import pyarrow as pa
-from dagster import AssetExecutionContext, AssetOut, Failure, MetadataValue, Output, multi_asset
+from dagster import AssetExecutionContext, Failure, MetadataValue, Output, multi_asset
 
-from assets.partitions import BUILD_CODE_VERSION, follow_upstream, packs_partitions
+from assets.partitions import packs_partitions, stage_outputs
 from kpack import contracts, text
 from kpack.changes import source_digest, table_digest
 from kpack.config import PackConfig
@@ -103,14 +103,7 @@ OUTPUTS = {
 
 
 @multi_asset(
-    outs={
-        name: AssetOut(
-            description=description,
-            code_version=BUILD_CODE_VERSION,
-            automation_condition=follow_upstream,
-        )
-        for name, description in OUTPUTS.items()
-    },
+    outs=stage_outputs(OUTPUTS),
     partitions_def=packs_partitions,
     group_name="extract",
     compute_kind="anthropic",

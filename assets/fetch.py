@@ -34,10 +34,14 @@ from dagster import (
     Failure,
     MetadataValue,
     Output,
-    asset,
 )
 
-from assets.partitions import BUILD_CODE_VERSION, observe_unchanged, pack_check, packs_partitions
+from assets.partitions import (
+    BUILD_CODE_VERSION,
+    build_stage,
+    observe_unchanged,
+    pack_check,
+)
 from kpack.changes import page_changes, sources_fingerprint
 from kpack.embedding import model_label
 from kpack.errors import PackNotReady
@@ -61,11 +65,10 @@ def forced(context: AssetExecutionContext) -> bool:
     return value.lower() == "true"
 
 
-@asset(
-    partitions_def=packs_partitions,
+@build_stage(
+    automation_condition=None,
     group_name="ingest",
     compute_kind="requests",
-    code_version=BUILD_CODE_VERSION,
     output_required=False,
     description="Every URL of the pack's urls.txt fetched (or its error), main content kept; "
     "not materialized when the current version was built from these very sources.",

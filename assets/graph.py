@@ -26,10 +26,12 @@ from dagster import (
     AssetExecutionContext,
     MetadataValue,
     Output,
-    asset,
 )
 
-from assets.partitions import BUILD_CODE_VERSION, follow_upstream, pack_check, packs_partitions
+from assets.partitions import (
+    build_stage,
+    pack_check,
+)
 from kpack.changes import page_changes
 from kpack.contracts import FTS_INDEXES, VECTOR_INDEXES, StagedBuild, facts_of
 from kpack.graphdb import graph_counts, opened, write_graph
@@ -97,12 +99,9 @@ def rel_tables(
     }
 
 
-@asset(
-    partitions_def=packs_partitions,
+@build_stage(
     group_name="graph",
     compute_kind="kuzu",
-    code_version=BUILD_CODE_VERSION,
-    automation_condition=follow_upstream,
     io_manager_key="staged_build_io_manager",
     description="The staged Kuzu database with vector and full-text indexes (not yet published).",
 )

@@ -25,10 +25,12 @@ from dagster import (
     AssetExecutionContext,
     MetadataValue,
     Output,
-    asset,
 )
 
-from assets.partitions import BUILD_CODE_VERSION, follow_upstream, pack_check, packs_partitions
+from assets.partitions import (
+    build_stage,
+    pack_check,
+)
 from kpack.config import PackConfig
 from kpack.contracts import StagedBuild
 from kpack.embedding import model_label
@@ -115,11 +117,8 @@ def build_manifest(
     }
 
 
-@asset(
-    partitions_def=packs_partitions,
+@build_stage(
     group_name="publish",
-    code_version=BUILD_CODE_VERSION,
-    automation_condition=follow_upstream,
     description="manifest.json and skill.md; publishes the staged pack as the next version.",
 )
 def pack_manifest(

@@ -3,18 +3,15 @@
 import time
 
 import pyarrow as pa
-from dagster import AssetExecutionContext, MetadataValue, Output, asset
+from dagster import AssetExecutionContext, MetadataValue, Output
 
-from assets.partitions import BUILD_CODE_VERSION, follow_upstream, packs_partitions
+from assets.partitions import build_stage
 from kpack.ingest.pagerank import pagerank_rows
 
 
-@asset(
-    partitions_def=packs_partitions,
+@build_stage(
     group_name="graph",
     compute_kind="kuzu",
-    code_version=BUILD_CODE_VERSION,
-    automation_condition=follow_upstream,
     description="PageRank of every article over LINKS_TO, raw and normalised to [0, 1].",
 )
 def pagerank(

@@ -5,26 +5,21 @@
 import time
 
 import pyarrow as pa
-from dagster import AssetExecutionContext, AssetOut, MetadataValue, Output, multi_asset
+from dagster import AssetExecutionContext, MetadataValue, Output, multi_asset
 
-from assets.partitions import BUILD_CODE_VERSION, follow_upstream, packs_partitions
+from assets.partitions import packs_partitions, stage_outputs
 from kpack.ingest.pages import page_dicts
 from kpack.ingest.sections import parse_pages
 
 
 @multi_asset(
-    outs={
-        name: AssetOut(
-            description=description,
-            code_version=BUILD_CODE_VERSION,
-            automation_condition=follow_upstream,
-        )
-        for name, description in {
+    outs=stage_outputs(
+        {
             "articles": "One row per fetched URL.",
             "sections": "Articles split at h2/h3.",
             "links": "Links between articles of the pack.",
-        }.items()
-    },
+        }
+    ),
     partitions_def=packs_partitions,
     group_name="parse",
     compute_kind="selectolax",

@@ -12,10 +12,12 @@ from dagster import (
     AssetChecksDefinition,
     AssetExecutionContext,
     AssetObservation,
+    AssetOut,
     AutomationCondition,
     DataVersion,
     DynamicPartitionsDefinition,
     MetadataValue,
+    asset,
 )
 from dagster import asset_check as dagster_asset_check
 
@@ -43,6 +45,32 @@ packs_partitions = DynamicPartitionsDefinition(name="packs")
 
 # Downstream stages follow their inputs when the automation daemon runs (dagster dev).
 follow_upstream = AutomationCondition.eager()
+
+
+def build_stage(**spec: object) -> Callable:
+    """``@asset`` for a stage of a pack's build: one partition per pack, versioned with the
+    build code and following its inputs; ``spec`` adds the stage's own arguments (group,
+    description, ...). The first stage passes ``automation_condition=None``: nothing is
+    upstream of it."""
+    defaults = {"automation_condition": follow_upstream}
+    return asset(
+        partitions_def=packs_partitions,
+        code_version=BUILD_CODE_VERSION,
+        **{**defaults, **spec},
+    )
+
+
+def stage_outputs(descriptions: dict[str, str]) -> dict[str, AssetOut]:
+    """The ``outs`` of a multi-asset build stage: one per name, described, versioned and
+    following upstream like every :func:`build_stage`."""
+    return {
+        name: AssetOut(
+            description=description,
+            code_version=BUILD_CODE_VERSION,
+            automation_condition=follow_upstream,
+        )
+        for name, description in descriptions.items()
+    }
 
 
 def pack_check(
