@@ -55,19 +55,16 @@ def cmd_build(args: argparse.Namespace) -> int:
         from pipelines.dry_run import dry_run
 
         return report(escape(dry_run(args.name).report()))
-    from dagster import DagsterInstance
-
     from pipelines.build import BUILD_TAG, build_pack
-    from pipelines.instance import ensure_dagster_home
+    from pipelines.instance import terminal_instance
     from pipelines.progress import BuildProgress
 
-    ensure_dagster_home()
     build_id = uuid.uuid4().hex
     started = time.perf_counter()
     # Dagster's own console log only with --verbose: by default the progress rows and one
     # line of cause say what happened, with no stack traces.
     log_level = args.log_level or ("INFO" if args.verbose else "CRITICAL")
-    instance = DagsterInstance.get()
+    instance = terminal_instance()
     build = partial(
         build_pack,
         args.name,
@@ -83,8 +80,11 @@ def cmd_build(args: argparse.Namespace) -> int:
             result = build()
     elapsed = time.perf_counter() - started
     manifest = result.manifest
+    kept = f"v{manifest['version']:04d} stays current" if manifest else "nothing is published"
+    if result.interrupted:
+        err.print(f"[red]build of {escape(args.name)} interrupted:[/] {kept}", highlight=False)
+        return 130  # the shell's code for a command stopped by SIGINT
     if not result.success:
-        kept = f"v{manifest['version']:04d} stays current" if manifest else "nothing is published"
         err.print(
             f"[red]build of {escape(args.name)} failed:[/] {escape(result.cause or 'unknown cause')}"
             f"\n{kept}; details: `kpack build {escape(args.name)} --verbose` or run "

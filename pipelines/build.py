@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import os
 import uuid
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dagster import DagsterInstance
+from dagster import BetaWarning, DagsterInstance
 
 from assets.fetch import FORCE_TAG
 from assets.partitions import packs_partitions
@@ -26,7 +27,7 @@ from kpack.store import PackStore
 from pipelines.definitions import make_definitions
 from pipelines.instance import ensure_dagster_home
 from pipelines.jobs import JOB_NAME
-from pipelines.outcomes import record_outcome
+from pipelines.outcomes import INTERRUPTED, record_outcome
 from resources.pack_store import PARTITION_TAG
 
 BUILD_TAG = "kpack/build_id"
@@ -50,6 +51,11 @@ class BuildResult:
     @property
     def published(self) -> bool:
         return self.outcome == "published"
+
+    @property
+    def interrupted(self) -> bool:
+        """Stopped by Ctrl-C or SIGTERM: the published version, if any, is untouched."""
+        return self.cause == INTERRUPTED
 
 
 def build_pack(
@@ -146,3 +152,6 @@ def quiet_env() -> None:
     and a pack that names another model (BAAI/bge-base-en-v1.5) must be able to download it.
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # fetched_pages sets its output's data version (assets.fetch), a parameter Dagster still
+    # marks beta: its warning would land in the middle of the progress table.
+    warnings.filterwarnings("ignore", category=BetaWarning, message=".*data_version")

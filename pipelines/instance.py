@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from dagster import DagsterInstance
+from dagster._core.instance.ref import InstanceRef
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import (
     SqliteEventLogStorage,
     SqliteEventLogStorageWatchdog,
@@ -83,6 +85,22 @@ def ensure_dagster_home(home: Path | None = None) -> Path:
     ):
         config.write_text(wanted)
     return home
+
+
+def terminal_instance() -> DagsterInstance:
+    """The instance ``kpack build`` runs its in-process build in: the project's (the same runs,
+    events and storage the UI shows), without compute-log capture. Capturing a step's stdout
+    starts a ``tail`` and a Python watcher process per step in the terminal's process group,
+    so Ctrl-C reached them too, mid-start, and they printed tracebacks into the progress
+    table; the CLI shows its own progress rows and never a step's stdout."""
+    home = ensure_dagster_home()
+    overrides = {
+        "compute_logs": {
+            "module": "dagster._core.storage.noop_compute_log_manager",
+            "class": "NoOpComputeLogManager",
+        }
+    }
+    return DagsterInstance.from_ref(InstanceRef.from_dir(str(home), overrides=overrides))
 
 
 def _wal(dbapi_connection: object, _record: object) -> None:

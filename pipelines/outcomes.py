@@ -37,6 +37,9 @@ from pipelines.jobs import build_pack_job
 from resources.pack_store import PARTITION_TAG
 
 OUTCOME_TAG = "kpack/outcome"
+# The cause of a run stopped by Ctrl-C or SIGTERM (Dagster raises
+# DagsterExecutionInterruptedError in the step it interrupts).
+INTERRUPTED = "interrupted"
 
 
 def _metadata(event) -> dict:
@@ -106,6 +109,8 @@ def run_summary(instance: DagsterInstance, run: DagsterRun) -> dict:
 
 def _cause(error) -> str:
     """The user-facing cause: the innermost error's message, first line only."""
+    if error.cls_name == "DagsterExecutionInterruptedError":
+        return INTERRUPTED
     while error.cause is not None and not error.message.strip():
         error = error.cause
     message = error.message.strip().splitlines()[0] if error.message.strip() else error.cls_name
@@ -113,7 +118,10 @@ def _cause(error) -> str:
     # the user's own error is the cause.
     if error.cause is not None and "Error occurred while" in message:
         return _cause(error.cause)
-    return message.split(": ", 1)[1] if message.startswith(("dagster.", "kpack.")) else message
+    if message.startswith(("dagster.", "kpack.")):  # "module.Class: message" -> "message"
+        _, separator, rest = message.partition(": ")
+        return rest if separator else message
+    return message
 
 
 def outcome_label(summary: dict) -> str:

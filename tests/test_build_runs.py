@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pty
 import select
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 
@@ -143,20 +145,32 @@ def test_a_ui_run_forced_by_its_tag_publishes_and_a_misspelt_tag_is_refused(
     assert refused["cause"] == "run tag kpack/force must be true or false, not 'yes'"
 
 
-def test_kpack_build_in_a_terminal_shows_progress_rows_while_it_runs(workspace, site):
-    site_pack(workspace, site, "watched")
+def _own_terminal() -> None:
+    """In the child: a session of its own whose controlling terminal is the pty (its stdin),
+    so the terminal's Ctrl-C reaches it as a shell's foreground job."""
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+def run_in_terminal(
+    args: list[str], interrupt_after: bytes | None = None
+) -> tuple[int, str, float | None, float]:
+    """``kpack ARGS`` in a pseudo-terminal, as a user runs it: (exit code, what the terminal
+    showed, when the first progress row appeared, when the command ended). With
+    ``interrupt_after``, Ctrl-C is typed as soon as the terminal shows those bytes."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "120"}
     main, child = pty.openpty()
     process = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "build", "watched"],
+        [sys.executable, "-m", "cli.main", *args],
         stdin=child,
         stdout=child,
         stderr=child,
         env=env,
         cwd=Path(__file__).resolve().parents[1],
+        preexec_fn=_own_terminal,
     )
     os.close(child)
-    output, first_row_at = b"", None
+    output, first_row_at, interrupted = b"", None, False
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
         ready, _, _ = select.select([main], [], [], 0.2)
@@ -170,14 +184,47 @@ def test_kpack_build_in_a_terminal_shows_progress_rows_while_it_runs(workspace, 
             output += chunk
             if first_row_at is None and b"fetched_pages" in output:
                 first_row_at = time.monotonic()
+            if interrupt_after and not interrupted and interrupt_after in output:
+                os.write(main, b"\x03")  # the terminal turns it into SIGINT, as Ctrl-C does
+                interrupted = True
         elif process.poll() is not None:
             break
-    process.wait(timeout=30)
+    process.wait(timeout=60)
     finished_at = time.monotonic()
     os.close(main)
-    text = output.decode(errors="replace")
-    assert process.returncode == 0, text[-2000:]
+    return process.returncode, output.decode(errors="replace"), first_row_at, finished_at
+
+
+def test_kpack_build_in_a_terminal_shows_progress_rows_while_it_runs(workspace, site):
+    site_pack(workspace, site, "watched")
+    code, text, first_row_at, finished_at = run_in_terminal(["build", "watched"])
+    assert code == 0, text[-2000:]
     assert first_row_at is not None, text[-2000:]
     # The row was on screen while the build still ran (the model load alone takes seconds).
     assert finished_at - first_row_at > 0.5
     assert "watched v1 published" in text
+
+
+def test_ctrl_c_during_a_build_says_so_in_one_line_and_keeps_the_published_pack(workspace, site):
+    site_pack(workspace, site, "stopped")
+    assert run_in_terminal(["build", "stopped"])[0] == 0
+    # The rebuild fetches a page that takes seconds: Ctrl-C arrives while it runs.
+    site_pack(workspace, site, "stopped", pages=[*PAGES, "/slow.html"])
+    code, text, _, _ = run_in_terminal(["build", "stopped"], interrupt_after=b"fetched_pages")
+    assert code == 130, text[-3000:]
+    assert "Traceback" not in text and "IndexError" not in text, text[
+        text.find("Traceback") - 300 :
+    ][:2500]
+    assert "interrupted" in text and "v0001 stays current" in text, text[-3000:]
+    status = pack_status("stopped")
+    assert status["version"] == 1
+    assert status["last_build"]["outcome"] == "failed"
+    assert "interrupted" in status["last_build"]["cause"]
+    answered = subprocess.run(
+        [sys.executable, "-m", "cli.main", "search", "stopped", "guide"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert answered.returncode == 0, answered.stderr
