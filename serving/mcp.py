@@ -111,7 +111,7 @@ def create_server(packs_dir: Path | None = None) -> PacksServer:
             hits = retrieval.search(folder, clean_question(question), k=k)
         return {
             "pack": pack,
-            "version": catalog.version_of(folder),
+            "version": hits.version,  # the version that answered, whatever is current now
             "results": [
                 {
                     "title": h["title"],
@@ -147,7 +147,7 @@ def create_server(packs_dir: Path | None = None) -> PacksServer:
             )
         return {
             "pack": pack,
-            "version": catalog.version_of(folder),
+            "version": result["version"],
             "answer": result["answer"],
             "citations": result["citations"],
             "sources": result["sources"],
