@@ -41,6 +41,7 @@ from typing import Annotated, Any
 
 import orjson
 from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -397,6 +398,17 @@ def _install_error_handlers(app: FastAPI) -> None:
         log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
         return _error(500, "internal error; see the server log")
 
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        # FastAPI answers any body it cannot parse with "There was an error parsing the body";
+        # the two causes a client can fix get their own message.
+        if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
+            return _error(400, "the request body is not UTF-8 text (send JSON in UTF-8)")
+        if exc.status_code == 400 and isinstance(exc.__cause__, RecursionError):
+            return _error(400, "the request body's JSON is nested too deeply")
+        return await http_exception_handler(request, exc)
+
+    app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(QuestionError, question_error)
     app.add_exception_handler(PackError, pack_error)
     app.add_exception_handler(RequestValidationError, validation_error)
