@@ -46,6 +46,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import retrieval
 from kpack.llm import API_KEY_ENV
@@ -399,7 +400,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         return _error(500, "internal error; see the server log")
 
     async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
+        assert isinstance(exc, StarletteHTTPException)
         # FastAPI answers any body it cannot parse with "There was an error parsing the body";
         # the two causes a client can fix get their own message.
         if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
@@ -408,7 +409,8 @@ def _install_error_handlers(app: FastAPI) -> None:
             return _error(400, "the request body's JSON is nested too deeply")
         return await http_exception_handler(request, exc)
 
-    app.add_exception_handler(HTTPException, http_error)
+    # Starlette's class: FastAPI raises it for a body it cannot parse (and for 404s, 405s).
+    app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(QuestionError, question_error)
     app.add_exception_handler(PackError, pack_error)
     app.add_exception_handler(RequestValidationError, validation_error)
