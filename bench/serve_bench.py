@@ -31,6 +31,17 @@ client count.
     .venv/bin/python bench/serve_bench.py --in-process-limit 2  # in-process bounded as the server
 
 Results: a Markdown report on stdout and bench/out/serve_bench.{json,md}.
+
+--during-publish measures instead what a publish of one pack costs the others (issue 20): the
+pack is copied into OTHERS + 1 packs under one `kpack serve`; CLIENTS clients search the
+other packs for --window seconds before, then for --window seconds during which the last pack
+is published again and again (its current version copied to a new version folder and the
+``current`` link swapped, as a publish ends) and a request to it makes the server open and
+warm each new version. Reported: p50/p95 of the other packs' searches before and during, and
+the rise of p95 (target: under 20%). The build's own CPU is not part of it (the version is a
+copy): what is measured is the new version's open.
+
+    .venv/bin/python bench/serve_bench.py --pack packs/mypack --during-publish
 """
 
 from __future__ import annotations
@@ -536,6 +547,101 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def publish_copy(folder: Path) -> int:
+    """A new version of ``folder``: its current version copied, then ``current`` swapped to it
+    atomically (a symlink renamed over it, as kpack.store publishes)."""
+    import shutil
+
+    versions = folder / ".versions"
+    current = (versions / "current").resolve()
+    number = max(int(v.name[1:]) for v in versions.glob("v[0-9]*")) + 1
+    target = versions / f"v{number:04d}"
+    shutil.copytree(current, target, symlinks=True)
+    temporary = versions / f".current-{number}"
+    os.symlink(target.name, temporary)
+    os.replace(temporary, versions / "current")
+    return number
+
+
+def during_publish(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    """p50/p95 of searches to the other packs, before and while one pack publishes."""
+    import shutil
+    import tempfile
+
+    packs = Path(tempfile.mkdtemp(prefix="kpack-publish-bench-")) / "packs"
+    names = [f"other{i}" for i in range(args.others)] + ["publisher"]
+    for name in names:
+        shutil.copytree(folder, packs / name, symlinks=True)
+    questions = questions_for(folder, 200)
+    server = Server(packs)
+    print(f"kpack serve on {server.url} with {len(names)} packs: warming up ...", flush=True)
+    server.wait_ready()
+    stop = threading.Event()
+    latencies: list[tuple[float, float]] = []  # (finished at, seconds)
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def client(index: int) -> None:
+        connection = StdlibClient(server.url)
+        i = 0
+        while not stop.is_set():
+            pack = names[(index + i) % args.others]
+            question = questions[(index * 7919 + i) % len(questions)]
+            began = time.perf_counter()
+            status, _, _ = connection.request(
+                "POST", f"/packs/{pack}/search", {"question": question, "k": args.k}
+            )
+            with lock:
+                if status != 200:
+                    errors.append(str(status))
+                latencies.append((time.perf_counter(), time.perf_counter() - began))
+            i += 1
+        connection.close()
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
+    for thread in threads:
+        thread.start()
+    publisher = StdlibClient(server.url)
+    try:
+        time.sleep(args.window)
+        split = time.perf_counter()
+        opens: list[float] = []
+        while time.perf_counter() - split < args.window:
+            version = publish_copy(packs / "publisher")
+            began = time.perf_counter()
+            status, _, _ = publisher.request(
+                "POST", "/packs/publisher/search", {"question": questions[0], "k": args.k}
+            )
+            opens.append(time.perf_counter() - began)
+            if status != 200:
+                errors.append(f"publisher v{version}: {status}")
+        end = time.perf_counter()
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+        publisher.close()
+        server.stop()
+        shutil.rmtree(packs.parent, ignore_errors=True)
+    before = [s for at, s in latencies if at < split]
+    during = [s for at, s in latencies if split <= at <= end]
+    result = {
+        "packs": len(names),
+        "clients": args.clients,
+        "publishes": len(opens),
+        "new_version_open_s_p50": percentile(opens, 0.5),
+        "errors": errors,
+        **{
+            f"{label}_{q}_ms": percentile(values, q / 100) * 1000
+            for label, values in (("before", before), ("during", during))
+            for q in (50, 95)
+        },
+        "requests": {"before": len(before), "during": len(during)},
+    }
+    result["p95_rise"] = result["during_95_ms"] / result["before_95_ms"] - 1
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pack", type=Path, help="a built pack folder to serve (skips the build)")
@@ -556,6 +662,13 @@ def main() -> None:
         type=int,
         help="in-process: at most N retrievals at once, as the server runs (default: no bound)",
     )
+    parser.add_argument(
+        "--during-publish",
+        action="store_true",
+        help="p95 of the other packs' requests before and while one pack publishes (issue 20)",
+    )
+    parser.add_argument("--others", type=int, default=3, help="--during-publish: other packs")
+    parser.add_argument("--window", type=float, default=20, help="--during-publish: seconds each")
     parser.add_argument("--_child-build", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args._child_build:
@@ -568,6 +681,9 @@ def main() -> None:
     from serving.http import retrieval_pool_size
 
     folder = ensure_pack(args)
+    if args.during_publish:
+        print(json.dumps(during_publish(args, folder), indent=2))
+        return
     manifest = json.loads((folder / "manifest.json").read_text())
     questions = questions_for(folder, 200)
     endpoints = [e.strip() for e in args.endpoints.split(",") if e.strip()]

@@ -38,6 +38,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         token=token,
         warmup=not args.no_warmup,
         access_log=args.access_log,
+        header_timeout=args.header_timeout,
+        max_connections=args.max_connections,
     )
     return 0
 
@@ -116,6 +118,20 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "--no-warmup", action="store_true", help="start without loading packs and models first"
     )
     serve.add_argument("--access-log", action="store_true", help="log every request")
+    serve.add_argument(
+        "--header-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="answer 408 and close a connection that sends no complete request headers within "
+        "this time (default: serving.connections.HEADER_TIMEOUT_S, 10)",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=int,
+        metavar="N",
+        help="connections open at once; beyond, the one waiting longest for its headers is "
+        "dropped (default: half the open-file limit, at most 1024)",
+    )
     serve.set_defaults(run=cmd_serve)
     sub.add_parser("mcp", help="the MCP server for Claude Code (stdio)").set_defaults(run=cmd_mcp)
     export = sub.add_parser("export", help="write the published version to one .kpack archive")

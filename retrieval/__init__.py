@@ -21,7 +21,7 @@ from pathlib import Path
 from kpack.errors import PackNotReady
 from retrieval.agent import KnowledgeGraphAgent
 from retrieval.profiles import PROFILES
-from retrieval.reader import PackReader, close_all, open_pack, reading, resolve_folder
+from retrieval.reader import WARMERS, PackReader, close_all, open_pack, reading, resolve_folder
 from retrieval.related_articles import context_pack as related_articles
 from retrieval.results import QueryResult, SearchResults
 
@@ -31,11 +31,14 @@ _agents_lock = threading.Lock()
 
 
 def agent(
-    pack: str | Path, profile: str | None = None, use_llm: bool = True, **options: object
+    pack: str | Path | PackReader,
+    profile: str | None = None,
+    use_llm: bool = True,
+    **options: object,
 ) -> KnowledgeGraphAgent:
     """A cached agent per pack and settings (it follows the pack's current version), so the
     second query pays no start-up. The API key is part of the key: a new key, a new client."""
-    folder = resolve_folder(pack)
+    folder = pack.folder if isinstance(pack, PackReader) else resolve_folder(pack)
     key = (
         folder,
         profile,
@@ -58,7 +61,7 @@ def agent(
 
 
 def query(
-    pack: str | Path,
+    pack: str | Path | PackReader,
     question: str,
     profile: str | None = None,
     use_llm: bool = True,
@@ -67,16 +70,33 @@ def query(
     **options: object,
 ) -> QueryResult:
     """The answer with its sources; ``on_text(piece)`` streams the answer as it is written
-    (see KnowledgeGraphAgent.query)."""
+    (see KnowledgeGraphAgent.query). A PackReader as ``pack`` answers from that version; its
+    ``version`` key says which version answered."""
+    pinned = pack if isinstance(pack, PackReader) else None
     return agent(pack, profile, use_llm, **options).query(
-        question, max_results=max_results, on_text=on_text
+        question, max_results=max_results, on_text=on_text, reader=pinned
     )
 
 
 def search(
-    pack: str | Path, question: str, k: int = 5, profile: str | None = None, **options: object
+    pack: str | Path | PackReader,
+    question: str,
+    k: int = 5,
+    profile: str | None = None,
+    **options: object,
 ) -> SearchResults:
-    return agent(pack, profile, use_llm=False, **options).search(question, k=k)
+    """The k best passages; their ``version`` attribute is the version that answered."""
+    pinned = pack if isinstance(pack, PackReader) else None
+    return agent(pack, profile, use_llm=False, **options).search(question, k=k, reader=pinned)
+
+
+def _warm_search(reader: PackReader) -> None:
+    """A new version's first query's lazy work (the model, the keyword index, the entity
+    graph), done by a one-passage search in its default profile before it serves."""
+    KnowledgeGraphAgent(reader, use_llm=False).search("warm up", k=1)
+
+
+WARMERS.append(_warm_search)
 
 
 def context_pack(pack: str | Path, seed: str, limit: int = 5) -> list[dict]:

@@ -115,14 +115,16 @@ class KnowledgeGraphAgent:
         max_results: int = 5,
         exclude_examples=None,
         on_text: Callable[[str], object] | None = None,
+        reader: PackReader | None = None,
     ) -> QueryResult:
         """Answer with citations; ``exclude_examples(example) -> True`` withholds a few-shot
         example (the evaluation's hold-out). ``on_text(piece)`` streams the answer: it gets
         Claude's text as it is written (an offline answer in one piece); the pieces join to
         the result's answer unless Claude failed part-way (the result then holds the offline
-        answer with the failure note, as without streaming)."""
+        answer with the failure note, as without streaming). ``reader``: answer from that open
+        version rather than the agent's (the caller holds it)."""
         usage_before = self.llm.usage.as_dict()
-        with reading(self.source) as reader:
+        with reading(reader or self.source) as reader:
             query = self._new_query(
                 reader, question, max_results, exclude_examples=exclude_examples, on_text=on_text
             )
@@ -130,9 +132,10 @@ class KnowledgeGraphAgent:
             query.finish_answer()
             return query_result(query, self._usage_since(usage_before))
 
-    def search(self, question: str, k: int = 5) -> SearchResults:
-        """The k best passages: the profile's retrieval and ranking stages only."""
-        with reading(self.source) as reader:
+    def search(self, question: str, k: int = 5, reader: PackReader | None = None) -> SearchResults:
+        """The k best passages: the profile's retrieval and ranking stages only (from
+        ``reader``'s version when given, as :meth:`query`)."""
+        with reading(reader or self.source) as reader:
             query = self._new_query(reader, question, k)
             stages = [s for s in self._plan(reader).stages if s.phase in SEARCH_PHASES]
             return search_results(run(query, stages))

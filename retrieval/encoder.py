@@ -13,9 +13,12 @@ batches of 32), median 1e-7, every cosine with the build's vector 0.9999999 or m
 tests/test_retrieval.py holds them within 5e-7, leaving room for another CPU's BLAS. Any
 other model goes through kpack.embedding, as the build does.
 
-BLAS runs with the reader's thread budget: on a shared machine, one OpenBLAS thread embedded a
-question in 0.07 s where two took 0.4 to 2.6 s (threads spinning for cores other processes
-held).
+BLAS runs with the reader's thread budget (:func:`use_blas_threads`, set once per process): on a
+shared machine, one OpenBLAS thread embedded a question in 0.07 s where two took 0.4 to 2.6 s
+(threads spinning for cores other processes held).
+
+A model that is not on this machine (and cannot be fetched: no network, or HF_HUB_OFFLINE=1)
+is a :class:`kpack.errors.PackNotReady` with one line saying so, not the loader's traceback.
 """
 
 from __future__ import annotations
@@ -26,9 +29,11 @@ import os
 import threading
 import warnings
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
+
+from kpack.errors import PackNotReady
 
 SUPPORTED_MODULES = [
     "sentence_transformers.models.Transformer",
@@ -72,19 +77,28 @@ def _layer_norm(h: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float)
     return centred * (1.0 / np.sqrt(variance + eps)) * weight[:, None] + bias[:, None]
 
 
-def blas_limit(threads: int) -> Any:
-    """A context that runs BLAS with at most ``threads`` threads."""
-    global _controller
-    from threadpoolctl import ThreadpoolController
+def use_blas_threads(threads: int) -> None:
+    """Run BLAS with ``threads`` threads from now on, in this whole process.
 
-    with _controller_lock:
-        if _controller is None:
-            _controller = ThreadpoolController()
-    return _controller.limit(limits=threads, user_api="blas")
+    OpenBLAS keeps one thread count for the process, not one per thread, and changing it while
+    other threads multiply is not safe: so it is set here, once (again only if a reader asks
+    for another count, e.g. after KPACK_READER_THREADS changed), under a lock, when a reader
+    opens and before an encoder first runs, never around each call. A server's worker threads
+    then all run with the count set when its first reader opened.
+    """
+    global _blas_threads
+    if _blas_threads == threads:
+        return
+    from threadpoolctl import threadpool_limits
+
+    with _blas_lock:
+        if _blas_threads != threads:
+            threadpool_limits(limits=threads, user_api="blas")
+            _blas_threads = threads
 
 
-_controller: Any = None
-_controller_lock = threading.Lock()
+_blas_threads: int | None = None
+_blas_lock = threading.Lock()
 
 
 class NumpyBert:
@@ -138,8 +152,8 @@ class NumpyBert:
         """Unit-length float32 vectors, as sentence-transformers' encode would give."""
         if not texts:
             return np.zeros((0, self.config["hidden_size"]), dtype=np.float32)
-        with blas_limit(threads):
-            return self._forward(self.tokenizer.encode_batch(texts))
+        use_blas_threads(threads)
+        return self._forward(self.tokenizer.encode_batch(texts))
 
     def _forward(self, encodings: list) -> np.ndarray:
         """BERT over a batch, with activations hidden-major: ``h`` is (hidden, tokens of the
@@ -219,7 +233,8 @@ class SentenceTransformerEncoder:
 
         from kpack.embedding import encode
 
-        torch.set_num_threads(threads)
+        if torch.get_num_threads() != threads:  # process-wide too: set once, not per call
+            torch.set_num_threads(threads)
         return encode(self.model, texts)
 
 
@@ -228,12 +243,20 @@ _encoders_lock = threading.Lock()
 
 
 def encoder_for(model_name: str) -> TextEncoder:
-    """The encoder of a model, made once per process."""
+    """The encoder of a model, made once per process; PackNotReady when it cannot be loaded."""
     with _encoders_lock:
         if model_name not in _encoders:
             from kpack.embedding import resolve_model_path
 
             folder = Path(resolve_model_path(model_name))
             fast = NumpyBert.load(folder) if folder.is_dir() else None
-            _encoders[model_name] = fast or SentenceTransformerEncoder(model_name)
+            try:
+                _encoders[model_name] = fast or SentenceTransformerEncoder(model_name)
+            except OSError as exc:  # what transformers raises for a model it cannot find
+                reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc)
+                raise PackNotReady(
+                    f"the pack's embedding model {model_name!r} is not on this machine and "
+                    f"cannot be downloaded ({reason}); install it, or rebuild the pack with a "
+                    "model that is here"
+                ) from exc
         return _encoders[model_name]

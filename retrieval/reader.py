@@ -13,9 +13,18 @@ texts (retrieval.bm25). Kuzu serves the tables when the reader opens, the entity
 (retrieval.graph) and related articles.
 
 The process keeps at most one reader per pack: the reader of its current version. When a
-newer version is published, the next :func:`checkout` opens it and retires the old reader,
-which is closed as soon as the last query using it finishes (or after ``RETIRE_GRACE_S`` at
-the latest), so a long-lived process does not keep superseded or pruned versions open.
+newer version is published, the next :func:`checkout` of that pack opens it, warms it (the
+functions in ``WARMERS`` run on it: retrieval registers a one-passage search, so the first
+query's lazy work is done before any query uses it), and only then makes it current and
+retires the old reader. A reader is reference counted (:meth:`PackReader.acquire` /
+:meth:`PackReader.release`, or :func:`reading`): a retired one is closed when its last user
+releases it, never while a query holds it, so a long-lived process does not keep superseded
+or pruned versions open and never pulls one from under a query.
+
+Each pack has its own lock, held only to look at or swap its reader, never while a version
+opens: a pack whose new version is opening keeps answering from its old version meanwhile
+(the first caller to see the new version opens it and waits for it; callers that come while
+it opens get the old reader), and other packs are never touched.
 
 Two things keep a long-lived reader lean: the Kuzu connection is reopened every
 ``RECYCLE_AFTER_QUERIES`` statements (see :meth:`PackReader._recycle_connection`), and the
@@ -31,9 +40,9 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -51,7 +60,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RECYCLE_AFTER_QUERIES = 500
-RETIRE_GRACE_S = 120.0
 THREADS_ENV = "KPACK_READER_THREADS"
 DEFAULT_THREADS = 1
 FEW_SHOT_FILE = "few_shot_examples.json"
@@ -191,6 +199,9 @@ class PackReader:
         self.closed = False
         self._db: kuzu.Database | None = None
         self._conn: kuzu.Connection | None = None
+        from retrieval.encoder import use_blas_threads
+
+        use_blas_threads(self.threads)
         try:
             self._open_database()
             self._read_tables()
@@ -343,13 +354,11 @@ class PackReader:
         self, label: str, vector: np.ndarray, rows: np.ndarray | None = None
     ) -> np.ndarray:
         """Cosine similarities of a unit ``vector`` with the vectors of a table ("Chunk" or
-        "Section"), all rows or ``rows``, on the reader's threads (BLAS on every core made a
-        scan several times slower on a machine shared with other readers)."""
-        from retrieval.encoder import blas_limit
-
+        "Section"), all rows or ``rows``, on the reader's BLAS threads (set when it opened:
+        BLAS on every core made a scan several times slower on a machine shared with other
+        readers)."""
         vectors = self.chunk_vectors if label == "Chunk" else self.section_vectors
-        with blas_limit(self.threads):
-            return (vectors if rows is None else vectors[rows]) @ vector
+        return (vectors if rows is None else vectors[rows]) @ vector
 
     def nearest(
         self, label: str, vector: np.ndarray, k: int, similarity: np.ndarray | None = None
@@ -378,26 +387,34 @@ class PackReader:
 
     # -- life cycle ------------------------------------------------------------------------
 
+    @property
+    def users(self) -> int:
+        """How many holders (queries, callers of :func:`reading`) have it checked out now."""
+        return self._users
+
     def acquire(self) -> None:
+        """Mark the reader in use: it is not closed before the matching :meth:`release`."""
         with self._lock:
+            if self.closed:
+                raise PackNotReady(
+                    f"pack {self.name!r} version {self.version_dir.name} was replaced by a newer "
+                    "version and closed; ask again to query the current one"
+                )
             self._users += 1
 
     def release(self) -> None:
+        """The end of one use; the last user of a retired reader closes it."""
         with self._lock:
             self._users -= 1
             if self._retired and self._users <= 0:
                 self.close()
 
     def retire(self) -> None:
-        """A newer version replaced this one: close now, or when its last query ends."""
+        """A newer version replaced this one: close now, or when its last user releases it."""
         with self._lock:
             self._retired = True
             if self._users <= 0:
                 self.close()
-                return
-        timer = threading.Timer(RETIRE_GRACE_S, self.close)
-        timer.daemon = True
-        timer.start()
 
     def close(self) -> None:
         """Close the database (idempotent); the reader answers no more queries."""
@@ -419,14 +436,49 @@ def release_free_memory() -> None:
 
 # -- the registry: one reader per pack, the current version's --------------------------------
 
-_current: dict[Path, PackReader] = {}
-_registry_lock = threading.Lock()
+# Run on every newly opened reader before it serves (in order; an exception fails the open):
+# the lazy work of a first query is done here, not in the first request after a publish.
+# retrieval registers a one-passage search; a server or a test may add its own.
+WARMERS: list[Callable[[PackReader], object]] = []
+
+
+@dataclass
+class _PackSlot:
+    """One pack's current reader; ``changed`` (with its lock) guards it and the open under way."""
+
+    changed: threading.Condition = field(default_factory=threading.Condition)
+    reader: PackReader | None = None
+    opening: Path | None = None  # the version a thread is opening now, outside the lock
+
+
+_slots: dict[Path, _PackSlot] = {}
+_slots_lock = threading.Lock()  # only to find or add a pack's slot; never held while opening
+
+
+def _slot(folder: Path) -> _PackSlot:
+    with _slots_lock:
+        return _slots.setdefault(folder, _PackSlot())
+
+
+def open_warm(folder: Path, version: Path) -> PackReader:
+    """A new reader of ``version``, with every warmer run on it (closed again if one fails)."""
+    reader = PackReader(folder, version)
+    try:
+        for warm in WARMERS:
+            warm(reader)
+    except BaseException:
+        reader.close()
+        raise
+    return reader
 
 
 def checkout(pack: str | Path | PackReader) -> PackReader:
     """The reader of the pack's current version, marked in use: pair it with ``release()``.
 
-    A reader that is passed in is used as it is (a caller pinning one version).
+    A reader that is passed in is used as it is (a caller pinning one version). A version not
+    open yet is opened and warmed by the first caller that asks for it, holding no lock: callers
+    of the same pack that come meanwhile get the previous version's reader (when there is one),
+    callers of other packs never wait for it.
     """
     if isinstance(pack, PackReader):
         pack.acquire()
@@ -437,16 +489,34 @@ def checkout(pack: str | Path | PackReader) -> PackReader:
         raise PackNotReady(
             f"pack {folder.name!r} has not been built yet: run `kpack build {folder.name}`"
         )
-    with _registry_lock:
-        reader = _current.get(folder)
-        if reader is None or reader.version_dir != version or reader.closed:
-            fresh = PackReader(folder, version)
-            _current[folder] = fresh
-            if reader is not None:
-                reader.retire()
-            reader = fresh
-        reader.acquire()
-        return reader
+    slot = _slot(folder)
+    with slot.changed:
+        while True:
+            reader = slot.reader
+            if reader is not None and reader.version_dir == version and not reader.closed:
+                reader.acquire()
+                return reader
+            if slot.opening is None:
+                slot.opening = version
+                break
+            if reader is not None and not reader.closed:
+                reader.acquire()  # another thread opens the new version: answer from this one
+                return reader
+            slot.changed.wait()
+    try:
+        fresh = open_warm(folder, version)
+    except BaseException:
+        with slot.changed:
+            slot.opening = None
+            slot.changed.notify_all()
+        raise
+    with slot.changed:
+        previous, slot.reader, slot.opening = slot.reader, fresh, None
+        fresh.acquire()
+        slot.changed.notify_all()
+    if previous is not None:
+        previous.retire()
+    return fresh
 
 
 @contextmanager
@@ -469,12 +539,16 @@ def open_pack(pack: str | Path) -> PackReader:
 
 
 def close_all() -> None:
-    """Close every reader (at exit, or to make the next query read from disk afresh)."""
-    with _registry_lock:
-        readers = list(_current.values())
-        _current.clear()
-    for reader in readers:
-        reader.close()
+    """Retire every reader (at exit, or to make the next query read from disk afresh): those
+    not in use close now, those in use when their last user releases them."""
+    with _slots_lock:
+        slots = list(_slots.values())
+        _slots.clear()
+    for slot in slots:
+        with slot.changed:
+            reader, slot.reader = slot.reader, None
+        if reader is not None:
+            reader.retire()
 
 
 atexit.register(close_all)

@@ -1,13 +1,15 @@
 """What queries and searches return: the seed's dict and list, which also render in Jupyter.
 
 ``QueryResult`` is a dict with exactly the seed's keys (answer, sources, entities, facts,
-cypher_query, query_type, token_usage) plus citations, timings_ms and trace, so it indexes,
+cypher_query, query_type, token_usage) plus citations, version (the pack version that
+answered), timings_ms and trace, so it indexes,
 compares and ``json.dumps`` like the plain dict (``sources`` and ``citations`` name only the
 passages the answer cites, at most k; the trace keeps the whole context); in a notebook it
 shows the answer with clickable citations, a sources table, the stage timings and the
 retrieval trace (``_repr_html_``, ``_repr_markdown_``), and ``to_frame()`` turns it into a
 pandas DataFrame.
-``SearchResults`` is the list of passage dicts of a search, likewise. Both render from their
+``SearchResults`` is the list of passage dicts of a search, likewise, with the version that
+answered as its ``version`` attribute. Both render from their
 own contents only, so a result loaded back from JSON renders the same.
 """
 
@@ -164,6 +166,8 @@ class QueryResult(dict):
 class SearchResults(list):
     """The passages of a search, best first: a list of dicts, which also renders in Jupyter."""
 
+    version: int | None = None  # the pack version whose reader answered
+
     def _repr_html_(self) -> str:
         rows = [
             [
@@ -256,13 +260,14 @@ def query_result(query: Query, token_usage: dict[str, int]) -> QueryResult:
         ),
     )
     query.timings["response"] = round((time.perf_counter() - started) * 1000, 3)
+    result["version"] = reader.version  # the version that answered, not the current one now
     result["timings_ms"] = {**query.timings, "total": query.elapsed_ms()}
     result["trace"] = query.trace()
     return result
 
 
 def search_results(query: Query) -> SearchResults:
-    return SearchResults(
+    found = SearchResults(
         {
             "title": c.title,
             "url": c.article_url,
@@ -275,3 +280,5 @@ def search_results(query: Query) -> SearchResults:
         }
         for c in query.candidates
     )
+    found.version = query.reader.version
+    return found

@@ -41,10 +41,12 @@ from typing import Annotated, Any
 
 import orjson
 from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import retrieval
 from kpack.llm import API_KEY_ENV
@@ -52,6 +54,7 @@ from kpack.packs import PackError
 from retrieval.query import MAX_QUESTION_CHARS, MAX_SERVED_K, QuestionError, clean_question
 from serving import catalog
 from serving.catalog import ProfileName
+from serving.connections import HEADER_TIMEOUT_S, default_max_connections, guarded_protocol
 
 log = logging.getLogger("kpack.serve")
 
@@ -156,9 +159,9 @@ def create_app(
 
     @app.post("/packs/{name}/search", **protected)
     async def search(name: str, body: SearchRequest) -> Response:
-        def hits(folder: Path, question: str, version: int) -> dict[str, Any]:
+        def hits(folder: Path, question: str) -> dict[str, Any]:
             found = retrieval.search(folder, question, k=body.k, profile=body.profile)
-            return {"pack": name, "version": version, "results": found}
+            return {"pack": name, "version": found.version, "results": found}
 
         return await _answer(pool, root, name, body.question, hits)
 
@@ -168,9 +171,9 @@ def create_app(
         **protected,
     )
     async def query(name: str, body: QueryRequest, request: Request) -> Response:
-        def answer(folder: Path, question: str, version: int, **streaming: Any) -> dict:
+        def answer(source: Path | retrieval.PackReader, question: str, **streaming: Any) -> dict:
             return retrieval.query(
-                folder,
+                source,
                 question,
                 profile=body.profile,
                 use_llm=body.use_llm,
@@ -181,12 +184,8 @@ def create_app(
         # Read per request: a key set for the server is seen without a restart, like a new version.
         workers = llm_pool if body.use_llm and os.environ.get(API_KEY_ENV) else pool
         if body.stream or "text/event-stream" in request.headers.get("accept", ""):
-            folder, question, version = _checked(root, name, body.question)
-            return StreamingResponse(
-                _events(partial(answer, folder, question, version), workers),
-                media_type="text/event-stream",
-                headers={**_version(version), "Cache-Control": "no-cache"},
-            )
+            folder, question = _checked(root, name, body.question)
+            return await _streamed(workers, folder, partial(answer, question=question))
         return await _answer(workers, root, name, body.question, answer)
 
     return app
@@ -212,16 +211,11 @@ def _known(name: str, root: Path) -> Path:
         raise HTTPException(404, str(exc)) from exc
 
 
-def _checked(root: Path, name: str, question: str) -> tuple[Path, str, int]:
-    """The pack's folder, the question and the published version, or the error to answer
-    with, in the CLI's order: an unknown pack (404), a bad question (422), a pack that was
-    never built (409)."""
-    folder = _known(name, root)
-    question = clean_question(question)
-    version = catalog.version_of(folder)
-    if version is None:
-        raise PackError(f"pack {name!r} has not been built yet: run `kpack build {name}`")
-    return folder, question, version
+def _checked(root: Path, name: str, question: str) -> tuple[Path, str]:
+    """The pack's folder and the question, or the error to answer with, in the CLI's order: an
+    unknown pack (404), a bad question (422); retrieval then raises for a pack that was never
+    built or cannot answer (409)."""
+    return _known(name, root), clean_question(question)
 
 
 async def _answer(
@@ -229,9 +223,10 @@ async def _answer(
     root: Path,
     name: str,
     question: str,
-    respond: Callable[[Path, str, int], Any],
+    respond: Callable[[Path, str], dict[str, Any]],
 ) -> Response:
-    """``respond(folder, question, version)``'s JSON, worked out in a thread of the pool.
+    """``respond(folder, question)``'s JSON, worked out in a thread of the pool; its
+    ``version`` (the version whose reader answered) is the response's X-Kpack-Version.
 
     Everything but parsing the request happens in that one thread: the file checks, the
     retrieval and the JSON encoding. Each step taken on the event loop instead would cost a
@@ -244,8 +239,9 @@ async def _answer(
 
     def work() -> tuple[bytes, int, str]:
         started = time.perf_counter()
-        folder, cleaned, version = _checked(root, name, question)
-        data = respond(folder, cleaned, version)
+        folder, cleaned = _checked(root, name, question)
+        data = respond(folder, cleaned)
+        version = data["version"]
         answered = time.perf_counter()
         body = _dumps(data)
         timing = _server_timing(
@@ -275,19 +271,19 @@ class _ClientGone(Exception):
     """Raised in the answering thread when the client has closed its event stream."""
 
 
-async def _events(answer: Callable[..., dict], pool: ThreadPoolExecutor) -> AsyncIterator[str]:
-    """Server-sent events of one answer: ``delta`` events ({"text": ...}) as Claude writes
-    the answer (an offline answer is one delta), then ``result`` with the whole response
-    (the JSON of a request without streaming), or one ``error`` event.
+async def _streamed(
+    pool: ThreadPoolExecutor, folder: Path, answer: Callable[..., dict]
+) -> Response:
+    """The answer of ``answer(reader, on_text=...)`` as server-sent events (see _events).
 
-    If Claude fails part-way, the answer is the offline one with the failure note, as
-    without streaming: a ``reset`` event tells the client to drop the text so far, and one
-    delta with the whole answer follows. So the deltas after the last reset always join to
-    the result's answer.
+    A thread of the pool checks the pack's current version out and holds it until the answer
+    is finished (it is released in that thread, whatever happens to the stream); the response
+    starts once the version is known, so its X-Kpack-Version is the version that answers. A
+    pack that cannot answer is a plain 409 before any event.
 
-    The answer is worked out in a thread that posts each piece to the event loop. When the
-    client hangs up, the response is cancelled and the thread's next piece raises, which
-    closes the request to Claude: no tokens are paid for a reader who left.
+    The thread posts each piece to the event loop. When the client hangs up, the response is
+    cancelled and the thread's next piece raises, which closes the request to Claude: no
+    tokens are paid for a reader who left.
     """
     loop = asyncio.get_running_loop()
     events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
@@ -304,7 +300,9 @@ async def _events(answer: Callable[..., dict], pool: ThreadPoolExecutor) -> Asyn
 
     def work() -> None:
         try:
-            post("result", answer(on_text=on_text))
+            with retrieval.reading(folder) as reader:
+                post("version", reader.version)
+                post("result", answer(reader, on_text=on_text))
         except _ClientGone:
             pass
         except PackError as exc:
@@ -313,9 +311,31 @@ async def _events(answer: Callable[..., dict], pool: ThreadPoolExecutor) -> Asyn
             log.exception("query failed")
             post("error", {"status": 500, "detail": "internal error; see the server log"})
 
-    # A thread started beside this generator, not awaited in a task group: an anyio task
-    # group must not stay open across a generator's yields.
+    # A thread started beside the response, not awaited in a task group: an anyio task group
+    # must not stay open across a generator's yields.
     loop.run_in_executor(pool, work)
+    event, data = await events.get()
+    if event == "error":
+        return _error(data["status"], data["detail"])
+    return StreamingResponse(
+        _events(events, gone),
+        media_type="text/event-stream",
+        headers={**_version(data), "Cache-Control": "no-cache"},
+    )
+
+
+async def _events(
+    events: asyncio.Queue[tuple[str, Any]], gone: threading.Event
+) -> AsyncIterator[str]:
+    """Server-sent events of one answer: ``delta`` events ({"text": ...}) as Claude writes
+    the answer (an offline answer is one delta), then ``result`` with the whole response
+    (the JSON of a request without streaming), or one ``error`` event.
+
+    If Claude fails part-way, the answer is the offline one with the failure note, as
+    without streaming: a ``reset`` event tells the client to drop the text so far, and one
+    delta with the whole answer follows. So the deltas after the last reset always join to
+    the result's answer. ``gone`` is set when the client leaves (the stream ends).
+    """
     written: list[str] = []
     try:
         while True:
@@ -379,6 +399,18 @@ def _install_error_handlers(app: FastAPI) -> None:
         log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
         return _error(500, "internal error; see the server log")
 
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        # FastAPI answers any body it cannot parse with "There was an error parsing the body";
+        # the two causes a client can fix get their own message.
+        if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
+            return _error(400, "the request body is not UTF-8 text (send JSON in UTF-8)")
+        if exc.status_code == 400 and isinstance(exc.__cause__, RecursionError):
+            return _error(400, "the request body's JSON is nested too deeply")
+        return await http_exception_handler(request, exc)
+
+    # Starlette's class: FastAPI raises it for a body it cannot parse (and for 404s, 405s).
+    app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(QuestionError, question_error)
     app.add_exception_handler(PackError, pack_error)
     app.add_exception_handler(RequestValidationError, validation_error)
@@ -503,15 +535,24 @@ def serve(
     warmup: bool = True,
     access_log: bool = False,
     log_level: str = "info",
+    header_timeout: float | None = None,
+    max_connections: int | None = None,
 ) -> None:
-    """Run the API with uvicorn until interrupted (what `kpack serve` does)."""
+    """Run the API with uvicorn until interrupted (what `kpack serve` does). A connection
+    must send its request headers within ``header_timeout`` seconds (default HEADER_TIMEOUT_S);
+    at most ``max_connections`` are open at once (default: default_max_connections())."""
     import uvicorn
 
+    protocol = guarded_protocol(
+        HEADER_TIMEOUT_S if header_timeout is None else header_timeout,
+        default_max_connections() if max_connections is None else max_connections,
+    )
     app = create_app(packs_dir, token=token, warmup=warmup)
     uvicorn.run(
         app,
         host=host,
         port=port,
+        http=protocol,
         log_level=log_level,
         access_log=access_log,
         # One process: a pack's vectors and model are loaded once and shared by the threads.

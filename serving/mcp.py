@@ -15,20 +15,34 @@ with the CLI's message, for the model to read and correct; nothing else of the s
 exposed. The SDK runs the synchronous tools in worker threads, off its event loop, and while it
 serves stdio it points the process's stdout at stderr, so nothing a library prints can corrupt
 the protocol stream.
+
+A line on stdin that is not a JSON-RPC message gets the JSON-RPC 2.0 error reply: -32700
+(parse error) when it is not JSON, -32600 (invalid request) when it is JSON but not a message
+(with the line's ``id`` when it has a usable one, else null). The SDK only logs such lines and
+answers nothing, so a client would wait forever; :class:`CheckedLines` answers them before the
+SDK reads its input.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Iterator
+import sys
+from collections.abc import AsyncIterable, AsyncIterator, Iterator
 from contextlib import contextmanager
+from io import TextIOWrapper
 from pathlib import Path
 from typing import Annotated, Any
 
+import anyio
+import mcp_types
+from anyio.streams.memory import MemoryObjectSendStream
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
 from mcp.types import Resource
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 import retrieval
 from kpack.packs import PackError
@@ -69,6 +83,69 @@ class PacksServer(MCPServer):
             for row in catalog.all_summaries(self.root)
             if row.get("published")
         ]
+
+    async def run_stdio_async(self) -> None:
+        """The SDK's stdio loop, reading stdin through CheckedLines."""
+        stdin = TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
+        lines = CheckedLines(anyio.wrap_file(stdin))
+        async with stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
+            lines.answer_through(write_stream)
+            await self._lowlevel_server.run(
+                read_stream, write_stream, self._lowlevel_server.create_initialization_options()
+            )
+
+
+def rejection(line: str) -> mcp_types.JSONRPCError | None:
+    """The JSON-RPC error reply to a line that is not a JSON-RPC message; None for a message."""
+    try:
+        mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+        return None
+    except ValidationError as exc:
+        if any(error["type"] == "json_invalid" for error in exc.errors()):
+            code, message, given = mcp_types.PARSE_ERROR, "Parse error: the line is not JSON", None
+        else:
+            code, message = mcp_types.INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message"
+            try:
+                data = json.loads(line)
+            except (ValueError, RecursionError):  # JSON to pydantic, too deep for Python's
+                data = None
+            given = data.get("id") if isinstance(data, dict) else None
+    usable = isinstance(given, str) or (isinstance(given, int) and not isinstance(given, bool))
+    return mcp_types.JSONRPCError(
+        jsonrpc="2.0",
+        id=given if usable else None,
+        error=mcp_types.ErrorData(code=code, message=message),
+    )
+
+
+class CheckedLines:
+    """stdin's lines as the SDK reads them, minus those that are not JSON-RPC messages: each of
+    those is answered with its error (see :func:`rejection`) through the SDK's own writer, so
+    replies never interleave. Blank lines are skipped."""
+
+    def __init__(self, source: AsyncIterable[str]) -> None:
+        self.source = source
+        self.replies: MemoryObjectSendStream[SessionMessage] | None = None
+        self.ready = anyio.Event()
+
+    def answer_through(self, replies: MemoryObjectSendStream[SessionMessage]) -> None:
+        self.replies = replies
+        self.ready.set()
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._lines()
+
+    async def _lines(self) -> AsyncIterator[str]:
+        async for line in self.source:
+            if not line.strip():
+                continue
+            error = rejection(line)
+            if error is None:
+                yield line
+                continue
+            await self.ready.wait()
+            assert self.replies is not None
+            await self.replies.send(SessionMessage(error))
 
 
 def create_server(packs_dir: Path | None = None) -> PacksServer:
@@ -111,7 +188,7 @@ def create_server(packs_dir: Path | None = None) -> PacksServer:
             hits = retrieval.search(folder, clean_question(question), k=k)
         return {
             "pack": pack,
-            "version": catalog.version_of(folder),
+            "version": hits.version,  # the version that answered, whatever is current now
             "results": [
                 {
                     "title": h["title"],
@@ -147,7 +224,7 @@ def create_server(packs_dir: Path | None = None) -> PacksServer:
             )
         return {
             "pack": pack,
-            "version": catalog.version_of(folder),
+            "version": result["version"],
             "answer": result["answer"],
             "citations": result["citations"],
             "sources": result["sources"],

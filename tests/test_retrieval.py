@@ -78,7 +78,7 @@ def no_key(monkeypatch):
 
 def test_response_has_the_seed_schema_and_a_trace(pack, no_key):
     result = retrieval.query(pack, IN_DOMAIN)
-    assert set(result) == SEED_KEYS | {"citations", "timings_ms", "trace"}
+    assert set(result) == SEED_KEYS | {"citations", "version", "timings_ms", "trace"}
     assert result["query_type"] == "vector_search"
     assert result["token_usage"] == {"input_tokens": 0, "output_tokens": 0, "api_calls": 0}
     assert "User Guide" in result["sources"]
@@ -438,7 +438,7 @@ def test_a_profile_is_a_list_of_stages_and_each_candidate_says_why(pack, no_key)
 def test_results_are_the_seed_dict_and_render_in_a_notebook(pack, no_key):
     result = retrieval.query(pack, IN_DOMAIN)
     assert isinstance(result, QueryResult) and isinstance(result, dict)
-    assert set(result) == SEED_KEYS | {"citations", "timings_ms", "trace"}
+    assert set(result) == SEED_KEYS | {"citations", "version", "timings_ms", "trace"}
     assert json.loads(json.dumps(result)) == result
     html = result._repr_html_()
     guide_url = next(c["url"] for c in result["citations"] if c["title"] == "User Guide")

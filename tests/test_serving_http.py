@@ -34,7 +34,7 @@ PAGES = ["/docs/index.html", "/docs/guide.html", LIVE]
 QUESTION = "Which environment variable sets where the sprocket cache lives?"
 OUT_OF_DOMAIN = "Who won the football world cup in 1998?"
 SEED_KEYS = {"answer", "sources", "entities", "facts", "cypher_query", "query_type", "token_usage"}
-QUERY_KEYS = SEED_KEYS | {"citations", "timings_ms", "trace"}
+QUERY_KEYS = SEED_KEYS | {"citations", "version", "timings_ms", "trace"}
 
 
 @contextmanager
