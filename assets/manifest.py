@@ -69,7 +69,12 @@ NO_CHANGES = {
 
 
 def build_manifest(
-    pack: str, version: int, config: PackConfig, counts: dict[str, int], staged: StagedBuild
+    pack: str,
+    version: int,
+    config: PackConfig,
+    counts: dict[str, int],
+    staged: StagedBuild,
+    run_id: str,
 ) -> dict:
     stage_meta = staged.stages
     fetched, extraction, embedded = (
@@ -86,6 +91,7 @@ def build_manifest(
         "version": version,
         "previous_version": staged.previous_version,
         "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "run_id": run_id,  # the build_pack run that published it (pipelines.status)
         "changes": staged.changes or dict(NO_CHANGES),
         "sources": {
             "urls": fetched.get("urls", 0),
@@ -139,7 +145,7 @@ def pack_manifest(
         top_articles, top_entities = skill_inputs(conn)
     version = pack_store.next_version(pack)
     config = pack_store.config(pack)
-    manifest = build_manifest(pack, version, config, counts, pack_graph)
+    manifest = build_manifest(pack, version, config, counts, pack_graph, context.run_id)
     # The confidence gate's threshold for this version (kpack.ingest.gate_calibration), from
     # the build's vectors.
     probe_cache = probe_cache_namespace(config.embedding_model)

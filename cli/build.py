@@ -31,6 +31,8 @@ from kpack.packs import (
     write_urls,
 )
 
+MAX_PRINTED_FAILURES = 20
+
 
 def cmd_new(args: argparse.Namespace) -> int:
     folder = new_pack_folder(args.name)
@@ -91,6 +93,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             f"{result.run_id} in `kpack ui`",
             highlight=False,
         )
+        _print_failures(result.stage_metadata.get("fetched_pages", {}).get("failures", []))
         return 1
     if result.outcome == "unchanged":
         return report(
@@ -107,8 +110,11 @@ def _print_summary(manifest: dict, elapsed: float) -> None:
     table.add_column("what")
     table.add_column("value", justify="right")
     table.add_row("pages ok / failed", f"{sources['ok']} / {sources['failed']}")
-    if "changes" in manifest:
+    if manifest.get("changes"):
         table.add_row("pages new / changed / unchanged / removed", _changes_text(manifest))
+        # Pages the server answered 304 for: not downloaded again. A row of their own, since
+        # one can be new to the published version yet unchanged since the last fetch.
+        table.add_row("pages not downloaded again (304)", str(manifest["changes"]["not_modified"]))
     for key in ("Article", "Section", "Chunk", "Entity", "Fact", "LINKS_TO", "ENTITY_RELATION"):
         table.add_row(key, str(counts[key]))
     table.add_row(
@@ -124,22 +130,22 @@ def _print_summary(manifest: dict, elapsed: float) -> None:
 
 
 def _print_failures(failures: list[dict]) -> None:
-    """The URLs a build could not fetch, one line each on stderr."""
-    for failure in failures:
+    """The URLs a build could not fetch, one line each on stderr (the first
+    MAX_PRINTED_FAILURES; the manifest and `kpack status` keep them all)."""
+    for failure in failures[:MAX_PRINTED_FAILURES]:
         err.print(
             f"[yellow]failed[/] line {failure['line']}: "
             + escape(f"{failure['url']}: {failure['error']}")
         )
+    if len(failures) > MAX_PRINTED_FAILURES:
+        err.print(f"[yellow]and {len(failures) - MAX_PRINTED_FAILURES} more failed URLs[/]")
 
 
 def _changes_text(manifest: dict) -> str:
     c = manifest.get("changes")
     if not c:
         return "-"
-    return (
-        f"{c['new']} / {c['changed']} / {c['unchanged']} ({c['not_modified']} not modified) "
-        f"/ {c['removed']}"
-    )
+    return f"{c['new']} / {c['changed']} / {c['unchanged']} / {c['removed']}"
 
 
 def cmd_list(args: argparse.Namespace) -> int:

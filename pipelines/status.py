@@ -18,6 +18,27 @@ from pipelines.instance import ensure_dagster_home
 from pipelines.schedules import TIMEZONE, next_tick, schedule_running
 
 
+def latest_build(recorded: dict | None, manifest: dict | None) -> dict | None:
+    """The latest build's record: ``recorded`` (.versions/last_build.json, written when a run
+    ends), unless the published version came from a later run that recorded nothing (launched
+    outside ``kpack build`` with no daemon to run the outcome sensors, or killed between
+    publishing and recording): then its manifest says what that run did."""
+    run_id = (manifest or {}).get("run_id")
+    if run_id is None or (recorded or {}).get("run_id") == run_id:
+        return recorded
+    if recorded is not None and recorded.get("checked_at", "") > manifest["built_at"]:
+        return recorded  # a later run ended after this version was published
+    return {
+        "run_id": run_id,
+        "checked_at": manifest["built_at"],
+        "outcome": "published",
+        "version": manifest["version"],
+        "previous_version": manifest.get("previous_version"),
+        "changes": manifest.get("changes"),
+        "failures": manifest["sources"]["failures"],
+    }
+
+
 def pack_status(name: str) -> dict:
     """Everything `kpack status` shows, as one dict. An unknown pack is a PackError; a
     malformed kg_config.json is reported under ``schedule.error``, a damaged version under
@@ -53,7 +74,7 @@ def pack_status(name: str) -> dict:
         "failures": manifest["sources"]["failures"] if manifest else [],
         "extraction": manifest["extraction"] if manifest else None,
         "gate": asdict(configured_threshold(manifest)) if manifest else None,
-        "last_build": store.last_build(name),
+        "last_build": latest_build(store.last_build(name), manifest),
         "build_running": build_running(folder),
         "schedule": {
             "cron": cron,

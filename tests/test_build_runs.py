@@ -25,6 +25,7 @@ from dagster._utils.test.data_versions import get_stale_status_resolver
 
 from assets.fetch import FORCE_TAG
 from assets.partitions import BUILD_CODE_VERSION
+from kpack.packs import read_manifest
 from pipelines.definitions import make_definitions
 from pipelines.jobs import BUILD_GROUPS, JOB_NAME
 from pipelines.outcomes import OUTCOME_TAG, build_failure_sensor, run_summary
@@ -220,11 +221,45 @@ def test_ctrl_c_during_a_build_says_so_in_one_line_and_keeps_the_published_pack(
     assert status["version"] == 1
     assert status["last_build"]["outcome"] == "failed"
     assert "interrupted" in status["last_build"]["cause"]
-    answered = subprocess.run(
-        [sys.executable, "-m", "cli.main", "search", "stopped", "guide"],
+    answered = run_kpack("search", "stopped", "guide")
+    assert answered.returncode == 0, answered.stderr
+
+
+def test_a_failed_build_lists_every_failed_url_and_its_stage_times_add_up(workspace, site):
+    site_pack(workspace, site, "listed")
+    published = run_kpack("build", "listed", "--no-progress")
+    assert published.returncode == 0, published.stderr
+    version = read_manifest(workspace / "packs" / "listed")
+    # The embeddings row counts its shards' work (they do the embedding), not only the merge.
+    assert version["stage_seconds"]["embeddings"] >= 0.5, version["stage_seconds"]
+    missing = [f"/missing-{n}.html" for n in range(3)]
+    site_pack(workspace, site, "listed", pages=[*PAGES, *missing])
+    failed = run_kpack("build", "listed", "--no-progress")
+    assert failed.returncode == 1
+    for path in missing:  # every failed URL is named, not only the first
+        assert site.url(path) in failed.stderr, failed.stderr
+    assert "v0001 stays current" in " ".join(failed.stderr.split())
+
+
+def run_kpack(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "cli.main", *args],
         capture_output=True,
         text=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"},
         cwd=Path(__file__).resolve().parents[1],
     )
-    assert answered.returncode == 0, answered.stderr
+
+
+def test_status_names_a_version_published_by_a_run_that_recorded_nothing(workspace, site):
+    """A build_pack run launched from Python (no `kpack build`, no daemon to run the outcome
+    sensors) publishes v2; `kpack status` names it, not the v1 build it had on record."""
+    site_pack(workspace, site, "outside")
+    instance = DagsterInstance.ephemeral()
+    assert build(workspace, "outside", instance=instance).published
+    definitions = make_definitions(workspace / "packs", str(workspace / "storage"))
+    result = definitions.resolve_job_def(JOB_NAME).execute_in_process(
+        partition_key="outside", instance=instance, tags={FORCE_TAG: "true"}
+    )
+    last = pack_status("outside")["last_build"]
+    assert (last["outcome"], last["version"], last["run_id"]) == ("published", 2, result.run_id)
