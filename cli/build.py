@@ -58,10 +58,12 @@ def cmd_build(args: argparse.Namespace) -> int:
     from dagster import DagsterInstance
 
     from pipelines.build import BUILD_TAG, build_pack
-    from pipelines.instance import ensure_dagster_home
+    from pipelines.instance import MIRROR_ENV, ensure_dagster_home
     from pipelines.progress import BuildProgress
 
     ensure_dagster_home()
+    if args.verbose:  # the steps' own output on the terminal too, as Dagster prints it
+        os.environ[MIRROR_ENV] = "1"
     build_id = uuid.uuid4().hex
     started = time.perf_counter()
     # Dagster's own console log only with --verbose: by default the progress rows and one
@@ -83,6 +85,8 @@ def cmd_build(args: argparse.Namespace) -> int:
             result = build()
     elapsed = time.perf_counter() - started
     manifest = result.manifest
+    if result.outcome == "interrupted":  # recorded for `kpack status`; main() says the rest
+        raise KeyboardInterrupt
     if not result.success:
         kept = f"v{manifest['version']:04d} stays current" if manifest else "nothing is published"
         err.print(
@@ -247,6 +251,8 @@ def _last_build_text(last: dict) -> str:
         detail = f"published {label}"
     elif last["outcome"] == "unchanged":
         detail = f"nothing changed since {label}, nothing published"
+    elif last["outcome"] == "interrupted":
+        detail = f"interrupted ({label} is still published)" if label else "interrupted"
     elif last["outcome"] == "failed":
         kept = f"{label} is still published" if label else "nothing is published yet"
         cause = last.get("cause") or (

@@ -1,9 +1,10 @@
 """Building a pack in-process: the same asset graph the Dagster UI runs, no daemon needed.
 
 Every build is a run of the ``build_pack`` job (pipelines.jobs), so CLI builds and UI builds
-share one run list. A build ends in one of three outcomes: ``published`` (a new version),
+share one run list. A build ends in one of four outcomes: ``published`` (a new version),
 ``unchanged`` (nothing changed since the published version, so nothing was published; see
-assets.fetch) or ``failed`` (the published version, if any, is untouched); pipelines.outcomes
+assets.fetch), ``failed`` or ``interrupted`` (Ctrl-C; in both the published version, if any,
+is untouched); pipelines.outcomes
 tags the run with it and records it for ``kpack status``. The run holds the pack's build lock
 itself (resources.pack_store.build_lifecycle), as a run launched from the UI does.
 """
@@ -40,7 +41,7 @@ class BuildResult:
     manifest: dict | None
     failed_steps: list[str] = field(default_factory=list)
     failed_checks: list[str] = field(default_factory=list)
-    outcome: str = "failed"  # published | unchanged | failed
+    outcome: str = "failed"  # published | unchanged | failed | interrupted
     cause: str | None = None  # why a failed build failed, in one line
     # This run's metadata by asset: of its materialization (stage_metadata["embeddings"]
     # ["embedded"]), or of its observation when the stage found nothing changed
@@ -117,7 +118,7 @@ def build_pack(
     return BuildResult(
         pack=pack,
         run_id=result.run_id,
-        success=summary["outcome"] != "failed",
+        success=summary["outcome"] in ("published", "unchanged"),
         manifest=read_manifest(folder),
         failed_steps=summary.get("failed_steps", []),
         failed_checks=summary.get("failed_checks", []),
