@@ -95,55 +95,72 @@ def cmd_build(args: argparse.Namespace) -> int:
             f"{result.run_id} in `kpack ui`",
             highlight=False,
         )
+        failed = result.stage_metadata.get("fetched_pages", {}).get("failed", 0)
+        _print_failures(result.failures(), failed)
         return 1
     if result.outcome == "unchanged":
         return report(
             f"{args.name}: nothing changed since v{manifest['version']:04d}, so nothing was "
             f"published ({elapsed:.1f}s; `kpack build {args.name} --force` publishes anyway)"
         )
-    _print_summary(manifest, elapsed)
+    _print_summary(manifest, result.stage_seconds, elapsed)
     return 0
 
 
-def _print_summary(manifest: dict, elapsed: float) -> None:
+def _print_summary(manifest: dict, stage_seconds: dict[str, float], elapsed: float) -> None:
     counts, sources = manifest["counts"], manifest["sources"]
     table = Table(title=f"{manifest['name']} v{manifest['version']} published", show_edge=False)
     table.add_column("what")
     table.add_column("value", justify="right")
     table.add_row("pages ok / failed", f"{sources['ok']} / {sources['failed']}")
     if "changes" in manifest:
-        table.add_row("pages new / changed / unchanged / removed", _changes_text(manifest))
+        table.add_row(CHANGES_LABEL, _changes_text(manifest))
+        table.add_row(NOT_MODIFIED_LABEL, str(manifest["changes"]["not_modified"]))
     for key in ("Article", "Section", "Chunk", "Entity", "Fact", "LINKS_TO", "ENTITY_RELATION"):
         table.add_row(key, str(counts[key]))
     table.add_row(
         "embedding", f"{manifest['embedding']['model']} ({manifest['embedding']['dimension']}d)"
     )
     table.add_row("extraction", manifest["extraction"]["method"])
-    for stage, seconds in manifest["stage_seconds"].items():
-        table.add_row(f"  {stage} s", f"{seconds}")
+    # Every step's time in its stage group (the embedding shards in "embed"); "other" is the
+    # rest of the wall time (start-up, Dagster between steps), so the rows add up to the total.
+    for stage, seconds in stage_seconds.items():
+        table.add_row(f"  {stage} s", f"{seconds:.1f}")
+    table.add_row(
+        "  other (start-up, Dagster) s", f"{max(elapsed - sum(stage_seconds.values()), 0):.1f}"
+    )
     table.add_row("total s", f"{elapsed:.1f}")
     console.print(table)
-    _print_failures(sources["failures"])
+    _print_failures(sources["failures"], sources["failed"])
     print_skipped(sources["invalid_lines"])
 
 
-def _print_failures(failures: list[dict]) -> None:
-    """The URLs a build could not fetch, one line each on stderr."""
-    for failure in failures:
+LISTED_FAILURES = 20
+CHANGES_LABEL = "pages new / changed / unchanged / removed"
+# A separate count, not a fourth kind of page: a page that is new to the published version can
+# still have answered 304 to the conditional request its last (unpublished) fetch allowed.
+NOT_MODIFIED_LABEL = "pages answered 304 Not Modified"
+
+
+def _print_failures(failures: list[dict], failed: int) -> None:
+    """The URLs a build could not fetch, one line each on stderr: the first LISTED_FAILURES,
+    then how many more (``failed`` in all)."""
+    for failure in failures[:LISTED_FAILURES]:
         err.print(
             f"[yellow]failed[/] line {failure['line']}: "
-            + escape(f"{failure['url']}: {failure['error']}")
+            + escape(f"{failure['url']}: {failure['error']}"),
+            soft_wrap=True,
         )
+    more = max(failed, len(failures)) - min(len(failures), LISTED_FAILURES)
+    if more > 0:
+        err.print(f"[yellow]failed[/] ... and {more} more (`kpack ui`: fetched_pages' metadata)")
 
 
 def _changes_text(manifest: dict) -> str:
     c = manifest.get("changes")
     if not c:
         return "-"
-    return (
-        f"{c['new']} / {c['changed']} / {c['unchanged']} ({c['not_modified']} not modified) "
-        f"/ {c['removed']}"
-    )
+    return f"{c['new']} / {c['changed']} / {c['unchanged']} / {c['removed']}"
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -192,8 +209,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         if status["damaged"]:
             lines.append(("damaged", status["damaged"]))
         lines.append(("built", f"{status['built_at']} ({status['age']})"))
-        changes = _changes_text({"changes": status["changes"]})
-        lines.append(("pages new / changed / unchanged / removed", changes))
+        lines.append((CHANGES_LABEL, _changes_text({"changes": status["changes"]})))
+        if status["changes"]:
+            lines.append((NOT_MODIFIED_LABEL, str(status["changes"]["not_modified"])))
         lines.append(("failed URLs", str(len(status["failures"]))))
         extraction = status["extraction"]
         cost = extraction.get("estimated_cost_usd")
@@ -239,7 +257,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     width = max(len(what) for what, _ in lines)
     for what, value in lines:  # soft_wrap: a long value is not cut into the next line
         console.print(f"  {what.ljust(width)}  {escape(value)}", soft_wrap=True, highlight=False)
-    _print_failures(status["failures"])
+    _print_failures(status["failures"], len(status["failures"]))
     return 0
 
 

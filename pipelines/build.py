@@ -16,7 +16,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dagster import DagsterInstance
+from dagster import DagsterEventType, DagsterInstance, Definitions
 
 from assets.fetch import FORCE_TAG
 from assets.partitions import packs_partitions
@@ -47,6 +47,13 @@ class BuildResult:
     # ["embedded"]), or of its observation when the stage found nothing changed
     # (stage_metadata["fetched_pages"]["unchanged"]; see assets.partitions.observe_unchanged).
     stage_metadata: dict[str, dict] = field(default_factory=dict)
+    # Seconds the run's steps took, summed by stage group (ingest, parse, embed, ...), in the
+    # order the groups started: see stage_seconds.
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+    def failures(self) -> list[dict]:
+        """The URLs this build could not fetch (the first 200; fetched_pages' metadata)."""
+        return self.stage_metadata.get("fetched_pages", {}).get("failures") or []
 
     @property
     def published(self) -> bool:
@@ -86,9 +93,10 @@ def build_pack(
     if not instance.has_dynamic_partition(packs_partitions.name, pack):
         instance.add_dynamic_partitions(packs_partitions.name, [pack])
     build_id = build_id or uuid.uuid4().hex
-    job = make_definitions(
+    definitions = make_definitions(
         packs_dir, storage or settings.storage_base(), resource_overrides
-    ).resolve_job_def(JOB_NAME)
+    )
+    job = definitions.resolve_job_def(JOB_NAME)
     run_config = {"loggers": {"console": {"config": {"log_level": log_level}}}}
     tags = {BUILD_TAG: build_id, FORCE_TAG: str(force).lower()}
     if executor is None:
@@ -125,7 +133,35 @@ def build_pack(
         outcome=summary["outcome"],
         cause=summary.get("cause"),
         stage_metadata=stage_metadata,
+        stage_seconds=stage_seconds(instance, result.run_id, definitions),
     )
+
+
+STEP_ENDS = (DagsterEventType.STEP_SUCCESS, DagsterEventType.STEP_FAILURE)
+
+
+def stage_seconds(instance: DagsterInstance, run_id: str, definitions: Definitions) -> dict:
+    """Seconds from each step's start to its end (loading inputs and storing outputs
+    included), summed by the asset group the step belongs to: the shards of ``embeddings``
+    count in "embed", an asset check in its asset's group."""
+    graph = definitions.resolve_asset_graph()
+    group_of = {
+        assets_def.node_def.name: graph.get(next(iter(keys))).group_name
+        for assets_def in graph.assets_defs
+        if assets_def.is_executable
+        and (keys := list(assets_def.keys) or [c.asset_key for c in assets_def.check_keys])
+    }
+    started: dict[str, float] = {}
+    seconds: dict[str, float] = {}
+    for entry in instance.all_logs(run_id, of_type={DagsterEventType.STEP_START, *STEP_ENDS}):
+        step = entry.step_key
+        if entry.dagster_event.event_type == DagsterEventType.STEP_START:
+            started[step] = entry.timestamp
+            seconds.setdefault(group_of.get(step, step), 0.0)
+        elif step in started:
+            group = group_of.get(step, step)
+            seconds[group] += entry.timestamp - started.pop(step)
+    return {group: round(value, 3) for group, value in seconds.items()}
 
 
 def buildable_pack(pack: str, packs_dir: Path) -> Path:

@@ -246,7 +246,8 @@ def test_status_shows_freshness_changes_failures_and_schedule(workspace, capsys)
     assert code == 0
     assert "version v0002" in text and "previous kept version v0001" in text
     assert "(2h 0m ago)" in text
-    assert "0 / 1 / 0 (0 not modified) / 3" in text  # new / changed / unchanged / removed
+    assert "0 / 1 / 0 / 3" in text  # new / changed / unchanged / removed
+    assert "pages answered 304 Not Modified 0" in text
     assert "failed URLs 1" in text and "HTTP 404 Not Found" in err
     assert "4 / 400+80 / $0.0008" in text
     assert "nothing changed since v0002, nothing published (run run-123)" in text
