@@ -269,6 +269,9 @@ def _last_build_text(last: dict) -> str:
         detail = f"published {label}"
     elif last["outcome"] == "unchanged":
         detail = f"nothing changed since {label}, nothing published"
+    elif last["outcome"] == "killed":
+        kept = f"{label} is published" if label else "nothing is published yet"
+        detail = f"its process died before it finished ({kept})"
     elif last["outcome"] == "interrupted":
         detail = f"interrupted ({label} is still published)" if label else "interrupted"
     elif last["outcome"] == "failed":

@@ -202,6 +202,52 @@ def test_a_killed_build_is_marked_failed_and_its_leftovers_removed_by_the_next(
     assert not leftover.exists()
 
 
+# A build killed (SIGKILL) right after it flipped `current` to its new version.
+KILLED_AFTER_FLIP = """
+import os, signal, sys
+from pipelines.build import build_pack
+from resources.pack_store import PackStore
+
+class DiesAfterTheFlip(PackStore):
+    def publish(self, pack, version, staging):
+        published = super().publish(pack, version, staging)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+packs = os.environ["KPACK_PACKS_DIR"]
+build_pack(sys.argv[1], force=True, resource_overrides={"pack_store": DiesAfterTheFlip(packs_dir=packs)})
+"""
+
+
+def test_status_names_a_version_published_outside_kpack_build(pack, held_site, workspace, capsys):
+    held_site.release.set()
+    code, last, output = finish(start(workspace, "dagster"))  # no daemon records it
+    assert (code, last) == (0, "success"), output[-3000:]
+    [run] = DagsterInstance.get().get_runs(RunsFilter(tags={"dagster/partition": "widgets"}))
+    assert PackStore(workspace / "packs").last_build("widgets")["run_id"] != run.run_id
+
+    assert main(["status", "widgets"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "version v0002" in out and "previous kept version v0001" in out
+    assert f"published v0002 (run {run.run_id})" in out
+
+    script = workspace / "killed_after_flip.py"
+    script.write_text(KILLED_AFTER_FLIP)
+    child = subprocess.run(
+        [sys.executable, str(script), "widgets"],
+        cwd=PROJECT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(PROJECT)},
+        capture_output=True,
+        timeout=600,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr[-3000:]
+    assert os.readlink(pack / ".versions" / "current") == "v0003"
+    assert main(["status", "widgets"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "version v0003" in out
+    assert "its process died before it finished (v0003 is published)" in out
+    assert ANSWER in answer(pack)
+
+
 def read_until_exit(fd: int, pid: int, timeout_s: float) -> tuple[int, str]:
     """Everything a pty child writes until it exits, and its exit status."""
     output, deadline = b"", time.monotonic() + timeout_s
