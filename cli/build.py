@@ -40,7 +40,14 @@ def cmd_new(args: argparse.Namespace) -> int:
     if not lines:
         raise PackError("give at least one --url or a --urls-file")
     sources, problems = write_urls(folder, lines)
-    print_skipped(problems)
+    given = len(args.url or [])
+    # A problem's line number counts the --url values first: name what the user typed.
+    print_skipped(
+        f"--url {p.line!r}: {p.reason}"
+        if p.line_no <= given
+        else f"{args.urls_file} line {p.line_no - given}: {p.reason}: {p.line!r}"
+        for p in problems
+    )
     if not sources:
         raise PackError("none of the URLs is valid; nothing was created")
     console.print(
