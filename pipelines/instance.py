@@ -92,7 +92,7 @@ def ensure_dagster_home(home: Path | None = None) -> Path:
         os.environ["DAGSTER_HOME"] = str(home)
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
-    wanted = CONFIG_TEMPLATE.format(base_dir=home / "history" / "runs", logs_dir=home / "storage")
+    wanted = kpack_config(home)
     written = config.read_text() if config.exists() else None
     if (
         written is None
@@ -128,6 +128,11 @@ class StepOutputLogs(LocalComputeLogManager):
         with redirect_to_file(sys.stdout, out), redirect_to_file(sys.stderr, err):
             yield CapturedLogContext(log_key)
         Path(self.complete_artifact_path(log_key)).touch()  # the UI: capture is complete
+
+
+def kpack_config(home: Path) -> str:
+    """The dagster.yaml kpack writes in ``home``."""
+    return CONFIG_TEMPLATE.format(base_dir=home / "history" / "runs", logs_dir=home / "storage")
 
 
 def _wal(dbapi_connection: object, _record: object) -> None:
