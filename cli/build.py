@@ -31,8 +31,6 @@ from kpack.packs import (
     write_urls,
 )
 
-MAX_PRINTED_FAILURES = 20
-
 
 def cmd_new(args: argparse.Namespace) -> int:
     folder = new_pack_folder(args.name)
@@ -42,7 +40,14 @@ def cmd_new(args: argparse.Namespace) -> int:
     if not lines:
         raise PackError("give at least one --url or a --urls-file")
     sources, problems = write_urls(folder, lines)
-    print_skipped(problems)
+    given = len(args.url or [])
+    # A problem's line number counts the --url values first: name what the user typed.
+    print_skipped(
+        f"--url {p.line!r}: {p.reason}"
+        if p.line_no <= given
+        else f"{args.urls_file} line {p.line_no - given}: {p.reason}: {p.line!r}"
+        for p in problems
+    )
     if not sources:
         raise PackError("none of the URLs is valid; nothing was created")
     console.print(
@@ -57,16 +62,21 @@ def cmd_build(args: argparse.Namespace) -> int:
         from pipelines.dry_run import dry_run
 
         return report(escape(dry_run(args.name).report()))
+    from dagster import DagsterInstance
+
     from pipelines.build import BUILD_TAG, build_pack
-    from pipelines.instance import terminal_instance
+    from pipelines.instance import MIRROR_ENV, ensure_dagster_home
     from pipelines.progress import BuildProgress
 
+    ensure_dagster_home()
+    if args.verbose:  # the steps' own output on the terminal too, as Dagster prints it
+        os.environ[MIRROR_ENV] = "1"
     build_id = uuid.uuid4().hex
     started = time.perf_counter()
     # Dagster's own console log only with --verbose: by default the progress rows and one
     # line of cause say what happened, with no stack traces.
     log_level = args.log_level or ("INFO" if args.verbose else "CRITICAL")
-    instance = terminal_instance()
+    instance = DagsterInstance.get()
     build = partial(
         build_pack,
         args.name,
@@ -82,63 +92,75 @@ def cmd_build(args: argparse.Namespace) -> int:
             result = build()
     elapsed = time.perf_counter() - started
     manifest = result.manifest
-    kept = f"v{manifest['version']:04d} stays current" if manifest else "nothing is published"
-    if result.interrupted:
-        err.print(f"[red]build of {escape(args.name)} interrupted:[/] {kept}", highlight=False)
-        return 130  # the shell's code for a command stopped by SIGINT
+    if result.outcome == "interrupted":  # recorded for `kpack status`; main() says the rest
+        raise KeyboardInterrupt
     if not result.success:
+        kept = f"v{manifest['version']:04d} stays current" if manifest else "nothing is published"
         err.print(
             f"[red]build of {escape(args.name)} failed:[/] {escape(result.cause or 'unknown cause')}"
             f"\n{kept}; details: `kpack build {escape(args.name)} --verbose` or run "
             f"{result.run_id} in `kpack ui`",
             highlight=False,
         )
-        _print_failures(result.stage_metadata.get("fetched_pages", {}).get("failures", []))
+        failed = result.stage_metadata.get("fetched_pages", {}).get("failed", 0)
+        _print_failures(result.failures(), failed)
         return 1
     if result.outcome == "unchanged":
         return report(
             f"{args.name}: nothing changed since v{manifest['version']:04d}, so nothing was "
             f"published ({elapsed:.1f}s; `kpack build {args.name} --force` publishes anyway)"
         )
-    _print_summary(manifest, elapsed)
+    _print_summary(manifest, result.stage_seconds, elapsed)
     return 0
 
 
-def _print_summary(manifest: dict, elapsed: float) -> None:
+def _print_summary(manifest: dict, stage_seconds: dict[str, float], elapsed: float) -> None:
     counts, sources = manifest["counts"], manifest["sources"]
     table = Table(title=f"{manifest['name']} v{manifest['version']} published", show_edge=False)
     table.add_column("what")
     table.add_column("value", justify="right")
     table.add_row("pages ok / failed", f"{sources['ok']} / {sources['failed']}")
-    if manifest.get("changes"):
-        table.add_row("pages new / changed / unchanged / removed", _changes_text(manifest))
-        # Pages the server answered 304 for: not downloaded again. A row of their own, since
-        # one can be new to the published version yet unchanged since the last fetch.
-        table.add_row("pages not downloaded again (304)", str(manifest["changes"]["not_modified"]))
+    if "changes" in manifest:
+        table.add_row(CHANGES_LABEL, _changes_text(manifest))
+        table.add_row(NOT_MODIFIED_LABEL, str(manifest["changes"]["not_modified"]))
     for key in ("Article", "Section", "Chunk", "Entity", "Fact", "LINKS_TO", "ENTITY_RELATION"):
         table.add_row(key, str(counts[key]))
     table.add_row(
         "embedding", f"{manifest['embedding']['model']} ({manifest['embedding']['dimension']}d)"
     )
     table.add_row("extraction", manifest["extraction"]["method"])
-    for stage, seconds in manifest["stage_seconds"].items():
-        table.add_row(f"  {stage} s", f"{seconds}")
+    # Every step's time in its stage group (the embedding shards in "embed"); "other" is the
+    # rest of the wall time (start-up, Dagster between steps), so the rows add up to the total.
+    for stage, seconds in stage_seconds.items():
+        table.add_row(f"  {stage} s", f"{seconds:.1f}")
+    table.add_row(
+        "  other (start-up, Dagster) s", f"{max(elapsed - sum(stage_seconds.values()), 0):.1f}"
+    )
     table.add_row("total s", f"{elapsed:.1f}")
     console.print(table)
-    _print_failures(sources["failures"])
+    _print_failures(sources["failures"], sources["failed"])
     print_skipped(sources["invalid_lines"])
 
 
-def _print_failures(failures: list[dict]) -> None:
-    """The URLs a build could not fetch, one line each on stderr (the first
-    MAX_PRINTED_FAILURES; the manifest and `kpack status` keep them all)."""
-    for failure in failures[:MAX_PRINTED_FAILURES]:
+LISTED_FAILURES = 20
+CHANGES_LABEL = "pages new / changed / unchanged / removed"
+# A separate count, not a fourth kind of page: a page that is new to the published version can
+# still have answered 304 to the conditional request its last (unpublished) fetch allowed.
+NOT_MODIFIED_LABEL = "pages answered 304 Not Modified"
+
+
+def _print_failures(failures: list[dict], failed: int) -> None:
+    """The URLs a build could not fetch, one line each on stderr: the first LISTED_FAILURES,
+    then how many more (``failed`` in all)."""
+    for failure in failures[:LISTED_FAILURES]:
         err.print(
             f"[yellow]failed[/] line {failure['line']}: "
-            + escape(f"{failure['url']}: {failure['error']}")
+            + escape(f"{failure['url']}: {failure['error']}"),
+            soft_wrap=True,
         )
-    if len(failures) > MAX_PRINTED_FAILURES:
-        err.print(f"[yellow]and {len(failures) - MAX_PRINTED_FAILURES} more failed URLs[/]")
+    more = max(failed, len(failures)) - min(len(failures), LISTED_FAILURES)
+    if more > 0:
+        err.print(f"[yellow]failed[/] ... and {more} more (`kpack ui`: fetched_pages' metadata)")
 
 
 def _changes_text(manifest: dict) -> str:
@@ -194,8 +216,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         if status["damaged"]:
             lines.append(("damaged", status["damaged"]))
         lines.append(("built", f"{status['built_at']} ({status['age']})"))
-        changes = _changes_text({"changes": status["changes"]})
-        lines.append(("pages new / changed / unchanged / removed", changes))
+        lines.append((CHANGES_LABEL, _changes_text({"changes": status["changes"]})))
+        if status["changes"]:
+            lines.append((NOT_MODIFIED_LABEL, str(status["changes"]["not_modified"])))
         lines.append(("failed URLs", str(len(status["failures"]))))
         extraction = status["extraction"]
         cost = extraction.get("estimated_cost_usd")
@@ -241,7 +264,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     width = max(len(what) for what, _ in lines)
     for what, value in lines:  # soft_wrap: a long value is not cut into the next line
         console.print(f"  {what.ljust(width)}  {escape(value)}", soft_wrap=True, highlight=False)
-    _print_failures(status["failures"])
+    _print_failures(status["failures"], len(status["failures"]))
     return 0
 
 
@@ -253,6 +276,11 @@ def _last_build_text(last: dict) -> str:
         detail = f"published {label}"
     elif last["outcome"] == "unchanged":
         detail = f"nothing changed since {label}, nothing published"
+    elif last["outcome"] == "killed":
+        kept = f"{label} is published" if label else "nothing is published yet"
+        detail = f"its process died before it finished ({kept})"
+    elif last["outcome"] == "interrupted":
+        detail = f"interrupted ({label} is still published)" if label else "interrupted"
     elif last["outcome"] == "failed":
         kept = f"{label} is still published" if label else "nothing is published yet"
         cause = last.get("cause") or (

@@ -45,6 +45,10 @@ def pack_dir(name: str, root: Path | None = None) -> Path:
     validate_pack_name(name)
     root = root or settings.packs_dir()
     folder = root / name
+    if folder.is_dir() and not (folder / "urls.txt").is_file():
+        raise PackError(
+            f"no urls.txt in {folder}: a pack folder lists its sources there, one URL a line"
+        )
     if not (folder / "urls.txt").is_file():
         known = ", ".join(list_packs(root)) or "none"
         raise PackError(f"unknown pack {name!r} in {root} (available: {known})")

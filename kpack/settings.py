@@ -13,18 +13,28 @@ def packs_dir() -> Path:
     return Path(os.environ.get("KPACK_PACKS_DIR", PROJECT_ROOT / "packs")).resolve()
 
 
+def _beside_packs(name: str) -> Path:
+    """``name`` in the folder that holds the packs folder: beside KPACK_PACKS_DIR when it is
+    set (a packs folder elsewhere brings its storage and run history along), else in the
+    project."""
+    if "KPACK_PACKS_DIR" in os.environ:
+        return packs_dir().parent / name
+    return PROJECT_ROOT / name
+
+
 def storage_base() -> str:
-    """Base location of the Parquet intermediates and caches (KPACK_STORAGE).
+    """Base location of the Parquet intermediates and caches (KPACK_STORAGE, else
+    ``.kpack_storage`` beside the packs folder).
 
     A local folder by default; any URI pyarrow's filesystems understand (s3://bucket/prefix,
     gs://...) works too, so the intermediates can move to shared storage unchanged.
     """
-    return os.environ.get("KPACK_STORAGE", str(PROJECT_ROOT / ".kpack_storage"))
+    return os.environ.get("KPACK_STORAGE", str(_beside_packs(".kpack_storage")))
 
 
 def dagster_home() -> Path:
     """The Dagster instance the CLI and `dagster dev` share, so CLI builds show up in the UI
     (created with its dagster.yaml by pipelines.instance.ensure_dagster_home)."""
-    home = Path(os.environ.get("DAGSTER_HOME", PROJECT_ROOT / ".dagster_home")).resolve()
+    home = Path(os.environ.get("DAGSTER_HOME", _beside_packs(".dagster_home"))).resolve()
     home.mkdir(parents=True, exist_ok=True)
     return home

@@ -1,9 +1,10 @@
 """Building a pack in-process: the same asset graph the Dagster UI runs, no daemon needed.
 
 Every build is a run of the ``build_pack`` job (pipelines.jobs), so CLI builds and UI builds
-share one run list. A build ends in one of three outcomes: ``published`` (a new version),
+share one run list. A build ends in one of four outcomes: ``published`` (a new version),
 ``unchanged`` (nothing changed since the published version, so nothing was published; see
-assets.fetch) or ``failed`` (the published version, if any, is untouched); pipelines.outcomes
+assets.fetch), ``failed`` or ``interrupted`` (Ctrl-C; in both the published version, if any,
+is untouched); pipelines.outcomes
 tags the run with it and records it for ``kpack status``. The run holds the pack's build lock
 itself (resources.pack_store.build_lifecycle), as a run launched from the UI does.
 """
@@ -12,11 +13,10 @@ from __future__ import annotations
 
 import os
 import uuid
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dagster import BetaWarning, DagsterInstance
+from dagster import DagsterEventType, DagsterInstance, Definitions
 
 from assets.fetch import FORCE_TAG
 from assets.partitions import packs_partitions
@@ -27,7 +27,7 @@ from kpack.store import PackStore
 from pipelines.definitions import make_definitions
 from pipelines.instance import ensure_dagster_home
 from pipelines.jobs import JOB_NAME
-from pipelines.outcomes import INTERRUPTED, record_outcome
+from pipelines.outcomes import record_outcome
 from resources.pack_store import PARTITION_TAG
 
 BUILD_TAG = "kpack/build_id"
@@ -41,21 +41,23 @@ class BuildResult:
     manifest: dict | None
     failed_steps: list[str] = field(default_factory=list)
     failed_checks: list[str] = field(default_factory=list)
-    outcome: str = "failed"  # published | unchanged | failed
+    outcome: str = "failed"  # published | unchanged | failed | interrupted
     cause: str | None = None  # why a failed build failed, in one line
     # This run's metadata by asset: of its materialization (stage_metadata["embeddings"]
     # ["embedded"]), or of its observation when the stage found nothing changed
     # (stage_metadata["fetched_pages"]["unchanged"]; see assets.partitions.observe_unchanged).
     stage_metadata: dict[str, dict] = field(default_factory=dict)
+    # Seconds the run's steps took, summed by stage group (ingest, parse, embed, ...), in the
+    # order the groups started: see stage_seconds.
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+    def failures(self) -> list[dict]:
+        """The URLs this build could not fetch (the first 200; fetched_pages' metadata)."""
+        return self.stage_metadata.get("fetched_pages", {}).get("failures") or []
 
     @property
     def published(self) -> bool:
         return self.outcome == "published"
-
-    @property
-    def interrupted(self) -> bool:
-        """Stopped by Ctrl-C or SIGTERM: the published version, if any, is untouched."""
-        return self.cause == INTERRUPTED
 
 
 def build_pack(
@@ -91,9 +93,10 @@ def build_pack(
     if not instance.has_dynamic_partition(packs_partitions.name, pack):
         instance.add_dynamic_partitions(packs_partitions.name, [pack])
     build_id = build_id or uuid.uuid4().hex
-    job = make_definitions(
+    definitions = make_definitions(
         packs_dir, storage or settings.storage_base(), resource_overrides
-    ).resolve_job_def(JOB_NAME)
+    )
+    job = definitions.resolve_job_def(JOB_NAME)
     run_config = {"loggers": {"console": {"config": {"log_level": log_level}}}}
     tags = {BUILD_TAG: build_id, FORCE_TAG: str(force).lower()}
     if executor is None:
@@ -123,14 +126,42 @@ def build_pack(
     return BuildResult(
         pack=pack,
         run_id=result.run_id,
-        success=summary["outcome"] != "failed",
+        success=summary["outcome"] in ("published", "unchanged"),
         manifest=read_manifest(folder),
         failed_steps=summary.get("failed_steps", []),
         failed_checks=summary.get("failed_checks", []),
         outcome=summary["outcome"],
         cause=summary.get("cause"),
         stage_metadata=stage_metadata,
+        stage_seconds=stage_seconds(instance, result.run_id, definitions),
     )
+
+
+STEP_ENDS = (DagsterEventType.STEP_SUCCESS, DagsterEventType.STEP_FAILURE)
+
+
+def stage_seconds(instance: DagsterInstance, run_id: str, definitions: Definitions) -> dict:
+    """Seconds from each step's start to its end (loading inputs and storing outputs
+    included), summed by the asset group the step belongs to: the shards of ``embeddings``
+    count in "embed", an asset check in its asset's group."""
+    graph = definitions.resolve_asset_graph()
+    group_of = {
+        assets_def.node_def.name: graph.get(next(iter(keys))).group_name
+        for assets_def in graph.assets_defs
+        if assets_def.is_executable
+        and (keys := list(assets_def.keys) or [c.asset_key for c in assets_def.check_keys])
+    }
+    started: dict[str, float] = {}
+    seconds: dict[str, float] = {}
+    for entry in instance.all_logs(run_id, of_type={DagsterEventType.STEP_START, *STEP_ENDS}):
+        step = entry.step_key
+        if entry.dagster_event.event_type == DagsterEventType.STEP_START:
+            started[step] = entry.timestamp
+            seconds.setdefault(group_of.get(step, step), 0.0)
+        elif step in started:
+            group = group_of.get(step, step)
+            seconds[group] += entry.timestamp - started.pop(step)
+    return {group: round(value, 3) for group, value in seconds.items()}
 
 
 def buildable_pack(pack: str, packs_dir: Path) -> Path:
@@ -152,6 +183,3 @@ def quiet_env() -> None:
     and a pack that names another model (BAAI/bge-base-en-v1.5) must be able to download it.
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    # fetched_pages sets its output's data version (assets.fetch), a parameter Dagster still
-    # marks beta: its warning would land in the middle of the progress table.
-    warnings.filterwarnings("ignore", category=BetaWarning, message=".*data_version")

@@ -9,25 +9,36 @@ cannot corrupt the file (an OS crash may lose the last events, never the databas
 and writes the same files as Dagster's own class, so a DAGSTER_HOME stays readable by any
 Dagster tool.
 
-``ensure_dagster_home`` writes a ``dagster.yaml`` that selects it (and a run queue checked every
-second), unless the user wrote their own (Postgres, say), which is left as it is.
+A step's stdout and stderr go to the run's log files the UI shows (:class:`StepOutputLogs`),
+not also to the terminal: Dagster's own manager mirrors them there through a ``tail`` and a
+Python watcher process per step, whose output would land in the middle of ``kpack build``'s
+progress table, and which print a traceback of their own on Ctrl-C. ``kpack build --verbose``
+mirrors them as Dagster does (:data:`MIRROR_ENV`).
+
+``ensure_dagster_home`` writes a ``dagster.yaml`` that selects both (and a run queue checked
+every second), unless the user wrote their own (Postgres, say), which is left as it is.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import sys
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from dagster import DagsterInstance
-from dagster._core.instance.ref import InstanceRef
+from dagster._core.execution.compute_logs import redirect_to_file
+from dagster._core.storage.compute_log_manager import CapturedLogContext, ComputeIOType
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import (
     SqliteEventLogStorage,
     SqliteEventLogStorageWatchdog,
+)
+from dagster._core.storage.local_compute_log_manager import (
+    IO_TYPE_EXTENSION,
+    LocalComputeLogManager,
 )
 from dagster._core.storage.sql import create_engine
 from sqlalchemy import event
@@ -53,6 +64,11 @@ event_log_storage:
   class: PooledSqliteEventLogStorage
   config:
     base_dir: {{base_dir}}
+compute_logs:
+  module: pipelines.instance
+  class: StepOutputLogs
+  config:
+    base_dir: {{logs_dir}}
 # Runs launched from the UI, the sensor or the schedule wait in the daemon's queue: looking
 # every second instead of every 5 keeps a UI build within seconds of `kpack build`.
 run_coordinator:
@@ -76,7 +92,7 @@ def ensure_dagster_home(home: Path | None = None) -> Path:
         os.environ["DAGSTER_HOME"] = str(home)
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
-    wanted = CONFIG_TEMPLATE.format(base_dir=home / "history" / "runs")
+    wanted = kpack_config(home)
     written = config.read_text() if config.exists() else None
     if (
         written is None
@@ -87,20 +103,36 @@ def ensure_dagster_home(home: Path | None = None) -> Path:
     return home
 
 
-def terminal_instance() -> DagsterInstance:
-    """The instance ``kpack build`` runs its in-process build in: the project's (the same runs,
-    events and storage the UI shows), without compute-log capture. Capturing a step's stdout
-    starts a ``tail`` and a Python watcher process per step in the terminal's process group,
-    so Ctrl-C reached them too, mid-start, and they printed tracebacks into the progress
-    table; the CLI shows its own progress rows and never a step's stdout."""
-    home = ensure_dagster_home()
-    overrides = {
-        "compute_logs": {
-            "module": "dagster._core.storage.noop_compute_log_manager",
-            "class": "NoOpComputeLogManager",
-        }
-    }
-    return DagsterInstance.from_ref(InstanceRef.from_dir(str(home), overrides=overrides))
+# Set (to "1") by `kpack build --verbose`: steps' output is mirrored to the terminal too.
+MIRROR_ENV = "KPACK_MIRROR_STEP_OUTPUT"
+
+
+class StepOutputLogs(LocalComputeLogManager):
+    """Dagster's local compute-log manager, writing a step's output to its log files only
+    (see the module doc); the files and the UI's view of them are Dagster's own."""
+
+    @classmethod
+    def from_config_value(cls, inst_data: Any, config_value: Any) -> StepOutputLogs:
+        return cls(inst_data=inst_data, **config_value)
+
+    @contextmanager
+    def capture_logs(self, log_key: Sequence[str]) -> Iterator[CapturedLogContext]:
+        if os.environ.get(MIRROR_ENV) == "1":
+            with super().capture_logs(log_key) as context:
+                yield context
+            return
+        out = self.get_captured_local_path(log_key, IO_TYPE_EXTENSION[ComputeIOType.STDOUT])
+        err = self.get_captured_local_path(log_key, IO_TYPE_EXTENSION[ComputeIOType.STDERR])
+        for path in (out, err):
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with redirect_to_file(sys.stdout, out), redirect_to_file(sys.stderr, err):
+            yield CapturedLogContext(log_key)
+        Path(self.complete_artifact_path(log_key)).touch()  # the UI: capture is complete
+
+
+def kpack_config(home: Path) -> str:
+    """The dagster.yaml kpack writes in ``home``."""
+    return CONFIG_TEMPLATE.format(base_dir=home / "history" / "runs", logs_dir=home / "storage")
 
 
 def _wal(dbapi_connection: object, _record: object) -> None:

@@ -1,11 +1,12 @@
 """What a build run came to, said once: published vN, unchanged since vN, or failed: cause.
 
 Every run of ``build_pack`` (from ``kpack build``, the UI, the sensor or the schedule) ends in
-one of three outcomes. This module derives it from the run's own events, so there is one
+one of four outcomes: published, unchanged, failed, or interrupted (Ctrl-C or a terminate
+request stopped it; the published version is untouched). This module derives it from the run's own events, so there is one
 writer of the record whoever started the run:
 
 * the run is tagged ``kpack/outcome`` ("published v0003", "unchanged since v0002",
-  "failed: <cause>"), which the UI's run list shows;
+  "failed: <cause>", "interrupted"), which the UI's run list shows;
 * ``.versions/last_build.json`` (kpack.store) is written for ``kpack status``.
 
 ``kpack build`` calls :func:`record_outcome` when its in-process run ends; runs launched
@@ -37,9 +38,8 @@ from pipelines.jobs import build_pack_job
 from resources.pack_store import PARTITION_TAG
 
 OUTCOME_TAG = "kpack/outcome"
-# The cause of a run stopped by Ctrl-C or SIGTERM (Dagster raises
-# DagsterExecutionInterruptedError in the step it interrupts).
-INTERRUPTED = "interrupted"
+# Errors Dagster records for a run stopped by SIGINT (Ctrl-C) or a terminate request.
+INTERRUPTS = ("KeyboardInterrupt", "DagsterExecutionInterruptedError")
 
 
 def _metadata(event) -> dict:
@@ -52,6 +52,7 @@ def run_summary(instance: DagsterInstance, run: DagsterRun) -> dict:
     failed_steps: list[str] = []
     causes: list[str] = []
     failed_checks: list[str] = []
+    interrupted = False
     for record in instance.all_logs(run.run_id):
         event = record.dagster_event
         if event is None:
@@ -68,8 +69,11 @@ def run_summary(instance: DagsterInstance, run: DagsterRun) -> dict:
         elif event.event_type == DagsterEventType.STEP_FAILURE and event.step_key:
             failed_steps.append(event.step_key)
             error = event.step_failure_data.error
-            if error is not None:
+            interrupted |= _interrupt(error)
+            if error is not None and not _interrupt(error):
                 causes.append(_cause(error))
+        elif event.event_type == DagsterEventType.RUN_FAILURE:
+            interrupted |= _interrupt(getattr(event.event_specific_data, "error", None))
         elif event.event_type == DagsterEventType.ASSET_CHECK_EVALUATION:
             evaluation = event.event_specific_data
             if not evaluation.passed:
@@ -96,8 +100,8 @@ def run_summary(instance: DagsterInstance, run: DagsterRun) -> dict:
             "changes": unchanged.get("changes"),
             "failures": unchanged.get("failures", []),
         }
-    if run.status == DagsterRunStatus.CANCELED:
-        causes.append("the run was canceled")
+    if interrupted or run.status == DagsterRunStatus.CANCELED:
+        return {**base, "outcome": "interrupted", "failed_steps": failed_steps}
     return {
         **base,
         "outcome": "failed",
@@ -107,10 +111,17 @@ def run_summary(instance: DagsterInstance, run: DagsterRun) -> dict:
     }
 
 
+def _interrupt(error) -> bool:
+    """Whether a recorded error (or one it wraps) is the run being interrupted."""
+    while error is not None:
+        if error.cls_name in INTERRUPTS:
+            return True
+        error = error.cause
+    return False
+
+
 def _cause(error) -> str:
     """The user-facing cause: the innermost error's message, first line only."""
-    if error.cls_name == "DagsterExecutionInterruptedError":
-        return INTERRUPTED
     while error.cause is not None and not error.message.strip():
         error = error.cause
     message = error.message.strip().splitlines()[0] if error.message.strip() else error.cls_name
@@ -118,9 +129,10 @@ def _cause(error) -> str:
     # the user's own error is the cause.
     if error.cause is not None and "Error occurred while" in message:
         return _cause(error.cause)
-    if message.startswith(("dagster.", "kpack.")):  # "module.Class: message" -> "message"
-        _, separator, rest = message.partition(": ")
-        return rest if separator else message
+    qualified, separator, rest = message.partition(": ")
+    # "kpack.errors.PackError: pack ... is already being built": the text after the class name
+    if separator and qualified.startswith(("dagster.", "kpack.")) and " " not in qualified:
+        return rest
     return message
 
 
@@ -131,6 +143,8 @@ def outcome_label(summary: dict) -> str:
         return f"published {label}"
     if summary["outcome"] == "unchanged":
         return f"unchanged since {label}"
+    if summary["outcome"] == "interrupted":
+        return "interrupted"
     return f"failed: {summary.get('cause', '')}"[:200]
 
 
@@ -145,7 +159,7 @@ def record_outcome(instance: DagsterInstance, run: DagsterRun, packs_dir: Path) 
             folder = store.folder(pack)
         except ValueError:  # the pack folder was deleted meanwhile: nothing to record in
             return summary
-        if summary["outcome"] == "failed":
+        if summary["outcome"] in ("failed", "interrupted"):
             current = read_manifest(folder)
             summary["version"] = current["version"] if current else None
         store.record_build(pack, summary)

@@ -1,13 +1,19 @@
 """One pack's state as data (``kpack status`` and its --json): the published version and
 whether it verifies, what its build changed, the latest build's outcome, whether a build holds
-the lock now, and when pack_refresh_schedule rebuilds it next."""
+the lock now, and when pack_refresh_schedule rebuilds it next.
+
+The published version is read from the store (its ``current`` link), and the latest build from
+the Dagster instance's newest ``build_pack`` run of the pack, whoever launched it: a run started
+outside ``kpack build`` with no daemon to record it, or one killed just after it published,
+leaves ``last_build.json`` naming an older build, so that file is used only for the run it
+names."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
 from datetime import UTC, datetime
 
-from dagster import DagsterInstance
+from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
 from kpack.config import load_config
 from kpack.errors import PackError, PackNotReady
@@ -15,28 +21,10 @@ from kpack.gate import configured_threshold
 from kpack.packs import pack_dir, read_manifest, time_ago
 from kpack.store import PackStore, build_running, verify_version, version_number
 from pipelines.instance import ensure_dagster_home
+from pipelines.jobs import JOB_NAME
+from pipelines.outcomes import run_summary
 from pipelines.schedules import TIMEZONE, next_tick, schedule_running
-
-
-def latest_build(recorded: dict | None, manifest: dict | None) -> dict | None:
-    """The latest build's record: ``recorded`` (.versions/last_build.json, written when a run
-    ends), unless the published version came from a later run that recorded nothing (launched
-    outside ``kpack build`` with no daemon to run the outcome sensors, or killed between
-    publishing and recording): then its manifest says what that run did."""
-    run_id = (manifest or {}).get("run_id")
-    if run_id is None or (recorded or {}).get("run_id") == run_id:
-        return recorded
-    if recorded is not None and recorded.get("checked_at", "") > manifest["built_at"]:
-        return recorded  # a later run ended after this version was published
-    return {
-        "run_id": run_id,
-        "checked_at": manifest["built_at"],
-        "outcome": "published",
-        "version": manifest["version"],
-        "previous_version": manifest.get("previous_version"),
-        "changes": manifest.get("changes"),
-        "failures": manifest["sources"]["failures"],
-    }
+from resources.pack_store import PARTITION_TAG
 
 
 def pack_status(name: str) -> dict:
@@ -52,7 +40,8 @@ def pack_status(name: str) -> dict:
     except PackError as exc:
         cron, schedule_error = None, str(exc)
     ensure_dagster_home()
-    running = schedule_running(DagsterInstance.get())
+    instance = DagsterInstance.get()
+    running = schedule_running(instance)
     upcoming = next_tick(cron, datetime.now(UTC)) if cron and running else None
     rolled_back_from = store.rolled_back_from(name)
     try:
@@ -74,7 +63,7 @@ def pack_status(name: str) -> dict:
         "failures": manifest["sources"]["failures"] if manifest else [],
         "extraction": manifest["extraction"] if manifest else None,
         "gate": asdict(configured_threshold(manifest)) if manifest else None,
-        "last_build": latest_build(store.last_build(name), manifest),
+        "last_build": latest_build(instance, store, name, current),
         "build_running": build_running(folder),
         "schedule": {
             "cron": cron,
@@ -84,3 +73,32 @@ def pack_status(name: str) -> dict:
             "error": schedule_error,
         },
     }
+
+
+ENDED = (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
+
+
+def latest_build(instance: DagsterInstance, store: PackStore, name: str, current) -> dict | None:
+    """The outcome record of the pack's newest build_pack run: last_build.json when it names
+    that run, else derived from the run's events (pipelines.outcomes). A run that never
+    finished while no build holds the lock died (SIGKILL, power loss): outcome "killed"."""
+    recorded = store.last_build(name)
+    runs = instance.get_runs(RunsFilter(job_name=JOB_NAME, tags={PARTITION_TAG: name}), limit=1)
+    if not runs or (recorded and recorded.get("run_id") == runs[0].run_id):
+        return recorded
+    run = runs[0]
+    version = version_number(current) if current else None
+    if run.status in ENDED:
+        summary = run_summary(instance, run)
+        if summary["outcome"] in ("failed", "interrupted"):
+            summary["version"] = version
+    elif build_running(store.folder(name)):
+        return recorded  # that run is the build in progress; "build running" says so
+    else:
+        summary = {"run_id": run.run_id, "outcome": "killed", "version": version}
+    record = instance.get_run_record_by_id(run.run_id)
+    changed = record.end_time or record.start_time if record else None
+    summary["checked_at"] = (
+        datetime.fromtimestamp(changed, UTC).isoformat(timespec="seconds") if changed else None
+    )
+    return summary

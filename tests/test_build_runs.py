@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
 import pty
 import select
 import subprocess
 import sys
-import termios
 import time
 from pathlib import Path
 
@@ -25,7 +23,6 @@ from dagster._utils.test.data_versions import get_stale_status_resolver
 
 from assets.fetch import FORCE_TAG
 from assets.partitions import BUILD_CODE_VERSION
-from kpack.packs import read_manifest
 from pipelines.definitions import make_definitions
 from pipelines.jobs import BUILD_GROUPS, JOB_NAME
 from pipelines.outcomes import OUTCOME_TAG, build_failure_sensor, run_summary
@@ -146,32 +143,20 @@ def test_a_ui_run_forced_by_its_tag_publishes_and_a_misspelt_tag_is_refused(
     assert refused["cause"] == "run tag kpack/force must be true or false, not 'yes'"
 
 
-def _own_terminal() -> None:
-    """In the child: a session of its own whose controlling terminal is the pty (its stdin),
-    so the terminal's Ctrl-C reaches it as a shell's foreground job."""
-    os.setsid()
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-
-def run_in_terminal(
-    args: list[str], interrupt_after: bytes | None = None
-) -> tuple[int, str, float | None, float]:
-    """``kpack ARGS`` in a pseudo-terminal, as a user runs it: (exit code, what the terminal
-    showed, when the first progress row appeared, when the command ended). With
-    ``interrupt_after``, Ctrl-C is typed as soon as the terminal shows those bytes."""
+def test_kpack_build_in_a_terminal_shows_progress_rows_while_it_runs(workspace, site):
+    site_pack(workspace, site, "watched")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "120"}
     main, child = pty.openpty()
     process = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", *args],
+        [sys.executable, "-m", "cli.main", "build", "watched"],
         stdin=child,
         stdout=child,
         stderr=child,
         env=env,
         cwd=Path(__file__).resolve().parents[1],
-        preexec_fn=_own_terminal,
     )
     os.close(child)
-    output, first_row_at, interrupted = b"", None, False
+    output, first_row_at = b"", None
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
         ready, _, _ = select.select([main], [], [], 0.2)
@@ -185,81 +170,14 @@ def run_in_terminal(
             output += chunk
             if first_row_at is None and b"fetched_pages" in output:
                 first_row_at = time.monotonic()
-            if interrupt_after and not interrupted and interrupt_after in output:
-                os.write(main, b"\x03")  # the terminal turns it into SIGINT, as Ctrl-C does
-                interrupted = True
         elif process.poll() is not None:
             break
-    process.wait(timeout=60)
+    process.wait(timeout=30)
     finished_at = time.monotonic()
     os.close(main)
-    return process.returncode, output.decode(errors="replace"), first_row_at, finished_at
-
-
-def test_kpack_build_in_a_terminal_shows_progress_rows_while_it_runs(workspace, site):
-    site_pack(workspace, site, "watched")
-    code, text, first_row_at, finished_at = run_in_terminal(["build", "watched"])
-    assert code == 0, text[-2000:]
+    text = output.decode(errors="replace")
+    assert process.returncode == 0, text[-2000:]
     assert first_row_at is not None, text[-2000:]
     # The row was on screen while the build still ran (the model load alone takes seconds).
     assert finished_at - first_row_at > 0.5
     assert "watched v1 published" in text
-
-
-def test_ctrl_c_during_a_build_says_so_in_one_line_and_keeps_the_published_pack(workspace, site):
-    site_pack(workspace, site, "stopped")
-    assert run_in_terminal(["build", "stopped"])[0] == 0
-    # The rebuild fetches a page that takes seconds: Ctrl-C arrives while it runs.
-    site_pack(workspace, site, "stopped", pages=[*PAGES, "/slow.html"])
-    code, text, _, _ = run_in_terminal(["build", "stopped"], interrupt_after=b"fetched_pages")
-    assert code == 130, text[-3000:]
-    assert "Traceback" not in text and "IndexError" not in text, text[
-        text.find("Traceback") - 300 :
-    ][:2500]
-    assert "interrupted" in text and "v0001 stays current" in text, text[-3000:]
-    status = pack_status("stopped")
-    assert status["version"] == 1
-    assert status["last_build"]["outcome"] == "failed"
-    assert "interrupted" in status["last_build"]["cause"]
-    answered = run_kpack("search", "stopped", "guide")
-    assert answered.returncode == 0, answered.stderr
-
-
-def test_a_failed_build_lists_every_failed_url_and_its_stage_times_add_up(workspace, site):
-    site_pack(workspace, site, "listed")
-    published = run_kpack("build", "listed", "--no-progress")
-    assert published.returncode == 0, published.stderr
-    version = read_manifest(workspace / "packs" / "listed")
-    # The embeddings row counts its shards' work (they do the embedding), not only the merge.
-    assert version["stage_seconds"]["embeddings"] >= 0.5, version["stage_seconds"]
-    missing = [f"/missing-{n}.html" for n in range(3)]
-    site_pack(workspace, site, "listed", pages=[*PAGES, *missing])
-    failed = run_kpack("build", "listed", "--no-progress")
-    assert failed.returncode == 1
-    for path in missing:  # every failed URL is named, not only the first
-        assert site.url(path) in failed.stderr, failed.stderr
-    assert "v0001 stays current" in " ".join(failed.stderr.split())
-
-
-def run_kpack(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "cli.main", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"},
-        cwd=Path(__file__).resolve().parents[1],
-    )
-
-
-def test_status_names_a_version_published_by_a_run_that_recorded_nothing(workspace, site):
-    """A build_pack run launched from Python (no `kpack build`, no daemon to run the outcome
-    sensors) publishes v2; `kpack status` names it, not the v1 build it had on record."""
-    site_pack(workspace, site, "outside")
-    instance = DagsterInstance.ephemeral()
-    assert build(workspace, "outside", instance=instance).published
-    definitions = make_definitions(workspace / "packs", str(workspace / "storage"))
-    result = definitions.resolve_job_def(JOB_NAME).execute_in_process(
-        partition_key="outside", instance=instance, tags={FORCE_TAG: "true"}
-    )
-    last = pack_status("outside")["last_build"]
-    assert (last["outcome"], last["version"], last["run_id"]) == ("published", 2, result.run_id)

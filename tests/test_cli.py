@@ -41,8 +41,10 @@ def test_new_creates_urls_txt_and_skips_invalid_urls(workspace, capsys):
     urls = workspace / "packs" / "widgets" / "urls.txt"
     assert urls.read_text() == "https://docs.example.org/a\nhttps://docs.example.org/d\n"
     assert "created" in out and "2 URLs" in out and "kpack build widgets" in out
-    assert "skipped urls.txt line 2: not a URL" in err and "'docs.example.org/b'" in err
-    assert "skipped urls.txt line 3: unsupported scheme 'ftp'" in err
+    # The rejected values are named as given, not by a line of the urls.txt just written.
+    assert "skipped --url 'docs.example.org/b': not a URL" in err
+    assert "skipped --url 'ftp://example.org/c': unsupported scheme 'ftp'" in err
+    assert "line" not in err
 
 
 def test_new_reads_a_urls_file(workspace, capsys, tmp_path):
@@ -84,9 +86,28 @@ def test_new_without_urls_exits_2(workspace, capsys):
 def test_new_with_only_invalid_urls_creates_nothing(workspace, capsys):
     code, _, err = run(capsys, "new", "widgets", "--url", "nonsense", "--url", "ftp://x.org/")
     assert code == 2
-    assert "skipped urls.txt line 1" in err and "skipped urls.txt line 2" in err
+    assert "skipped --url 'nonsense'" in err and "skipped --url 'ftp://x.org/'" in err
     assert "nothing was created" in err
     assert not (workspace / "packs" / "widgets").exists()
+
+
+def test_a_folder_without_urls_txt_is_named_as_such(workspace, capsys):
+    (workspace / "packs" / "drafts").mkdir()
+    code, _, err = run(capsys, "build", "drafts", "--no-progress")
+    assert code == 2
+    assert f"no urls.txt in {workspace / 'packs' / 'drafts'}" in err and "unknown" not in err
+
+
+def test_storage_and_run_history_live_beside_a_packs_folder_elsewhere(tmp_path, monkeypatch):
+    from kpack import settings
+
+    for name in ("KPACK_STORAGE", "DAGSTER_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("KPACK_PACKS_DIR", str(tmp_path / "team" / "packs"))
+    assert settings.storage_base() == str(tmp_path / "team" / ".kpack_storage")
+    assert settings.dagster_home() == tmp_path / "team" / ".dagster_home"
+    monkeypatch.delenv("KPACK_PACKS_DIR")
+    assert settings.storage_base() == str(settings.PROJECT_ROOT / ".kpack_storage")
 
 
 def test_new_with_a_missing_urls_file_exits_2(workspace, capsys):
@@ -247,6 +268,7 @@ def test_status_shows_freshness_changes_failures_and_schedule(workspace, capsys)
     assert "version v0002" in text and "previous kept version v0001" in text
     assert "(2h 0m ago)" in text
     assert "0 / 1 / 0 / 3" in text  # new / changed / unchanged / removed
+    assert "pages answered 304 Not Modified 0" in text
     assert "failed URLs 1" in text and "HTTP 404 Not Found" in err
     assert "4 / 400+80 / $0.0008" in text
     assert "nothing changed since v0002, nothing published (run run-123)" in text

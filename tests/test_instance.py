@@ -8,10 +8,10 @@ from pathlib import Path
 from dagster import DagsterInstance, DagsterRunStatus
 
 from pipelines.instance import (
-    CONFIG_TEMPLATE,
     WRITTEN_BY_KPACK,
     PooledSqliteEventLogStorage,
     ensure_dagster_home,
+    kpack_config,
 )
 from tests.conftest import TEST_FETCH, build, write_pack
 
@@ -22,7 +22,7 @@ def test_dagster_yaml_is_written_upgraded_and_never_overwritten_when_the_user_wr
     home = tmp_path / "home"
     ensure_dagster_home(home)
     config = (home / "dagster.yaml").read_text()
-    assert config == CONFIG_TEMPLATE.format(base_dir=home / "history" / "runs")
+    assert config == kpack_config(home)
 
     older = f"{WRITTEN_BY_KPACK} Replace it.\ntelemetry:\n  enabled: false\n"
     (home / "dagster.yaml").write_text(older)

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import re
+import select
 import shutil
 import signal
 import subprocess
@@ -197,6 +200,101 @@ def test_a_killed_build_is_marked_failed_and_its_leftovers_removed_by_the_next(
     assert instance.get_run_by_id(stuck.run_id).status == DagsterRunStatus.FAILURE
     assert not instance.get_runs(started)
     assert not leftover.exists()
+
+
+# A build killed (SIGKILL) right after it flipped `current` to its new version.
+KILLED_AFTER_FLIP = """
+import os, signal, sys
+from pipelines.build import build_pack
+from resources.pack_store import PackStore
+
+class DiesAfterTheFlip(PackStore):
+    def publish(self, pack, version, staging):
+        published = super().publish(pack, version, staging)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+packs = os.environ["KPACK_PACKS_DIR"]
+build_pack(sys.argv[1], force=True, resource_overrides={"pack_store": DiesAfterTheFlip(packs_dir=packs)})
+"""
+
+
+def test_status_names_a_version_published_outside_kpack_build(pack, held_site, workspace, capsys):
+    held_site.release.set()
+    code, last, output = finish(start(workspace, "dagster"))  # no daemon records it
+    assert (code, last) == (0, "success"), output[-3000:]
+    [run] = DagsterInstance.get().get_runs(RunsFilter(tags={"dagster/partition": "widgets"}))
+    assert PackStore(workspace / "packs").last_build("widgets")["run_id"] != run.run_id
+
+    assert main(["status", "widgets"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "version v0002" in out and "previous kept version v0001" in out
+    assert f"published v0002 (run {run.run_id})" in out
+
+    script = workspace / "killed_after_flip.py"
+    script.write_text(KILLED_AFTER_FLIP)
+    child = subprocess.run(
+        [sys.executable, str(script), "widgets"],
+        cwd=PROJECT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(PROJECT)},
+        capture_output=True,
+        timeout=600,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr[-3000:]
+    assert os.readlink(pack / ".versions" / "current") == "v0003"
+    assert main(["status", "widgets"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "version v0003" in out
+    assert "its process died before it finished (v0003 is published)" in out
+    assert ANSWER in answer(pack)
+
+
+def read_until_exit(fd: int, pid: int, timeout_s: float) -> tuple[int, str]:
+    """Everything a pty child writes until it exits, and its exit status."""
+    output, deadline = b"", time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 1)
+        try:
+            chunk = os.read(fd, 65536) if ready else b""
+        except OSError:  # EIO: the child closed the terminal by exiting
+            break
+        output += chunk
+    else:
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), output.decode(errors="replace")
+
+
+def test_ctrl_c_in_a_terminal_stops_the_build_with_one_line(pack, held_site, workspace, capsys):
+    """Ctrl-C typed at `kpack build` in a terminal, its progress table live, while a page is
+    being fetched: one line says so, nothing else is printed, the outcome is recorded, and
+    the published version still answers."""
+    hits = held_site.hits.get(HELD, 0)
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: `kpack build` on the pty, the terminal's foreground job
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "100"}
+        os.execve(str(Path(sys.executable).parent / "kpack"), ["kpack", "build", "widgets"], env)
+    started = time.monotonic()
+    while held_site.hits.get(HELD, 0) == hits:
+        assert time.monotonic() - started < 300, "the build never reached the held page"
+        select.select([fd], [], [], 0.2) and os.read(fd, 65536)
+    os.write(fd, b"\x03")  # the terminal sends SIGINT to every process of the job
+    interrupted_at = time.monotonic()
+    code, output = read_until_exit(fd, pid, timeout_s=60)
+
+    assert code == 130, output[-3000:]
+    assert time.monotonic() - interrupted_at < 30  # not waiting for the held page
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output[-3000:]
+    lines = [re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", line).strip() for line in output.splitlines()]
+    assert lines.count("interrupted; the published pack is unchanged") == 1, output[-3000:]
+    assert os.readlink(pack / ".versions" / "current") == "v0001"
+    assert not build_running(pack)
+    last = PackStore(workspace / "packs").last_build("widgets")
+    assert (last["outcome"], last["version"]) == ("interrupted", 1)
+    assert main(["status", "widgets"]) == 0
+    status = " ".join(capsys.readouterr().out.split())
+    assert f"interrupted (v0001 is still published) (run {last['run_id']})" in status
+    held_site.release.set()
+    assert ANSWER in answer(pack)
 
 
 def test_status_after_a_first_build_that_failed(workspace, site, capsys):

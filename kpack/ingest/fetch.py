@@ -459,8 +459,12 @@ class Fetcher:
     ) -> list[FetchResponse]:
         """Fetch every URL, in order; ``previous`` (by URL) makes the requests conditional."""
         previous = previous or {}
-        with ThreadPoolExecutor(max_workers=self.config.max_workers) as pool:
+        pool = ThreadPoolExecutor(max_workers=self.config.max_workers)
+        try:
             return list(pool.map(lambda u: self.fetch(u, previous.get(u)), urls))
+        finally:
+            # Not waiting: on Ctrl-C the build stops now, not after every URL still queued.
+            pool.shutdown(wait=False, cancel_futures=True)
 
     @property
     def deadline_s(self) -> float:

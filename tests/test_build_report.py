@@ -1,0 +1,52 @@
+"""What `kpack build` prints when it ends: every failed URL (bounded), stage times that add up
+to the total, and page counts that count each page once."""
+
+from __future__ import annotations
+
+import re
+
+from cli.main import main
+from tests.conftest import TEST_FETCH, write_pack
+
+PAGES = ["/docs/index.html", "/docs/guide.html", "/docs/readme.md"]
+MISSING = 25
+
+
+def summary_rows(out: str) -> dict[str, str]:
+    """The summary table's rows, what -> value."""
+    return dict(re.findall(r"^\s*(.+?)\s*│\s*(.+?)\s*$", out, flags=re.MULTILINE))
+
+
+def test_a_failed_build_lists_every_failed_url_up_to_twenty(workspace, site, capsys):
+    missing = [site.url(f"/missing/page-{n}.html") for n in range(MISSING)]
+    write_pack(workspace, "broken", [site.url(p) for p in PAGES] + missing, {"fetch": TEST_FETCH})
+
+    assert main(["build", "broken", "--no-progress"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{MISSING}/{MISSING + len(PAGES)} URLs failed" in err
+    listed = re.findall(r"failed line (\d+): \S+/missing/page-(\d+)\.html: HTTP 404", err)
+    assert [int(line) for line, _ in listed] == list(range(len(PAGES) + 1, len(PAGES) + 21))
+    assert f"... and {MISSING - 20} more" in err
+    assert "Traceback" not in err
+
+
+def test_the_summary_times_add_up_and_count_each_page_once(workspace, site, capsys, monkeypatch):
+    write_pack(workspace, "widgets", [site.url(p) for p in PAGES], {"fetch": TEST_FETCH})
+    monkeypatch.setenv("COLUMNS", "120")
+    assert main(["build", "widgets", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    rows = summary_rows(out)
+    stages = {what: float(value) for what, value in rows.items() if what.endswith(" s")}
+    total = stages.pop("total s")
+    assert {"ingest s", "parse s", "embed s", "graph s", "publish s"} <= set(stages)
+    # Loading the embedding model is the embed group's (the shard step), never "other".
+    assert stages["embed s"] > 0.5
+    assert abs(sum(stages.values()) - total) <= 0.1 * len(stages) + 0.1
+    assert rows["pages new / changed / unchanged / removed"] == "3 / 0 / 0 / 0"
+
+    # Each page answers 304 to the rebuild: unchanged, counted once, and 304 on its own row.
+    assert main(["build", "widgets", "--no-progress", "--force"]) == 0
+    out = capsys.readouterr().out
+    rows = summary_rows(out)
+    assert rows["pages new / changed / unchanged / removed"] == "0 / 0 / 3 / 0"
+    assert rows["pages answered 304 Not Modified"] == "3"
