@@ -35,6 +35,7 @@ from assets.partitions import (
 from kpack.changes import page_changes
 from kpack.contracts import FTS_INDEXES, VECTOR_INDEXES, StagedBuild, facts_of
 from kpack.graphdb import graph_counts, opened, write_graph
+from kpack.indexes import write_indexes
 from kpack.ingest.mentions import chunk_mentions
 from kpack.store import version_number, write_articles
 from resources.pack_store import PackStore
@@ -129,10 +130,20 @@ def pack_graph(
     dim = len(embeddings["embedding"][0]) if embeddings.num_rows else 0
     staging = pack_store.new_staging(pack, context.run_id)
     db_path = staging / "pack.db"
-    write_graph(
-        db_path,
-        node_tables(articles, sections, chunks, entities, facts, embeddings, pagerank, dim),
-        rel_tables(articles, sections, chunks, links, entity_mentions, relations, facts),
+    nodes = node_tables(articles, sections, chunks, entities, facts, embeddings, pagerank, dim)
+    rels = rel_tables(articles, sections, chunks, links, entity_mentions, relations, facts)
+    write_graph(db_path, nodes, rels, dim)
+    write_indexes(
+        staging,
+        nodes["Article"],
+        nodes["Section"],
+        nodes["Chunk"],
+        links,
+        entities,
+        entity_mentions,
+        rels["MENTIONS"],
+        relations,
+        facts,
         dim,
     )
     write_articles(

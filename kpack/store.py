@@ -18,7 +18,8 @@ The version that was current before a publish is kept (and older ones removed), 
 ``rollback`` can flip ``current`` back to it the same atomic way.
 
 A published version carries the size and SHA-256 of its pack.db in its manifest
-(``database``), stamped by publish. Kuzu crashes the process (SIGSEGV) on a database whose
+(``database``), and of each retrieval index file (kpack.indexes, under ``indexes/``) in
+``indexes``, stamped by publish. Kuzu crashes the process (SIGSEGV) on a database whose
 bytes were damaged, so nothing opens a published database before :func:`verify_version`
 passed: it compares the size on every call, and the full hash once per file state (inode,
 mtime, size), remembered in ``.verified.json``. A build reads what it needs of the published
