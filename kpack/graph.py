@@ -290,11 +290,13 @@ def walk_nodes(graph: EntityGraph, seeds: list[int], steps: int) -> np.ndarray:
     nothing about the question)."""
     indptr, indices = graph.adjacency.indptr, graph.adjacency.indices
     offset = len(graph.passages)
-    seen = np.zeros(0, dtype=np.int64)
+    visited = np.zeros(graph.size, dtype=bool)  # calloc'd: untouched pages cost nothing
+    taken = 0
     frontier = np.unique(np.asarray(seeds, dtype=np.int64))
     for _ in range(steps + 1):
-        seen = np.union1d(seen, frontier)
-        if len(seen) >= MAX_WALK_NODES:
+        visited[frontier] = True
+        taken += len(frontier)
+        if taken >= MAX_WALK_NODES:
             break
         entity = frontier >= offset
         generic = np.zeros(len(frontier), dtype=bool)
@@ -308,12 +310,10 @@ def walk_nodes(graph: EntityGraph, seeds: list[int], steps: int) -> np.ndarray:
         counts = ends - starts
         steps_in = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
         reached = np.asarray(indices[np.repeat(starts, counts) + steps_in], dtype=np.int64)
-        frontier = np.setdiff1d(reached, seen)
+        frontier = np.unique(reached[~visited[reached]])[: MAX_WALK_NODES - taken]
         if not len(frontier):
             break
-        room = MAX_WALK_NODES - len(seen)
-        frontier = frontier[:room]
-    return seen[:MAX_WALK_NODES] if len(seen) > MAX_WALK_NODES else seen
+    return np.flatnonzero(visited)
 
 
 def linked_entities(graph: EntityGraph, text: str) -> list[tuple[int, str]]:
