@@ -12,8 +12,9 @@ shares a bridge entity with a first-hop hit ranks even when the question's own w
 reach it (HippoRAG 2, Gutiérrez et al. 2025).
 
 Everything here is numpy/scipy: no Dagster, no Kuzu, deterministic. The build records which
-chunk mentions which entity (kpack.ingest.mentions, the MENTIONS edges); a reader builds the
-:class:`EntityGraph` once per pack version from the tables it reads.
+chunk mentions which entity (kpack.ingest.mentions, the MENTIONS edges), builds the
+:class:`EntityGraph` and stores it as CSR arrays with the version (kpack.indexes), which a
+reader maps.
 """
 
 from __future__ import annotations

@@ -23,10 +23,10 @@ The method and its constants were chosen on the shared benchmarks, never per que
 HotpotQA (multi-hop), SQuAD and the demo pack (single-hop), where seeding PageRank with
 generic entities or with the first-hop hits at full weight, or bridging through entities that
 are not titles, cost single-hop hit@5. Every candidate a graph stage
-brings in or moves says which path did it ("via entity 'X' from passage Y"). The graph is
-built once per pack version, on the first query that needs it, from the tables of the pack
-(MENTIONS, LINKS_TO, ENTITY_RELATION); a pack built before MENTIONS existed has none, and the
-stages then leave the ranking as it is and say so in the trace.
+brings in or moves says which path did it ("via entity 'X' from passage Y"). The graph
+(MENTIONS, LINKS_TO, ENTITY_RELATION) is written by the build as CSR arrays
+(kpack.indexes) and mapped on the first query that needs it; PageRank walks only the seeds'
+neighbourhood (kpack.graph.walk_nodes).
 """
 
 from __future__ import annotations

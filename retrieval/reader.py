@@ -3,14 +3,14 @@
 A reader owns everything a query needs from one version: its manifest, its settings (the
 ``config`` its manifest records, so a query never mixes the version with a later edit of
 ``kg_config.json``), the few-shot pool (read once when the reader opens), the read-only Kuzu
-database (opened through kpack.graphdb, after kpack.store.verify_version passed: Kuzu crashes
-the process on some damaged files instead of raising) and the tables every query reads (articles,
-sections and their vectors, chunk texts and vectors, links, entities, facts), held in memory so
-a query needs no database call: nearest vectors are found by an exact scan of the vectors held
-(:meth:`PackReader.nearest`; about 2.5 ms for 10,000 vectors on one thread, where Kuzu's HNSW
-index took 10 ms and returned approximate neighbours), keyword search by BM25 over the chunk
-texts (retrieval.bm25). Kuzu serves the tables when the reader opens, the entity graph
-(retrieval.graph) and related articles.
+database (opened through kpack.graphdb on the first Cypher statement only, after
+kpack.store.verify_version passed: Kuzu crashes the process on some damaged files instead of
+raising) and the version's retrieval indexes (kpack.indexes: articles, sections, chunk texts,
+vectors, keyword postings, links, entities, facts and the entity graph), memory-mapped when
+the reader opens, so opening reads no table row by row and a query reads only the rows it
+ranks: nearest vectors by an exact scan of the mapped vectors, or through the version's HNSW
+index above the ANN crossover (:meth:`PackReader.nearest`), keyword search by BM25 over the
+mapped postings (retrieval.bm25). Kuzu serves related articles and ``reader.query``.
 
 The process keeps at most one reader per pack: the reader of its current version. When a
 newer version is published, the next :func:`checkout` opens it and retires the old reader,
