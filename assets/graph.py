@@ -48,7 +48,7 @@ from kpack.indexes import (
 from kpack.ingest.mentions import chunk_mentions
 from kpack.packs import INDEX_DIR
 from kpack.store import version_number, write_articles
-from kpack.text import search_terms
+from kpack.text import search_words
 from resources.pack_store import PackStore
 
 
@@ -221,7 +221,7 @@ def graph_is_queryable(
         rows, _ = nearest_rows(vectors, np.asarray(vectors[0]), 3, load_ann(folder))
         vector_hits = len(rows)
         text = Column(load_table(folder, CHUNKS)["content"])[0]
-        word = max(search_terms(text) or ["the"], key=len)
+        word = max(search_words(text) or ["the"], key=len)
         keyword_hits = len(keywords.search(word, 3))
     passed = not any(missing.values()) and vector_hits > 0 and keyword_hits > 0
     return AssetCheckResult(
