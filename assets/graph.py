@@ -2,8 +2,7 @@
 
 This is the only step that writes Kuzu (Kuzu has a single writer). It builds in this run's
 staging folder with COPY FROM Arrow tables (never pandas: kuzu 0.11.3 crashes on pandas 3
-string columns), creates the HNSW cosine vector indexes and the full-text indexes, checkpoints
-and closes, in a child process (kpack.graphdb.write_graph: a full disk aborts Kuzu). Beside the
+string columns), checkpoints and closes, in a child process (kpack.graphdb.write_graph: a full disk aborts Kuzu). Beside the
 database it writes articles.json (url -> content hash), which the next build compares its
 pages with: a build never opens the published database. Nothing a reader sees changes until
 pack_manifest publishes the staged folder. pack_graph hands pack_manifest a
@@ -14,9 +13,9 @@ Whether anything changed is decided once, by fetched_pages (see assets.fetch): w
 did, this stage is skipped; when it runs, its database is published.
 """
 
-import re
 import time
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from dagster import (
@@ -33,10 +32,23 @@ from assets.partitions import (
     pack_check,
 )
 from kpack.changes import page_changes
-from kpack.contracts import FTS_INDEXES, VECTOR_INDEXES, StagedBuild, facts_of
+from kpack.contracts import StagedBuild, facts_of
 from kpack.graphdb import graph_counts, opened, write_graph
+from kpack.indexes import (
+    CHUNK_VECTORS,
+    CHUNKS,
+    Column,
+    KeywordIndex,
+    load_ann,
+    load_array,
+    load_table,
+    nearest_rows,
+    write_indexes,
+)
 from kpack.ingest.mentions import chunk_mentions
+from kpack.packs import INDEX_DIR
 from kpack.store import version_number, write_articles
+from kpack.text import search_words
 from resources.pack_store import PackStore
 
 
@@ -103,7 +115,7 @@ def rel_tables(
     group_name="graph",
     compute_kind="kuzu",
     io_manager_key="staged_build_io_manager",
-    description="The staged Kuzu database with vector and full-text indexes (not yet published).",
+    description="The staged Kuzu database and retrieval indexes (not yet published).",
 )
 def pack_graph(
     context: AssetExecutionContext,
@@ -129,10 +141,20 @@ def pack_graph(
     dim = len(embeddings["embedding"][0]) if embeddings.num_rows else 0
     staging = pack_store.new_staging(pack, context.run_id)
     db_path = staging / "pack.db"
-    write_graph(
-        db_path,
-        node_tables(articles, sections, chunks, entities, facts, embeddings, pagerank, dim),
-        rel_tables(articles, sections, chunks, links, entity_mentions, relations, facts),
+    nodes = node_tables(articles, sections, chunks, entities, facts, embeddings, pagerank, dim)
+    rels = rel_tables(articles, sections, chunks, links, entity_mentions, relations, facts)
+    write_graph(db_path, nodes, rels, dim)
+    write_indexes(
+        staging,
+        nodes["Article"],
+        nodes["Section"],
+        nodes["Chunk"],
+        links,
+        entities,
+        entity_mentions,
+        rels["MENTIONS"],
+        relations,
+        facts,
         dim,
     )
     write_articles(
@@ -177,7 +199,7 @@ def pack_graph(
 
 @pack_check(
     pack_graph,
-    "Every section and chunk has an embedding, and both indexes answer a query.",
+    "Every section and chunk has an embedding, and the retrieval indexes answer a query.",
     blocking=True,
 )
 def graph_is_queryable(
@@ -189,38 +211,28 @@ def graph_is_queryable(
             label: conn.execute(
                 f"MATCH (n:{label}) WHERE n.embedding IS NULL RETURN count(n)"
             ).get_next()[0]
-            for label in VECTOR_INDEXES
+            for label in ("Section", "Chunk")
         }
-        probe = conn.execute(
-            "MATCH (c:Chunk) RETURN c.embedding, c.content ORDER BY c.chunk_id LIMIT 1"
-        ).get_all()
-        vector_hits = fts_hits = 0
-        if probe:
-            vector, text = probe[0]
-            vector_hits = len(
-                conn.execute(
-                    f"CALL QUERY_VECTOR_INDEX('Chunk', '{VECTOR_INDEXES['Chunk']}', $v, 3) "
-                    "RETURN node.chunk_id",
-                    {"v": vector},
-                ).get_all()
-            )
-            word = max(re.findall(r"[A-Za-z]{3,}", text) or ["the"], key=len)
-            fts_hits = len(
-                conn.execute(
-                    f"CALL QUERY_FTS_INDEX('Chunk', '{FTS_INDEXES['Chunk']}', $q) RETURN node.chunk_id",
-                    {"q": word},
-                ).get_all()
-            )
-    passed = not any(missing.values()) and vector_hits > 0 and fts_hits > 0
+    folder = staging / INDEX_DIR
+    vectors = load_array(folder, CHUNK_VECTORS)
+    keywords = KeywordIndex.load(folder)
+    vector_hits = keyword_hits = 0
+    if len(vectors):
+        rows, _ = nearest_rows(vectors, np.asarray(vectors[0]), 3, load_ann(folder))
+        vector_hits = len(rows)
+        text = Column(load_table(folder, CHUNKS)["content"])[0]
+        word = max(search_words(text) or ["the"], key=len)
+        keyword_hits = len(keywords.search(word, 3))
+    passed = not any(missing.values()) and vector_hits > 0 and keyword_hits > 0
     return AssetCheckResult(
         passed=passed,
         severity=AssetCheckSeverity.ERROR,
-        description="sections/chunks without embeddings, or an index that returns nothing, "
-        "stop the pack from being published",
+        description="sections/chunks without embeddings, or a retrieval index that returns "
+        "nothing, stop the pack from being published",
         metadata={
             "sections_without_embedding": missing["Section"],
             "chunks_without_embedding": missing["Chunk"],
             "vector_index_hits": vector_hits,
-            "fts_index_hits": fts_hits,
+            "keyword_index_hits": keyword_hits,
         },
     )

@@ -4,8 +4,8 @@
    and MRR for vector-only (the reader's exact scan), BM25-only (the reader's in-memory
    index), hybrid (RRF) and the balanced profile, and in the same run two peers over the very
    same passages (the pack's chunks, <= 200 words): BM25 with the ``bm25s`` package and
-   brute-force dense search with the same embedding model; and, for reference, the pack's own
-   Kuzu HNSW and FTS indexes over Chunks, which retrieval queried before. A
+   brute-force dense search with the same embedding model (the pack's Kuzu HNSW and FTS
+   indexes, the reference here before, are no longer built). A
    hit is a retrieved passage that contains a gold answer (case and whitespace ignored).
 2. Offline answers (balanced profile, no key): of the answerable questions whose gold passage
    is among the 5 passages kept, the share whose answer contains a gold answer span (issue 10
@@ -28,7 +28,6 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,8 +39,7 @@ import numpy as np  # noqa: E402
 
 from bench.corpora import DEFAULT_SQUAD, load_squad  # noqa: E402
 from bench.harness import OUT_DIR  # noqa: E402
-from kpack.contracts import FTS_INDEXES, VECTOR_INDEXES, passage_text  # noqa: E402
-from kpack.text import words  # noqa: E402
+from kpack.contracts import passage_text  # noqa: E402
 from retrieval.agent import KnowledgeGraphAgent  # noqa: E402
 from retrieval.candidates import keyword_passages  # noqa: E402
 from retrieval.eval import (  # noqa: E402
@@ -126,16 +124,6 @@ def retrieval_table(pack_folder: Path, questions: list[Question]) -> dict:
         scores = vectors @ pack.embed([question])[0]
         return [passages[i] for i in np.argsort(-scores)[:DEPTH]]
 
-    def kuzu_index(cypher: str, params_of) -> Callable[[str], list[dict]]:
-        """A condition answered by one of the pack's Kuzu indexes over Chunks, as retrieval did
-        before the reader kept its own (exact vector scan, in-memory BM25)."""
-
-        def search(question: str) -> list[dict]:
-            rows = pack.query(cypher, {**params_of(question), "k": DEPTH})
-            return [{"url": url, "text": text} for url, text in rows]
-
-        return search
-
     conditions = {
         "vector (exact scan)": lambda q: vector_agent.search(q, k=DEPTH),
         "bm25 (in-memory)": lambda q: as_dicts(keyword_passages(pack, q, DEPTH)),
@@ -143,16 +131,6 @@ def retrieval_table(pack_folder: Path, questions: list[Question]) -> dict:
         "balanced profile": lambda q: balanced_agent.search(q, k=DEPTH),
         "peer: bm25s": bm25s_search,
         "peer: dense brute force": dense_search,
-        "reference: Kuzu HNSW index": kuzu_index(
-            f"CALL QUERY_VECTOR_INDEX('Chunk', '{VECTOR_INDEXES['Chunk']}', $v, $k) "
-            "MATCH (a:Article)-[:HAS_CHUNK]->(node) RETURN a.url, node.content ORDER BY distance",
-            lambda q: {"v": pack.embed([q])[0].tolist()},
-        ),
-        "reference: Kuzu FTS index": kuzu_index(
-            f"CALL QUERY_FTS_INDEX('Chunk', '{FTS_INDEXES['Chunk']}', $q, top := $k) "
-            "MATCH (a:Article)-[:HAS_CHUNK]->(node) RETURN a.url, node.content ORDER BY score DESC",
-            lambda q: {"q": " ".join(words(q))},
-        ),
     }
     table = {}
     for name, search in conditions.items():

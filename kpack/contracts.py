@@ -243,11 +243,6 @@ KUZU_RELS = (
     RelTable("MENTIONS", "Chunk", "Entity"),
 )
 
-# Index names the query side uses.
-VECTOR_INDEXES = {"Section": "section_embedding_idx", "Chunk": "chunk_embedding_idx"}
-FTS_INDEXES = {"Section": "section_text_idx", "Chunk": "chunk_text_idx"}
-FTS_COLUMNS = {"Section": ("title", "content"), "Chunk": ("content",)}
-
 
 def passage_text(heading_path: str, content: str) -> str:
     """The text a section or chunk is embedded and hashed as: its heading path, then its body."""

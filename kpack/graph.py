@@ -12,14 +12,15 @@ shares a bridge entity with a first-hop hit ranks even when the question's own w
 reach it (HippoRAG 2, Gutiérrez et al. 2025).
 
 Everything here is numpy/scipy: no Dagster, no Kuzu, deterministic. The build records which
-chunk mentions which entity (kpack.ingest.mentions, the MENTIONS edges); a reader builds the
-:class:`EntityGraph` once per pack version from the tables it reads.
+chunk mentions which entity (kpack.ingest.mentions, the MENTIONS edges), builds the
+:class:`EntityGraph` and stores it as CSR arrays with the version (kpack.indexes), which a
+reader maps.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -33,6 +34,10 @@ if TYPE_CHECKING:  # imported where used: `import retrieval` should not pay for 
 MAX_LINKED_WORDS = 8  # longest entity name matched in a question, in words
 PAGERANK_TOLERANCE = 0.005  # weight of the walks personalized PageRank leaves out
 MAX_PAGERANK_STEPS = 50
+# A query's walk: at most this many nodes, nearest the seeds first ...
+MAX_WALK_NODES = 50_000
+# ... and an entity more passages than this mention is reached but not walked through.
+MAX_EXPANDED_PASSAGES = 1_000
 
 
 @dataclass(frozen=True)
@@ -45,17 +50,16 @@ class EntityGraph:
     title is an entity of the pack has that entity node in ``title_entity`` (else -1).
     """
 
-    passages: tuple[str, ...]
-    entities: tuple[str, ...]
-    names: tuple[str, ...]
-    articles: tuple[str, ...]
-    article_of: np.ndarray  # per passage: index into articles
+    passages: Sequence[str]
+    entities: Sequence[str]
+    names: Sequence[str]
+    article_of: np.ndarray  # per passage: index of its article
     title_entity: np.ndarray  # per article: node of its title entity, or -1
     adjacency: sparse.csr_matrix  # symmetric, weighted
     transition: sparse.csr_matrix  # column-stochastic: transition @ r spreads r one step
     passages_of_entity: np.ndarray  # per entity: how many passages mention it
-    about: dict[int, np.ndarray]  # title entity node -> the passages of its articles
-    entity_index: dict[str, int]
+    about: Mapping[int, np.ndarray]  # title entity node -> the passages of its articles
+    entity_index: Mapping[str, int]
     longest_name: int  # in words
 
     @property
@@ -158,7 +162,6 @@ def build_entity_graph(
         passages=tuple(p for p, _ in passages),
         entities=tuple(key for key, _ in entities),
         names=tuple(name for _, name in entities),
-        articles=articles,
         article_of=article_of,
         title_entity=title_entity,
         adjacency=adjacency,
@@ -170,6 +173,32 @@ def build_entity_graph(
             MAX_LINKED_WORDS, max((len(key.split()) for key, _ in entities), default=0)
         ),
     )
+
+
+class SortedGroups(Mapping[int, np.ndarray]):
+    """Node -> an array of nodes, as CSR over sorted keys (how a version stores ``about``)."""
+
+    def __init__(self, keys: np.ndarray, offsets: np.ndarray, values: np.ndarray) -> None:
+        self.keys, self.offsets, self.values = keys, offsets, values
+
+    def _at(self, key: object) -> int:
+        at = int(np.searchsorted(self.keys, key)) if isinstance(key, int | np.integer) else -1
+        return at if 0 <= at < len(self.keys) and self.keys[at] == key else -1
+
+    def __contains__(self, key: object) -> bool:
+        return self._at(key) >= 0
+
+    def __getitem__(self, key: int) -> np.ndarray:
+        at = self._at(key)
+        if at < 0:
+            raise KeyError(key)
+        return self.values[self.offsets[at] : self.offsets[at + 1]]
+
+    def __iter__(self) -> Iterator[int]:
+        return (int(key) for key in self.keys)
+
+    def __len__(self) -> int:
+        return len(self.keys)
 
 
 @dataclass(frozen=True)
@@ -220,29 +249,72 @@ def personalized_pagerank(
     longer than k, at most damping**k, so the iteration stops once that is below
     ``tolerance`` (8 steps at damping 0.5) instead of converging to 1e-8 (20 steps): on the
     Python docs pack the 20 passages it ranks first were the same for every question tried.
+
+    The walk runs on the seeds' neighbourhood only (:func:`walk_nodes`): every node k steps
+    can reach, so on a pack whose neighbourhoods fit in ``MAX_WALK_NODES`` the result is the
+    whole graph's, and on any pack a query costs what that neighbourhood holds, not the graph.
     """
     scores = np.zeros(graph.size, dtype=np.float32)
     total = sum(w for w in seeds.values() if w > 0)
     if total <= 0:
         return scores
-    restart = np.zeros(graph.size, dtype=np.float32)
+    steps = math.ceil(math.log(tolerance) / math.log(damping)) if 0 < damping < 1 else 1
+    steps = min(steps, MAX_PAGERANK_STEPS)
+    nodes = walk_nodes(graph, [n for n, w in seeds.items() if w > 0], steps)
+    position = {int(node): at for at, node in enumerate(nodes)}
+    transition = graph.transition[nodes][:, nodes]
+    restart = np.zeros(len(nodes), dtype=np.float32)
     for node, weight in seeds.items():
         if weight > 0:
-            restart[node] += weight / total
-    steps = math.ceil(math.log(tolerance) / math.log(damping)) if 0 < damping < 1 else 1
+            restart[position[node]] += weight / total
     jump = np.float32(1.0 - damping) * restart
     # Only a seed can be a node without edges (nothing reaches one); what the walk puts there
     # has nowhere to go, so it returns to the seeds. Without such a seed no mass is lost.
     stranded = any(graph.adjacency.indptr[n + 1] == graph.adjacency.indptr[n] for n in seeds)
-    scores = restart.copy()
-    for _ in range(min(steps, MAX_PAGERANK_STEPS)):
-        spread = graph.transition @ scores
+    local = restart.copy()
+    for _ in range(steps):
+        spread = transition @ local
         spread *= np.float32(damping)
         spread += jump
         if stranded:
             spread += np.float32(1.0 - spread.sum()) * restart
-        scores = spread
+        local = spread
+    scores[nodes] = local
     return scores
+
+
+def walk_nodes(graph: EntityGraph, seeds: list[int], steps: int) -> np.ndarray:
+    """The nodes a walk of ``steps`` edges from ``seeds`` can reach, ascending, nearest first
+    when there are more than ``MAX_WALK_NODES``; an entity more than
+    ``MAX_EXPANDED_PASSAGES`` passages mention is reached but not walked through (a generic
+    entity such as "United States" or "Python" would bring in most of the pack and says
+    nothing about the question)."""
+    indptr, indices = graph.adjacency.indptr, graph.adjacency.indices
+    offset = len(graph.passages)
+    visited = np.zeros(graph.size, dtype=bool)  # calloc'd: untouched pages cost nothing
+    taken = 0
+    frontier = np.unique(np.asarray(seeds, dtype=np.int64))
+    for _ in range(steps + 1):
+        visited[frontier] = True
+        taken += len(frontier)
+        if taken >= MAX_WALK_NODES:
+            break
+        entity = frontier >= offset
+        generic = np.zeros(len(frontier), dtype=bool)
+        generic[entity] = (
+            graph.passages_of_entity[frontier[entity] - offset] > MAX_EXPANDED_PASSAGES
+        )
+        walked = frontier[~generic]
+        if not len(walked):
+            break
+        starts, ends = indptr[walked], indptr[walked + 1]
+        counts = ends - starts
+        steps_in = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+        reached = np.asarray(indices[np.repeat(starts, counts) + steps_in], dtype=np.int64)
+        frontier = np.unique(reached[~visited[reached]])[: MAX_WALK_NODES - taken]
+        if not len(frontier):
+            break
+    return np.flatnonzero(visited)
 
 
 def linked_entities(graph: EntityGraph, text: str) -> list[tuple[int, str]]:

@@ -20,6 +20,8 @@ from kpack.errors import PackError
 PACK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 SUPPORTED_SCHEMES = ("http", "https", "file")
 PUBLISHED_FILES = ("pack.db", "manifest.json", "skill.md")
+# The folder of a version that holds its retrieval indexes (kpack.indexes).
+INDEX_DIR = "indexes"
 
 
 def validate_pack_name(name: str) -> str:

@@ -18,7 +18,8 @@ The version that was current before a publish is kept (and older ones removed), 
 ``rollback`` can flip ``current`` back to it the same atomic way.
 
 A published version carries the size and SHA-256 of its pack.db in its manifest
-(``database``), stamped by publish. Kuzu crashes the process (SIGSEGV) on a database whose
+(``database``), and of each retrieval index file (kpack.indexes, under ``indexes/``) in
+``indexes``, stamped by publish. Kuzu crashes the process (SIGSEGV) on a database whose
 bytes were damaged, so nothing opens a published database before :func:`verify_version`
 passed: it compares the size on every call, and the full hash once per file state (inode,
 mtime, size), remembered in ``.verified.json``. A build reads what it needs of the published
@@ -52,6 +53,7 @@ from typing import IO
 from kpack.config import PackConfig, load_config
 from kpack.errors import PackError, PackNotReady
 from kpack.packs import (
+    INDEX_DIR,
     PUBLISHED_FILES,
     LineProblem,
     Source,
@@ -291,31 +293,47 @@ def write_articles(staging: Path, articles: dict[str, str]) -> None:
 
 
 def seal_version(staging: Path) -> dict:
-    """Stamp the size and SHA-256 of the staged pack.db into its manifest; returns them.
+    """Stamp the size and SHA-256 of the staged pack.db, and of every retrieval index file
+    (kpack.indexes), into its manifest; returns the database's.
 
-    Also writes ``.verified.json`` for the file as it is now, so a reader of the published
-    version (the rename keeps inode and mtime) skips the full hash.
+    Also writes ``.verified.json`` for the files as they are now, so a reader of the published
+    version (the rename keeps inodes and mtimes) skips the full hashes.
     """
-    db = staging / DATABASE
-    digest = file_sha256(db)
-    stat = db.stat()
-    seal = {"file": DATABASE, "bytes": stat.st_size, "sha256": digest}
+    verified = {}
+    seals = {}
+    for name in (DATABASE, *sealed_index_files(staging)):
+        path = staging / name
+        digest = file_sha256(path)
+        stat = path.stat()
+        seals[name] = {"bytes": stat.st_size, "sha256": digest}
+        verified[name] = {**_file_state(stat), "sha256": digest}
     manifest_path = staging / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
-    manifest["database"] = seal
+    manifest["database"] = {"file": DATABASE, **seals.pop(DATABASE)}
+    manifest["indexes"] = seals
     manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
-    _write_json_atomically(staging / VERIFIED, {**_file_state(stat), "sha256": digest})
-    return seal
+    _write_json_atomically(staging / VERIFIED, verified)
+    return manifest["database"]
+
+
+def sealed_index_files(version_dir: Path) -> list[str]:
+    """The index files of a staged version, as paths relative to it, sorted."""
+    folder = version_dir / INDEX_DIR
+    if not folder.is_dir():
+        return []
+    return sorted(f"{INDEX_DIR}/{path.name}" for path in folder.iterdir() if path.is_file())
 
 
 def verify_version(version_dir: Path) -> None:
-    """Raise PackNotReady unless the version's pack.db is the one its manifest describes.
+    """Raise PackNotReady unless the version's pack.db and index files are the ones its
+    manifest describes.
 
-    Call it before opening the database: Kuzu crashes the process on some damaged files
-    instead of raising. See :func:`database_problem` for what is checked.
+    Call it before opening the database or mapping an index: Kuzu crashes the process on some
+    damaged files instead of raising, and a damaged index would answer wrongly. See
+    :func:`database_problem` and :func:`indexes_problem` for what is checked.
     """
     version_dir = version_dir.resolve()
-    problem = database_problem(version_dir)
+    problem = database_problem(version_dir) or indexes_problem(version_dir)
     if problem is not None:
         pack = version_dir.parent.parent.name
         raise PackNotReady(
@@ -338,21 +356,44 @@ def database_problem(version_dir: Path) -> str | None:
     seal = manifest.get("database")
     if not isinstance(seal, dict) or not {"bytes", "sha256"} <= seal.keys():
         return "has no database checksum (it was published by an older kpack)"
-    db = version_dir / DATABASE
+    return _file_problem(version_dir, DATABASE, seal)
+
+
+def indexes_problem(version_dir: Path) -> str | None:
+    """What keeps a version's retrieval index files (kpack.indexes) from being the ones its
+    manifest was sealed with, checked as :func:`database_problem` checks pack.db; None when
+    every one is."""
+    manifest = _read_json(version_dir / "manifest.json")
+    seals = manifest.get("indexes") if manifest else None
+    if not isinstance(seals, dict) or not seals:
+        return "has no retrieval indexes (it was published by an older kpack)"
+    for name, seal in sorted(seals.items()):
+        if not isinstance(seal, dict) or not {"bytes", "sha256"} <= seal.keys():
+            return f"has no checksum for {name}"
+        problem = _file_problem(version_dir, name, seal)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _file_problem(version_dir: Path, name: str, seal: dict) -> str | None:
+    path = version_dir / name
     try:
-        stat = db.stat()
+        stat = path.stat()
     except OSError:
-        return f"has no {DATABASE}"
+        return f"has no {name}"
     if stat.st_size != seal["bytes"]:
-        return f"is damaged ({DATABASE} is {stat.st_size} bytes, {seal['bytes']} were published)"
+        return f"is damaged ({name} is {stat.st_size} bytes, {seal['bytes']} were published)"
     state = {**_file_state(stat), "sha256": seal["sha256"]}
-    if _read_json(version_dir / VERIFIED) == state:
+    verified = _read_json(version_dir / VERIFIED) or {}
+    if verified.get(name) == state:
         return None
-    if file_sha256(db) != seal["sha256"]:
-        return "is damaged (checksum mismatch)"
+    if file_sha256(path) != seal["sha256"]:
+        where = "" if name == DATABASE else f" of {name}"
+        return f"is damaged (checksum mismatch{where})"
     # Remembered for the next open; a read-only version folder just hashes again.
     with contextlib.suppress(OSError):
-        _write_json_atomically(version_dir / VERIFIED, state)
+        _write_json_atomically(version_dir / VERIFIED, {**verified, name: state})
     return None
 
 

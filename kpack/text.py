@@ -10,7 +10,10 @@ import re
 import unicodedata
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    import Stemmer
 
 # A sentence ends at . ! or ? followed by space and something that starts a sentence
 # (a capital, a digit, a code span, a quote or a bracket): "e.g. foo" stays one sentence.
@@ -21,8 +24,12 @@ FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 
 LineRole = Literal["text", "open", "code", "close"]
 
-# A word: letters, digits and underscores, so an identifier (allow_private_hosts) is one word.
-WORD = re.compile(r"[a-z0-9_]+")
+# A word: word characters of any script (letters, digits, underscores), so "Zürich" and
+# "straße" are words and an identifier (allow_private_hosts) is one word.
+WORD = re.compile(r"\w+")
+# The Snowball stemmer every search term goes through (PyStemmer). English for every pack:
+# words of other languages still tokenize, fold and match as written (see :func:`stem`).
+STEMMER_LANGUAGE = "english"
 
 # A word of a name, as prose writes it: letters and digits, with inner apostrophes, hyphens,
 # dots or ampersands ("O'Brien", "mom-and-pop", "U.S", "AT&T").
@@ -137,25 +144,30 @@ def prose_lines(content: str) -> list[str]:
 
 
 def words(text: str) -> list[str]:
-    """The words of a text, lower-cased: letters, digits and underscores."""
-    return WORD.findall(text.lower())
+    """The words of a text (the one tokenizer of keyword search, the gate, the graph's terms,
+    the extractive answer and the quality filter): NFKC-normalised and case-folded ("Straße"
+    -> "strasse", "ﬁle" -> "file"), then runs of word characters of any script."""
+    return WORD.findall(unicodedata.normalize("NFKC", text).casefold())
 
 
 @lru_cache(maxsize=65536)
 def stem(word: str) -> str:
-    """A light suffix stripper, so "publishes", "published" and "publish" are one term (and
-    "page" and "pages")."""
-    if len(word) <= 3 or not word.isalpha():
+    """A word's search term: its Snowball stem (so "publishes", "published" and "publish"
+    meet, and "page" and "pages"), accents folded ("café" and "cafe" meet). A word with
+    digits or underscores is an identifier and stays as written (``allow_private_hosts``)."""
+    if len(word) > 3 and word.isalpha():
+        word = _stemmer().stemWord(word)
+    if word.isascii():
         return word
-    for suffix, replacement in (("sses", "ss"), ("ies", "y"), ("ss", "ss"), ("s", "")):
-        if word.endswith(suffix):
-            word = word[: len(word) - len(suffix)] + replacement
-            break
-    for suffix in ("ing", "ed"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            word = word[: -len(suffix)]
-            break
-    return word[:-1] if word.endswith("e") and len(word) > 3 else word
+    plain = unicodedata.normalize("NFKD", word)
+    return "".join(c for c in plain if not unicodedata.combining(c))
+
+
+@lru_cache(maxsize=1)
+def _stemmer() -> Stemmer.Stemmer:
+    import Stemmer
+
+    return Stemmer.Stemmer(STEMMER_LANGUAGE)
 
 
 def search_words(text: str) -> list[str]:

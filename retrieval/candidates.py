@@ -7,10 +7,11 @@ Every candidate is a passage (a Chunk) and keeps the scores and reasons each sta
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from kpack.contracts import chunk_id, section_of_chunk
-from retrieval.bm25 import keyword_index
 from retrieval.query import Candidate, Query, stage
 from retrieval.reader import PackReader
 
@@ -43,20 +44,17 @@ def nearest_passages(
     vector: np.ndarray,
     k: int,
     labels: tuple[str, ...] = ("Chunk", "Section"),
-    passage_similarity: np.ndarray | None = None,
 ) -> list[Candidate]:
     """The k nearest vectors per table as passages, best cosine similarity first.
 
     A section-level hit stands for the section's first chunk: the model embedded the section
     truncated to its first ~256 tokens, which is that chunk. Results stay passages (not one hit
     per section) because long sections matter: a Wikipedia article is one section of fifty
-    paragraphs, and the passage that answers is rarely its first. ``passage_similarity`` is
-    the vector's similarity with every passage, when the caller has it.
+    paragraphs, and the passage that answers is rarely its first.
     """
     found = []
     for label in labels:
-        known = passage_similarity if label == "Chunk" else None
-        nearest = reader.nearest(label, vector, k, known)
+        nearest = reader.nearest(label, vector, k)
         for rank, (node_id, similarity) in enumerate(nearest, start=1):
             if label == "Section":
                 section_id, passage_id = node_id, chunk_id(node_id, 0)
@@ -74,9 +72,9 @@ def nearest_passages(
 
 def keyword_passages(reader: PackReader, phrasing: str, k: int) -> list[Candidate]:
     """BM25 top-k passages for the words of a phrasing (none for a phrasing without words),
-    from the reader's in-memory keyword index (retrieval.bm25)."""
+    from the version's keyword index (retrieval.bm25)."""
     found = []
-    for rank, (row, score) in enumerate(keyword_index(reader).search(phrasing, k), start=1):
+    for rank, (row, score) in enumerate(reader.keywords.search(phrasing, k), start=1):
         passage_id = reader.chunk_ids[row]
         candidate = passage(reader, passage_id, section_of_chunk(passage_id), phrasing)
         if candidate:
@@ -86,20 +84,35 @@ def keyword_passages(reader: PackReader, phrasing: str, k: int) -> list[Candidat
     return found
 
 
+def rrf_scores(
+    rankings: Sequence[Sequence[str]], weights: Sequence[float] | None = None
+) -> dict[str, float]:
+    """Reciprocal rank fusion (k=60) of rankings of passage ids, each list's terms times its
+    weight (1 when none is given): passage id -> score, best first (ties in the order the
+    passages were first met)."""
+    scores: dict[str, float] = {}
+    for position, ranking in enumerate(rankings):
+        weight = weights[position] if weights else 1.0
+        for rank, passage_id in enumerate(ranking, start=1):
+            scores[passage_id] = scores.get(passage_id, 0.0) + weight / (RRF_K + rank)
+    return dict(sorted(scores.items(), key=lambda item: -item[1]))
+
+
 def reciprocal_rank_fusion(
     *rankings: list[Candidate], weights: list[float] | None = None
 ) -> list[Candidate]:
-    """RRF (k=60), each list's terms times its weight (1 when none is given); a passage found
-    by several lists keeps the best scores and every reason."""
+    """:func:`rrf_scores` of candidate lists; a passage found by several lists keeps the best
+    scores and every reason."""
     merged: dict[str, Candidate] = {}
-    for position, ranking in enumerate(rankings):
-        weight = weights[position] if weights else 1.0
-        for rank, candidate in enumerate(ranking, start=1):
+    for ranking in rankings:
+        for candidate in ranking:
             kept = merged.setdefault(candidate.passage_id, candidate)
-            kept.rrf = (kept.rrf or 0.0) + weight / (RRF_K + rank)
             if candidate is not kept:
                 _absorb(kept, candidate)
-    return sorted(merged.values(), key=lambda c: -(c.rrf or 0.0))
+    scores = rrf_scores([[c.passage_id for c in ranking] for ranking in rankings], weights)
+    for passage_id, score in scores.items():
+        merged[passage_id].rrf = score
+    return [merged[passage_id] for passage_id in scores]
 
 
 def deduplicate(candidates: list[Candidate]) -> list[Candidate]:
@@ -136,16 +149,9 @@ def embed_question(query: Query) -> None:
 @stage("vector_search", "retrieve")
 def vector_search(query: Query) -> None:
     assert query.vectors is not None, "embed_question must run before vector_search"
-    for number, (phrasing, vector) in enumerate(zip(query.phrasings, query.vectors, strict=True)):
-        # The question's own similarities are kept for the graph stages (Query caches them).
-        known = query.passage_similarity if number == 0 else None
+    for phrasing, vector in zip(query.phrasings, query.vectors, strict=True):
         query.rankings.append(
-            (
-                "vector",
-                nearest_passages(
-                    query.reader, phrasing, vector, query.depth, passage_similarity=known
-                ),
-            )
+            ("vector", nearest_passages(query.reader, phrasing, vector, query.depth))
         )
 
 
@@ -173,9 +179,7 @@ def fuse(query: Query) -> None:
             if candidate.similarity is None:
                 row = query.reader.chunk_row.get(candidate.passage_id)
                 candidate.similarity = (
-                    float(query.reader.chunk_vectors[row] @ query.vector)
-                    if row is not None
-                    else 0.0
+                    float(query.passage_similarity(row)[0]) if row is not None else 0.0
                 )
                 candidate.reasons.append(
                     f"similarity {candidate.similarity:.3f} from its stored vector"

@@ -36,7 +36,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
-from kpack.text import prose_lines, split_sentences, stem
+from kpack.text import prose_lines, split_sentences, stem, words
 from retrieval.quality import terms
 from retrieval.query import ContextSection
 
@@ -77,7 +77,6 @@ NAVIGATION_LINKS = 3
 # A name in a question: a capitalised word that does not start it ("Neo4j", "Windows"), but
 # not a short abbreviation ("TV", "QB"), which has its spelled-out paraphrase.
 NAME = re.compile(r"(?<=\s)(?![A-Z]{1,3}s?\b)[A-Z][A-Za-z0-9]*")
-WORD = re.compile(r"[a-z0-9]+")
 
 
 @dataclass(frozen=True)
@@ -125,7 +124,7 @@ def sentences_of(text: str) -> tuple[str, ...]:
 @lru_cache(maxsize=16384)
 def word_stems(text: str) -> frozenset[str]:
     """Every word of a text (stop words too), stemmed: what a name is looked up in."""
-    return frozenset(map(stem, set(WORD.findall(text.lower()))))
+    return frozenset(map(stem, set(words(text))))
 
 
 def missing_names(question: str, passages: list[ContextSection]) -> list[str]:

@@ -16,8 +16,6 @@ import numpy as np
 from retrieval.query import Query
 from retrieval.reader import PackReader
 
-POOL_CACHE_KEY = "few_shot_vectors"
-
 
 def normalize_question(text: str) -> str:
     return " ".join(text.lower().split()).rstrip("?!. ")
@@ -31,14 +29,6 @@ class FewShotManager:
     def __init__(self, num_examples: int = 3) -> None:
         self.num_examples = num_examples
 
-    @staticmethod
-    def _vectors(reader: PackReader) -> np.ndarray:
-        vectors = reader.cache.get(POOL_CACHE_KEY)
-        if vectors is None:
-            vectors = reader.embed([e["question"] for e in reader.examples])
-            reader.cache[POOL_CACHE_KEY] = vectors
-        return vectors  # type: ignore[return-value]
-
     def get_examples(
         self,
         reader: PackReader,
@@ -49,7 +39,7 @@ class FewShotManager:
         if not reader.examples or self.num_examples <= 0:
             return []
         asked = normalize_question(question)
-        order = np.argsort(-(self._vectors(reader) @ question_vector))
+        order = np.argsort(-(reader.example_vectors @ question_vector))
         chosen = []
         for index in order:
             example = reader.examples[index]

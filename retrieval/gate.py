@@ -17,15 +17,13 @@ close it came ("'ingress' appears in no passage of this pack; ...").
 from __future__ import annotations
 
 from kpack.gate import COVERAGE_PASSAGES, Vocabulary, coverage
-from retrieval.bm25 import keyword_index
 from retrieval.query import GATED, NOTHING_FOUND, Query
 from retrieval.reader import PackReader
 
 
 def pack_vocabulary(reader: PackReader) -> Vocabulary:
     """The version's passage frequency of every search term: its keyword index's."""
-    index = keyword_index(reader)
-    return Vocabulary(index.passages, index.frequency)
+    return Vocabulary(reader.keywords.passages, reader.keywords.frequency)
 
 
 class ConfidenceGate:

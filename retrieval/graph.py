@@ -23,16 +23,16 @@ The method and its constants were chosen on the shared benchmarks, never per que
 HotpotQA (multi-hop), SQuAD and the demo pack (single-hop), where seeding PageRank with
 generic entities or with the first-hop hits at full weight, or bridging through entities that
 are not titles, cost single-hop hit@5. Every candidate a graph stage
-brings in or moves says which path did it ("via entity 'X' from passage Y"). The graph is
-built once per pack version, on the first query that needs it, from the tables of the pack
-(MENTIONS, LINKS_TO, ENTITY_RELATION); a pack built before MENTIONS existed has none, and the
-stages then leave the ranking as it is and say so in the trace.
+brings in or moves says which path did it ("via entity 'X' from passage Y"). The graph
+(MENTIONS, LINKS_TO, ENTITY_RELATION) is written by the build as CSR arrays
+(kpack.indexes) and mapped on the first query that needs it; PageRank walks only the seeds'
+neighbourhood (kpack.graph.walk_nodes).
 """
 
 from __future__ import annotations
 
 import math
-import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,115 +40,80 @@ import numpy as np
 from kpack.contracts import section_of_chunk
 from kpack.graph import (
     EntityGraph,
-    build_entity_graph,
     linked_entities,
     personalized_pagerank,
     second_hop,
     strongest_path,
 )
-from kpack.text import normalize_entity
-from retrieval.candidates import RRF_K, passage
-from retrieval.quality import terms
+from kpack.indexes import GRAPH_INDPTR, best_rows, load_entity_graph
+from kpack.packs import INDEX_DIR
+from kpack.text import search_terms
+from retrieval.bm25 import KeywordIndex
+from retrieval.candidates import passage, rrf_scores
 from retrieval.query import Candidate, Query
-from retrieval.reader import PackReader, best_rows
+from retrieval.reader import PackReader
 
-CACHE_KEY = "entity_graph"
 NO_GRAPH = "this pack version has no entity graph (built before MENTIONS): rebuild it to use it"
 # The method's constants (chosen on the shared benchmarks, not per pack).
 SPECIFIC_ENTITY_PASSAGES = 5  # a question entity more passages name seeds nothing
 SEED_PASSAGES = 3  # first-hop hits that seed PageRank, weighted 1/rank ...
 PASSAGE_SEED_WEIGHT = 0.05  # ... times this (HippoRAG 2's passage node weight)
-RELATION_WEIGHT = 0.5  # an ENTITY_RELATION edge, against 1 for a mention
 RESIDUAL_WEIGHT = 0.5  # a bridge's share of the question's terms its passage lacks
-
-_build_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
 class GraphIndex:
     """What the graph stages read, per pack version: the graph (passage node i is row i of the
-    reader's chunk vectors) and each passage's content terms with their idf."""
+    reader's chunk vectors, kpack.indexes.load_entity_graph) and the version's keyword index,
+    whose postings and passage frequencies (kpack.text's one analyzer) say which passage holds
+    which of a question's terms and how rare each is."""
 
     graph: EntityGraph
-    node_of: dict[str, int]  # passage id -> passage node
-    terms: tuple[frozenset[str], ...]
-    idf: dict[str, float]
-    postings: dict[str, np.ndarray]  # term -> the passage nodes that hold it, ascending
+    node_of: Mapping[str, int]  # passage id -> passage node
+    keywords: KeywordIndex
+    reader: PackReader
+
+    def terms(self, node: int) -> frozenset[str]:
+        """The search terms of a passage node: its heading path and its text."""
+        passage_id = self.graph.passages[node]
+        heading = self.reader.sections[section_of_chunk(passage_id)].heading
+        return frozenset(search_terms(f"{heading}\n{self.reader.chunk_text[passage_id]}"))
+
+    def idf(self, term: str) -> float:
+        held = self.keywords.frequency.get(term, 0)
+        return math.log((self.keywords.passages + 1) / (held + 0.5)) if held else 0.0
 
     def weight(self, words: frozenset[str]) -> float:
-        return sum(self.idf.get(w, 0.0) for w in words)
+        return sum(self.idf(w) for w in words)
 
     def share(self, words: frozenset[str], passages: np.ndarray) -> np.ndarray:
         """Per passage node, the idf-weighted share of ``words`` it holds (0 without words)."""
         held = np.zeros(len(passages))
         for word in words:
-            holders = self.postings.get(word)
-            if holders is not None:
+            holders, _ = self.keywords.postings(word)
+            if len(holders):
                 at = np.minimum(np.searchsorted(holders, passages), len(holders) - 1)
-                held += self.idf[word] * (holders[at] == passages)
+                held += self.idf(word) * (holders[at] == passages)
         total = self.weight(words)
         return held / total if total else held
 
 
-def graph_index(reader: PackReader) -> GraphIndex | None:
-    """The reader's GraphIndex, built on first use; None for a pack without MENTIONS."""
-    if CACHE_KEY not in reader.cache:
-        with _build_lock:
-            if CACHE_KEY not in reader.cache:
-                reader.cache[CACHE_KEY] = _build_index(reader)
-    index = reader.cache[CACHE_KEY]
-    return index if isinstance(index, GraphIndex) else None
-
-
-def _build_index(reader: PackReader) -> GraphIndex | None:
-    try:
-        mentions = reader.query(
-            "MATCH (c:Chunk)-[:MENTIONS]->(e:Entity) RETURN c.chunk_id, e.entity_id"
-        )
-    except RuntimeError:  # Kuzu: the table does not exist in a pack built before it did
+def load_graph_index(reader: PackReader) -> GraphIndex | None:
+    """The version's GraphIndex (PackReader.graph holds it); None for a pack without one."""
+    folder = reader.version_dir / INDEX_DIR
+    if not (folder / GRAPH_INDPTR).is_file():
         return None
-    entities = reader.query("MATCH (e:Entity) RETURN e.entity_id, e.name ORDER BY e.entity_id")
-    links = reader.query("MATCH (a:Article)-[:LINKS_TO]->(b:Article) RETURN a.url, b.url")
-    relations = reader.query(
-        "MATCH (a:Entity)-[:ENTITY_RELATION]->(b:Entity) RETURN a.entity_id, b.entity_id"
-    )
-    passages = [
-        (chunk, reader.sections[section_of_chunk(chunk)].article_url) for chunk in reader.chunk_row
-    ]
-    graph = build_entity_graph(
-        passages,
-        [(key, name) for key, name in entities],
-        [(chunk, key) for chunk, key in mentions],
-        titles={url: normalize_entity(a.title or "") for url, a in reader.articles.items()},
-        links=[(a, b) for a, b in links],
-        relations=[(a, b) for a, b in relations],
-        relation_weight=RELATION_WEIGHT,
-    )
-    passage_terms = tuple(
-        terms(f"{reader.sections[section_of_chunk(chunk)].heading}\n{reader.chunk_text[chunk]}")
-        for chunk in reader.chunk_row
-    )
-    holders: dict[str, list[int]] = {}
-    for node, words in enumerate(passage_terms):
-        for word in words:
-            holders.setdefault(word, []).append(node)
-    total = len(passage_terms)
     return GraphIndex(
-        graph=graph,
+        graph=load_entity_graph(folder, reader.chunk_ids),
         node_of=reader.chunk_row,  # passage nodes are numbered as the reader's chunk rows
-        terms=passage_terms,
-        idf={word: math.log((total + 1) / (len(n) + 0.5)) for word, n in holders.items()},
-        postings={word: np.array(nodes, dtype=np.int64) for word, nodes in holders.items()},
+        keywords=reader.keywords,
+        reader=reader,
     )
 
 
 def _first_hop(query: Query) -> list[str]:
     """Passage ids of the retrieval lists so far, by reciprocal rank fusion."""
-    scores: dict[str, float] = {}
-    for _, hits in query.rankings:
-        for rank, hit in enumerate(hits, start=1):
-            scores[hit.passage_id] = scores.get(hit.passage_id, 0.0) + 1.0 / (RRF_K + rank)
-    return sorted(scores, key=lambda p: -scores[p])
+    return list(rrf_scores([[hit.passage_id for hit in hits] for _, hits in query.rankings]))
 
 
 def _label(query: Query, graph: EntityGraph, node: int) -> str:
@@ -167,7 +132,7 @@ class GraphRetriever:
     def __call__(self, query: Query) -> None:
         if query.settings.graph_weight <= 0:
             return
-        index = graph_index(query.reader)
+        index = query.reader.graph
         if index is None:
             query.notes["graph"] = NO_GRAPH
             return
@@ -190,7 +155,7 @@ class GraphRetriever:
         reached = np.flatnonzero(scores[: len(graph.passages)] > 0)
         if not len(reached):
             return
-        similarity = query.passage_similarity[reached]
+        similarity = query.passage_similarity(reached)
         ranking = scores[reached] * np.clip(similarity, 0.0, None)
         order = best_rows(ranking, query.depth)  # best first, ties by passage
         found = []
@@ -238,11 +203,11 @@ class SecondHop:
     name, phase, toggle = "graph_second_hop", "rank", "enable_graph"
 
     def __call__(self, query: Query) -> None:
-        index = graph_index(query.reader)
+        index = query.reader.graph
         if index is None:
             query.notes["graph"] = NO_GRAPH
             return
-        asked = terms(query.text)
+        asked = frozenset(search_terms(query.text))
         ranked: list[Candidate] = []
         placed: set[str] = set()
         waiting = {c.passage_id: c for c in query.candidates}
@@ -265,7 +230,7 @@ class SecondHop:
                 moved = passage(query.reader, passage_id, section_of_chunk(passage_id), query.text)
                 if moved is None:
                     continue
-                moved.similarity = float(query.passage_similarity[other])
+                moved.similarity = float(query.passage_similarity(other)[0])
                 query.considered.append(moved)
             # It ranks right after the passage it bridges from, so it shares its scores.
             moved.rrf, moved.fused, moved.combined = (
@@ -291,8 +256,8 @@ class SecondHop:
         rows, through = bridges.passages[open_], bridges.entities[open_]
         if not len(rows):
             return None
-        score = query.passage_similarity[rows] + RESIDUAL_WEIGHT * index.share(
-            asked - index.terms[node], rows
+        score = query.passage_similarity(rows) + RESIDUAL_WEIGHT * index.share(
+            asked - index.terms(node), rows
         )
         at = int(np.lexsort((np.arange(len(rows)), -score))[0])  # best, the first on a tie
         if score[at] < query.settings.graph_bridge_threshold:

@@ -22,14 +22,13 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
-from functools import cached_property
 from typing import TYPE_CHECKING, Literal, Protocol
+
+import numpy as np
 
 from kpack.errors import PackError
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from kpack.config import QueryConfig
     from kpack.gate import GateThreshold
     from kpack.llm import ClaudeClient
@@ -200,11 +199,10 @@ class Query:
         assert self.vectors is not None, "the embed stage has not run"
         return self.vectors[0]
 
-    @cached_property
-    def passage_similarity(self) -> np.ndarray:
-        """The question's cosine similarity with every passage (row of the reader's chunk
-        vectors), computed once for the stages that rank many passages."""
-        return self.reader.similarities("Chunk", self.vector)
+    def passage_similarity(self, rows: np.ndarray | int) -> np.ndarray:
+        """The question's cosine similarity with the passages at ``rows`` of the reader's
+        chunk vectors: only the rows a stage ranks, never every passage of the pack."""
+        return self.reader.similarities("Chunk", self.vector, np.atleast_1d(rows))
 
     @property
     def fell_back(self) -> bool:

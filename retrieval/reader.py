@@ -3,14 +3,14 @@
 A reader owns everything a query needs from one version: its manifest, its settings (the
 ``config`` its manifest records, so a query never mixes the version with a later edit of
 ``kg_config.json``), the few-shot pool (read once when the reader opens), the read-only Kuzu
-database (opened through kpack.graphdb, after kpack.store.verify_version passed: Kuzu crashes
-the process on some damaged files instead of raising) and the tables every query reads (articles,
-sections and their vectors, chunk texts and vectors, links, entities, facts), held in memory so
-a query needs no database call: nearest vectors are found by an exact scan of the vectors held
-(:meth:`PackReader.nearest`; about 2.5 ms for 10,000 vectors on one thread, where Kuzu's HNSW
-index took 10 ms and returned approximate neighbours), keyword search by BM25 over the chunk
-texts (retrieval.bm25). Kuzu serves the tables when the reader opens, the entity graph
-(retrieval.graph) and related articles.
+database (opened through kpack.graphdb on the first Cypher statement only, after
+kpack.store.verify_version passed: Kuzu crashes the process on some damaged files instead of
+raising) and the version's retrieval indexes (kpack.indexes: articles, sections, chunk texts,
+vectors, keyword postings, links, entities, facts and the entity graph), memory-mapped when
+the reader opens, so opening reads no table row by row and a query reads only the rows it
+ranks: nearest vectors by an exact scan of the mapped vectors, or through the version's HNSW
+index above the ANN crossover (:meth:`PackReader.nearest`), keyword search by BM25 over the
+mapped postings (retrieval.bm25). Kuzu serves related articles and ``reader.query``.
 
 The process keeps at most one reader per pack: the reader of its current version. When a
 newer version is published, the next :func:`checkout` of that pack opens it, warms it (the
@@ -40,22 +40,27 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pyarrow as pa
 
 from kpack import settings as kpack_settings
 from kpack.errors import PackError, PackNotReady
-from kpack.packs import current_version, pack_dir
+from kpack.indexes import nearest_rows
+from kpack.packs import INDEX_DIR, current_version, pack_dir
 
 if TYPE_CHECKING:
     import kuzu
 
     from kpack.config import PackConfig
+    from retrieval.bm25 import KeywordIndex
+    from retrieval.graph import GraphIndex
 
 log = logging.getLogger(__name__)
 
@@ -82,15 +87,6 @@ class SectionInfo:
     title: str
     content: str
     word_count: int
-
-
-def best_rows(scores: np.ndarray, k: int, rows: np.ndarray | None = None) -> np.ndarray:
-    """The ``k`` rows (of ``rows``, default all) with the highest ``scores``, best first, ties
-    by row: a partial sort, so ranking a few of thousands costs little."""
-    rows = np.arange(len(scores)) if rows is None else rows
-    if len(rows) > k:
-        rows = rows[np.argpartition(-scores[rows], k - 1)[:k]]
-    return rows[np.lexsort((rows, -scores[rows]))]
 
 
 def reader_threads() -> int:
@@ -171,7 +167,8 @@ def load_examples(folder: Path) -> list[dict]:
 
 
 class PackReader:
-    """One open published version: manifest, settings, database, in-memory tables, caches."""
+    """One open published version: manifest, settings, its mapped indexes (kpack.indexes)
+    and, on first use, the database, the entity graph and the few-shot vectors."""
 
     def __init__(self, folder: Path, version_dir: Path) -> None:
         self.folder = folder
@@ -181,17 +178,6 @@ class PackReader:
         self.manifest = self._read_manifest()
         self.config = self._read_config()
         self.examples = load_examples(folder)
-        self.articles: dict[str, Article] = {}
-        self.sections: dict[str, SectionInfo] = {}
-        self.section_ids: list[str] = []
-        self.sections_of: dict[str, list[int]] = {}
-        self.chunk_text: dict[str, str] = {}
-        self.chunk_row: dict[str, int] = {}  # chunk_id -> row of chunk_vectors
-        self.chunk_ids: list[str] = []  # row of chunk_vectors -> chunk_id
-        self.neighbors: dict[str, list[str]] = {}  # LINKS_TO, both directions
-        self.article_entities: dict[str, list[dict]] = {}  # most mentioned first
-        self.section_facts: dict[str, list[str]] = {}
-        self.cache: dict[str, object] = {}  # per-version results of stages (few-shot vectors)
         self._lock = threading.RLock()  # one Kuzu statement at a time; guards the state below
         self._statements = 0
         self._users = 0
@@ -199,13 +185,14 @@ class PackReader:
         self.closed = False
         self._db: kuzu.Database | None = None
         self._conn: kuzu.Connection | None = None
+        from kpack.store import verify_version  # pydantic: not for `import retrieval`
         from retrieval.encoder import use_blas_threads
 
         use_blas_threads(self.threads)
         try:
-            self._open_database()
-            self._read_tables()
-        except (OSError, RuntimeError, KeyError, ValueError) as exc:
+            verify_version(version_dir)
+            self._map_indexes()
+        except (OSError, RuntimeError, KeyError, ValueError, pa.ArrowException) as exc:
             self.close()
             if isinstance(exc, PackNotReady):
                 raise
@@ -255,7 +242,48 @@ class PackReader:
                 f"`kpack build {self.name}`"
             ) from exc
 
+    def _map_indexes(self) -> None:
+        """Map the version's index files (kpack.indexes): nothing is read row by row, and
+        the pages are shared with every other process reading this version."""
+        from kpack import indexes as ix
+        from retrieval.bm25 import KeywordIndex
+
+        folder = self.version_dir / INDEX_DIR
+        articles = ix.load_table(folder, ix.ARTICLES)
+        sections = ix.load_table(folder, ix.SECTIONS)
+        chunks = ix.load_table(folder, ix.CHUNKS)
+        self.articles: Mapping[str, Article] = ix.RowMap(articles, Article)
+        self.sections: Mapping[str, SectionInfo] = ix.RowMap(sections, SectionInfo)
+        self.section_ids: Sequence[str] = ix.Column(sections["section_id"])
+        self.sections_of: Mapping[str, list[int]] = ix.RowsOf(
+            ix.SortedKeys(sections["article_url"], ix.load_array(folder, ix.SECTIONS_BY_ARTICLE))
+        )
+        self.chunk_ids: Sequence[str] = ix.Column(chunks["chunk_id"])  # row -> chunk id
+        self.chunk_row: Mapping[str, int] = ix.RowOf(ix.SortedKeys(chunks["chunk_id"]))
+        self.chunk_text: Mapping[str, str] = ix.RowMap(chunks, lambda _, content: content)
+        self.neighbors: Mapping[str, list[str]] = ix.Neighbours(  # LINKS_TO, both directions
+            ix.SortedKeys(articles["url"]),
+            ix.load_array(folder, ix.LINK_OFFSETS),
+            ix.load_array(folder, ix.LINK_TARGETS),
+        )
+        self.article_entities: Mapping[str, list[dict]] = ix.GroupMap(  # most mentioned first
+            ix.load_table(folder, ix.ARTICLE_ENTITIES),
+            lambda name, kind, description: {
+                "name": name,
+                "type": kind,
+                "description": description,
+            },
+        )
+        self.section_facts: Mapping[str, list[str]] = ix.GroupMap(
+            ix.load_table(folder, ix.FACTS), lambda content: content
+        )
+        self.chunk_vectors = ix.load_array(folder, ix.CHUNK_VECTORS)
+        self.section_vectors = ix.load_array(folder, ix.SECTION_VECTORS)
+        self.ann = ix.load_ann(folder)
+        self.keywords: KeywordIndex = KeywordIndex.load(folder)
+
     def _open_database(self) -> None:
+        """Kuzu, opened on the first statement only: no query stage needs it."""
         from kpack.graphdb import connect
         from kpack.store import verify_version
 
@@ -287,54 +315,21 @@ class PackReader:
         self._open_database()
         self._statements = 0
 
-    def _read_tables(self) -> None:
-        for url, title, category, rank in self.query(
-            "MATCH (a:Article) RETURN a.url, a.title, a.category, a.pagerank"
-        ):
-            self.articles[url] = Article(url, title, category, rank or 0.0)
-        dim = int(self.manifest["embedding"].get("dimension") or 0)
-        rows = self.query(
-            "MATCH (s:Section) RETURN s.section_id, s.article_url, s.heading_path, s.title, "
-            "s.content, s.word_count, s.embedding ORDER BY s.section_id"
-        )
-        vectors = []
-        for index, (sid, url, heading, title, content, words, vector) in enumerate(rows):
-            self.sections[sid] = SectionInfo(sid, url, heading, title, content, words)
-            self.section_ids.append(sid)
-            self.sections_of.setdefault(url, []).append(index)
-            vectors.append(vector)
-        self.section_vectors = np.asarray(vectors, dtype=np.float32).reshape(len(vectors), dim)
-        chunk_vectors = []
-        for row, (chunk_id, content, vector) in enumerate(
-            self.query(
-                "MATCH (c:Chunk) RETURN c.chunk_id, c.content, c.embedding ORDER BY c.chunk_id"
-            )
-        ):
-            self.chunk_text[chunk_id] = content
-            self.chunk_row[chunk_id] = row
-            self.chunk_ids.append(chunk_id)
-            chunk_vectors.append(vector)
-        self.chunk_vectors = np.asarray(chunk_vectors, dtype=np.float32).reshape(
-            len(chunk_vectors), dim
-        )
-        for source, target in self.query(
-            "MATCH (a:Article)-[:LINKS_TO]->(b:Article) RETURN a.url, b.url"
-        ):
-            self.neighbors.setdefault(source, []).append(target)
-            self.neighbors.setdefault(target, []).append(source)
-        for url, name, kind, description in self.query(
-            "MATCH (a:Article)-[:HAS_ENTITY]->(e:Entity) WHERE e.type <> 'topic' "
-            "RETURN a.url, e.name, e.type, e.description ORDER BY e.mention_count DESC, e.name"
-        ):
-            self.article_entities.setdefault(url, []).append(
-                {"name": name, "type": kind, "description": description}
-            )
-        for section_id, content in self.query(
-            "MATCH (f:Fact) RETURN f.section_id, f.content ORDER BY f.fact_id"
-        ):
-            self.section_facts.setdefault(section_id, []).append(content)
-
     # -- reading ---------------------------------------------------------------------------
+
+    @cached_property
+    def graph(self) -> GraphIndex | None:
+        """The entity-passage graph the graph stages walk (retrieval.graph), loaded on first
+        use; None for a version built without one."""
+        from retrieval.graph import load_graph_index
+
+        return load_graph_index(self)
+
+    @cached_property
+    def example_vectors(self) -> np.ndarray:
+        """Vectors of the few-shot pool's questions (retrieval.fewshot), embedded on first use:
+        an answer without an LLM uses no examples and embeds nothing."""
+        return self.embed([example["question"] for example in self.examples])
 
     @property
     def model_name(self) -> str:
@@ -360,27 +355,32 @@ class PackReader:
         vectors = self.chunk_vectors if label == "Chunk" else self.section_vectors
         return (vectors if rows is None else vectors[rows]) @ vector
 
-    def nearest(
-        self, label: str, vector: np.ndarray, k: int, similarity: np.ndarray | None = None
-    ) -> list[tuple[str, float]]:
+    def nearest(self, label: str, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
         """The ``k`` nodes of a table ("Chunk" or "Section") nearest a unit ``vector``: (id,
-        cosine similarity), best first, ties by table order; ``similarity`` is the vector's
-        with every row, when the caller has it already. Exact, unlike the HNSW indexes of the
-        pack (which remain for Cypher users)."""
-        if similarity is None:
-            similarity = self.similarities(label, vector)
-        ids = self.chunk_ids if label == "Chunk" else self.section_ids
-        return [(ids[row], float(similarity[row])) for row in best_rows(similarity, k)]
+        cosine similarity), best first, ties by table order.
+
+        Chunks of a pack with an ANN index are searched there, and the candidates re-scored
+        exactly; otherwise (small packs, and sections) by an exact scan
+        (kpack.indexes.nearest_rows), on the reader's BLAS threads (set when it opened)."""
+        ids, vectors = (
+            (self.chunk_ids, self.chunk_vectors)
+            if label == "Chunk"
+            else (self.section_ids, self.section_vectors)
+        )
+        rows, similarity = nearest_rows(vectors, vector, k, self.ann if label == "Chunk" else None)
+        return [(ids[int(row)], float(s)) for row, s in zip(rows, similarity, strict=True)]
 
     def query(self, cypher: str, params: dict | None = None) -> list[list]:
         """Run one read statement (threads of a process share the connection, one at a time)."""
         with self._lock:
-            if self.closed or self._conn is None:
+            if self.closed:
                 raise PackNotReady(
                     f"pack {self.name!r} version {self.version_dir.name} was replaced by a newer "
                     "version and closed; ask again to query the current one"
                 )
-            if self._statements >= RECYCLE_AFTER_QUERIES:
+            if self._conn is None:
+                self._open_database()
+            elif self._statements >= RECYCLE_AFTER_QUERIES:
                 self._recycle_connection()
             self._statements += 1
             return self._conn.execute(cypher, params or {}).get_all()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from retrieval.bm25 import K1, B, KeywordIndex
+from kpack.indexes import K1, B
+from retrieval.bm25 import KeywordIndex
 
 PASSAGES = [
     "Set allow_private_hosts to fetch pages from a private network.",

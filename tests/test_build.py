@@ -85,21 +85,15 @@ def test_build_publishes_a_queryable_graph(built, site):
         assert all(0.0 <= r <= 1.0 for r in ranks.values())
         assert max(ranks, key=ranks.get) == site.url("/docs/index.html")
 
+        # The retrieval indexes the build wrote beside the database (kpack.indexes).
         question = encode(
             load_model("default"), ["Which variable sets where the sprocket cache lives?"]
         )[0]
-        hits = query(
-            conn,
-            "CALL QUERY_VECTOR_INDEX('Chunk', 'chunk_embedding_idx', $v, 3) "
-            "RETURN node.content ORDER BY distance",
-            {"v": question.tolist()},
-        )
-        assert "WIDGET_HOME" in hits[0][0]
-        fts = query(
-            conn,
-            "CALL QUERY_FTS_INDEX('Section', 'section_text_idx', 'gasket flanges') RETURN node.content",
-        )
-        assert fts and "gasket" in fts[0][0]
+        with retrieval.reading(folder) as reader:
+            (nearest, _), *_ = reader.nearest("Chunk", question, 3)
+            assert "WIDGET_HOME" in reader.chunk_text[nearest]
+            (row, _), *_ = reader.keywords.search("gasket flanges", 3)
+            assert "gasket" in reader.chunk_text[reader.chunk_ids[row]]
 
         entities = {n for (n,) in query(conn, "MATCH (e:Entity) RETURN e.name")}
         assert {"widget.frob", "SprocketValidator", "Sprocket Registry"} <= entities

@@ -140,7 +140,9 @@ def test_rollback_leaves_a_damaged_current_version(pack_copy):
 def test_the_full_hash_runs_once_per_file_state(pack_copy):
     version = current_db(pack_copy).parent
     marker = version / VERIFIED
-    assert json.loads(marker.read_text())["sha256"]  # written at publish: no hash on first open
+    assert json.loads(marker.read_text())["pack.db"][
+        "sha256"
+    ]  # written at publish: no hash on first open
     marker.unlink()
     verify_version(version)  # hashes, then remembers
     remembered = json.loads(marker.read_text())
@@ -149,7 +151,7 @@ def test_the_full_hash_runs_once_per_file_state(pack_copy):
     shutil.copy2(db, version / "pack.db.copy")
     os.replace(version / "pack.db.copy", db)
     verify_version(version)
-    assert json.loads(marker.read_text())["inode"] != remembered["inode"]
+    assert json.loads(marker.read_text())["pack.db"]["inode"] != remembered["pack.db"]["inode"]
 
 
 @pytest.fixture
@@ -199,3 +201,36 @@ def test_a_full_disk_fails_the_build_cleanly_and_keeps_the_published_pack(
     filler.unlink()  # space again: the next build recovers, no --force, nothing to delete
     again = build(tmp_path, "full")
     assert again.success and again.outcome == "unchanged"
+
+
+def index_file(root: Path, name: str) -> Path:
+    return current_db(root).parent / "indexes" / name
+
+
+@pytest.mark.parametrize(
+    ("name", "damage", "problem"),
+    [
+        (
+            "chunk_vectors.npy",
+            lambda path: overwrite_bytes(path, path.stat().st_size // 2, 64),
+            "is damaged (checksum mismatch of indexes/chunk_vectors.npy)",
+        ),
+        (
+            "keyword_rows.npy",
+            lambda path: os.truncate(path, 10),
+            "is damaged (indexes/keyword_rows.npy is 10 bytes,",
+        ),
+        ("chunks.arrow", os.unlink, "has no indexes/chunks.arrow"),
+    ],
+)
+def test_a_damaged_or_missing_index_file_is_refused_like_a_damaged_database(
+    pack_copy, name, damage, problem
+):
+    damage(index_file(pack_copy, name))
+    with pytest.raises(PackNotReady) as refused:
+        verify_version(current_db(pack_copy).parent)
+    assert f"pack 'widgets' version v0002 {problem}" in str(refused.value)
+    assert str(refused.value).endswith(REBUILD)
+    done = kpack(pack_copy, "search", "widgets", QUESTION)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert problem in " ".join(done.stderr.split()) and "Traceback" not in done.stderr

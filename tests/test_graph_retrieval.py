@@ -16,7 +16,6 @@ from cli.main import main
 from kpack.config import load_config
 from kpack.contracts import section_of_chunk
 from kpack.graph import linked_entities, personalized_pagerank, second_hop
-from retrieval.graph import graph_index
 from retrieval.reader import reading
 from tests.conftest import build, write_pack
 
@@ -90,7 +89,7 @@ def test_the_pack_records_which_passage_mentions_which_entity(pack):
                 "MATCH (c:Chunk)-[:MENTIONS]->(e:Entity) RETURN c.section_id, e.entity_id"
             )
         }
-        index = graph_index(reader)
+        index = reader.graph
     assert index is not None
     # A name in the text, and the pack's own titles: its own, and another page's it names.
     assert ("Zorblax Industries", "mirela quandt") in mentions
@@ -106,7 +105,7 @@ def test_the_pack_records_which_passage_mentions_which_entity(pack):
 
 def test_personalized_pagerank_reaches_the_founder_through_her_name(pack):
     with reading(pack) as reader:
-        graph = graph_index(reader).graph
+        graph = reader.graph.graph
         company = passage_of(reader, graph, "Zorblax Industries")
         scores = personalized_pagerank(graph, {company: 1.0}, damping=0.5)
         founder = passage_of(reader, graph, "Mirela Quandt")

@@ -19,7 +19,7 @@ from kpack.gate import FROM_MODEL, model_threshold
 from kpack.packs import PackError
 from retrieval import reader as reader_module
 from retrieval.agent import KnowledgeGraphAgent
-from retrieval.fewshot import POOL_CACHE_KEY, FewShotManager
+from retrieval.fewshot import FewShotManager
 from retrieval.multidoc import MultiDocSynthesizer
 from retrieval.profiles import PROFILES
 from retrieval.quality import quality_score
@@ -212,7 +212,7 @@ def test_few_shot_examples_are_not_embedded_when_no_llm_writes_the_answer(pack, 
     retrieval.close_all()
     result = retrieval.query(pack, IN_DOMAIN)
     with retrieval.reading(pack) as reader:
-        assert POOL_CACHE_KEY not in reader.cache
+        assert "example_vectors" not in vars(reader)  # never embedded
     assert result["trace"]["few_shot_questions"] == []
     assert result["answer"] and "few_shot" in result["timings_ms"]
 

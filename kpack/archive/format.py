@@ -25,7 +25,8 @@ import tarfile
 from pathlib import Path, PurePosixPath
 
 from kpack.errors import PackError
-from kpack.packs import PUBLISHED_FILES, validate_pack_name
+from kpack.indexes import INDEX_FILES
+from kpack.packs import INDEX_DIR, PUBLISHED_FILES, validate_pack_name
 
 ARCHIVE_FORMAT = 1
 ARCHIVE_MANIFEST = "kpack-archive.json"
@@ -33,21 +34,26 @@ SUFFIX = ".kpack"
 # The files of the published version (installed into .versions/vN); articles.json (url ->
 # content hash, what the next build compares with) travels when the version has one ...
 VERSION_FILES = PUBLISHED_FILES
-VERSION_MEMBERS = (*VERSION_FILES, "articles.json")
+# ... as do its retrieval indexes (kpack.indexes), sealed in its manifest like pack.db ...
+VERSION_MEMBERS = (
+    *VERSION_FILES,
+    "articles.json",
+    *(f"{INDEX_DIR}/{name}" for name in INDEX_FILES),
+)
 # ... and the user's files of the pack folder that travel with it: the query side reads
 # kg_config.json ("query" settings) and few_shot_examples.json at query time, so a pack answers
 # the same only with them.
 PACK_FILES = ("urls.txt", "kg_config.json", "few_shot_examples.json", "eval/questions.jsonl")
 REQUIRED_FILES = (*VERSION_FILES, "urls.txt")
 ALLOWED_MEMBERS = frozenset({ARCHIVE_MANIFEST, *VERSION_MEMBERS, *PACK_FILES})
-ALLOWED_FOLDERS = frozenset({"eval", "."})
+ALLOWED_FOLDERS = frozenset({"eval", INDEX_DIR, "."})
 # Files whose absence in an archive means "the defaults": installing over an existing pack
 # removes the local ones, or the installed pack would answer with settings it was not built for.
 SETTINGS_FILES = ("kg_config.json", "few_shot_examples.json")
 
 # Limits. An archive is read before anything in it can be trusted, so each of these holds
 # whatever the archive claims about itself.
-MAX_MEMBERS = 64  # a real archive has at most 9 entries; anything far beyond is not one of ours
+MAX_MEMBERS = 64  # a real archive has at most 28 entries; anything far beyond is not one of ours
 MAX_HEADER_BYTES = 1 << 20  # kpack-archive.json: a few KiB in a real archive
 MAX_MANIFEST_BYTES = 16 << 20  # manifest.json, parsed while installing
 # A pax extended header carries a long name or a size over 8 GiB: a few hundred bytes. tarfile

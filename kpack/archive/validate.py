@@ -19,7 +19,7 @@ from kpack.archive.staging import staging_area
 from kpack.contracts import KUZU_NODES, KUZU_RELS
 from kpack.errors import PackError, disk_errors
 from kpack.packs import current_version, pack_dir, validate_pack_name
-from kpack.store import DATABASE, database_problem
+from kpack.store import DATABASE, database_problem, indexes_problem
 
 
 @dataclass
@@ -126,7 +126,7 @@ def check_pack_files(report: Report, version_dir: Path, manifest: dict) -> None:
 
 def check_seal(report: Report, version_dir: Path) -> bool:
     """pack.db is the file its manifest was sealed with at publish (size and SHA-256)."""
-    problem = database_problem(version_dir)
+    problem = database_problem(version_dir) or indexes_problem(version_dir)
     if problem is not None:
         return report.add(
             "database checksum",

@@ -1,0 +1,342 @@
+"""Scale benchmark (issue 20): what a reader costs on packs of 10k, 100k and 1M passages.
+
+How the large packs are made: the build intermediates of a real pack (by default the Python
+docs pack of a bench workspace: 374 pages, 7,360 chunks, 26,569 entities, their mentions,
+links, relations, facts and real MiniLM vectors) are replicated until the wanted number of
+chunks: copy k of a page gets the URL ``<url>#copy-k`` (so its section and chunk ids are new),
+its entities get the key ``<key> ~k`` (a large site names more things, not the same things
+more often), and every vector is the real one plus Gaussian noise (sigma 0.02 per dimension),
+renormalised, so no two passages share a vector. The copies' texts are the real texts, so
+keyword postings grow with the pack as a real site's common words do. The pack is then written
+by the build's own code: assets.graph.node_tables / rel_tables, kpack.graphdb.write_graph (the
+Kuzu database), kpack.indexes.write_indexes (the retrieval indexes) and PackStore.publish
+(seal), exactly as pack_graph and pack_manifest write a version.
+
+Measured per size, each in a fresh child process (one thread, ``KPACK_READER_THREADS=1``):
+open time of the reader, its resident memory after the queries (from /proc/self/smaps_rollup:
+anonymous memory, the reader's own, against file-backed pages of the mapped indexes, which
+processes reading the same version share; Private_*/Shared_* are recorded too), balanced-profile
+search p50/p95 over the questions (graph stage included; the first, which loads the model, is
+not counted), and ANN recall@10 against the exact scan of the same mapped matrix (packs above
+the ANN crossover only).
+
+    .venv/bin/python bench/scale_bench.py --source /work/bench-ws-main/storage \\
+        --workdir /work/bench-ws-scale --sizes 10000,100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import numpy as np  # noqa: E402
+
+SOURCE_PACK = "python_docs"
+TABLES = (
+    "articles",
+    "sections",
+    "chunks",
+    "entities",
+    "entity_mentions",
+    "links",
+    "relations",
+    "facts",
+    "embeddings",
+    "pagerank",
+)
+NOISE = 0.02
+QUESTIONS = [
+    "How do I read a file line by line?",
+    "What does json.dumps do with non-ASCII characters?",
+    "How do I create a virtual environment?",
+    "What is the difference between a list and a tuple?",
+    "How do I sort a dictionary by value?",
+    "How do I start a thread?",
+    "What does the with statement do?",
+    "How can I parse command line arguments?",
+    "How do I format a date as a string?",
+    "What is a generator expression?",
+    "How do I compare two floating point numbers?",
+    "How do I run a subprocess and capture its output?",
+    "What does functools.lru_cache do?",
+    "How do I write a unit test?",
+    "How are exceptions chained?",
+    "How do I open a socket connection?",
+    "What is the global interpreter lock?",
+    "How do I copy a directory tree?",
+    "What does asyncio.gather return?",
+    "How do I read environment variables?",
+]
+
+
+def replicate(source: Path, chunks_wanted: int, seed: int = 0) -> dict:
+    """The source pack's intermediates, replicated to ``chunks_wanted`` chunks (see the module
+    docstring)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    base = {name: pq.read_table(source / name / f"{SOURCE_PACK}.parquet") for name in TABLES}
+    copies = -(-chunks_wanted // base["chunks"].num_rows)
+    rng = np.random.default_rng(seed)
+    vectors = np.asarray(
+        base["embeddings"]["embedding"].to_pylist(), dtype=np.float32
+    )  # the real vectors
+    out: dict[str, list[pa.Table]] = {name: [] for name in TABLES}
+    for k in range(copies):
+        tag = f"#copy-{k}" if k else ""
+        ent = f" ~{k}" if k else ""
+
+        def suffixed(table: pa.Table, columns: dict[str, str]) -> pa.Table:
+            for column, suffix in columns.items():
+                if suffix:
+                    at = table.schema.get_field_index(column)
+                    table = table.set_column(
+                        at, column, pc.binary_join_element_wise(table[column], suffix, "")
+                    )
+            return table
+
+        out["articles"].append(suffixed(base["articles"], {"url": tag, "content_hash": tag}))
+        out["pagerank"].append(suffixed(base["pagerank"], {"url": tag}))
+        out["sections"].append(
+            suffixed(
+                base["sections"],
+                {"section_id": tag, "article_url": tag, "content_hash": tag},
+            )
+        )
+        out["chunks"].append(
+            suffixed(
+                base["chunks"],
+                {"chunk_id": tag, "section_id": tag, "article_url": tag, "content_hash": tag},
+            )
+        )
+        out["entities"].append(suffixed(base["entities"], {"entity_id": ent}))
+        out["entity_mentions"].append(
+            suffixed(
+                base["entity_mentions"],
+                {"article_url": tag, "section_id": tag, "entity_id": ent},
+            )
+        )
+        out["links"].append(suffixed(base["links"], {"source_url": tag, "target_url": tag}))
+        out["relations"].append(
+            suffixed(
+                base["relations"],
+                {
+                    "source_id": ent,
+                    "target_id": ent,
+                    "article_url": tag,
+                    "section_id": tag,
+                },
+            )
+        )
+        out["facts"].append(
+            suffixed(base["facts"], {"fact_id": tag, "article_url": tag, "section_id": tag})
+        )
+        noisy = vectors + rng.normal(0.0, NOISE, vectors.shape).astype(np.float32)
+        noisy /= np.linalg.norm(noisy, axis=1, keepdims=True)
+        dim = noisy.shape[1]
+        out["embeddings"].append(
+            pa.table(
+                {
+                    "content_hash": pc.binary_join_element_wise(
+                        base["embeddings"]["content_hash"], tag, ""
+                    ),
+                    "embedding": pa.FixedSizeListArray.from_arrays(pa.array(noisy.ravel()), dim),
+                }
+            )
+        )
+    tables = {name: pa.concat_tables(parts) for name, parts in out.items()}
+    # Section and chunk ids embed the copy tag after the id, so keep chunk_id -> section_id
+    # as contracts.section_of_chunk reads it: the tag goes on the section id, and the chunk id
+    # is rebuilt from it.
+    chunks = tables["chunks"]
+    index = pc.cast(chunks["chunk_index"], pa.string())
+    chunk_ids = pc.binary_join_element_wise(chunks["section_id"], pc.utf8_lpad(index, 3, "0"), "-")
+    tables["chunks"] = chunks.set_column(
+        chunks.schema.get_field_index("chunk_id"), "chunk_id", chunk_ids
+    ).slice(0, chunks_wanted)
+    return tables
+
+
+def write_pack(workdir: Path, name: str, tables: dict) -> float:
+    """Write and publish the pack with the build's own functions; returns the seconds taken."""
+    from assets.graph import node_tables, rel_tables
+    from kpack.graphdb import write_graph
+    from kpack.indexes import write_indexes
+    from kpack.store import PackStore
+
+    started = time.perf_counter()
+    packs = workdir / "packs"
+    folder = packs / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "urls.txt").write_text("https://docs.python.org/3/\n")
+    store = PackStore(packs)
+    staging = store.new_staging(name, "scale")
+    t = tables
+    dim = len(t["embeddings"]["embedding"][0])
+    nodes = node_tables(
+        t["articles"],
+        t["sections"],
+        t["chunks"],
+        t["entities"],
+        t["facts"],
+        t["embeddings"],
+        t["pagerank"],
+        dim,
+    )
+    rels = rel_tables(
+        t["articles"],
+        t["sections"],
+        t["chunks"],
+        t["links"],
+        t["entity_mentions"],
+        t["relations"],
+        t["facts"],
+    )
+    write_graph(staging / "pack.db", nodes, rels, dim)
+    write_indexes(
+        staging,
+        nodes["Article"],
+        nodes["Section"],
+        nodes["Chunk"],
+        t["links"],
+        t["entities"],
+        t["entity_mentions"],
+        rels["MENTIONS"],
+        t["relations"],
+        t["facts"],
+        dim,
+    )
+    manifest = {
+        "name": name,
+        "version": store.next_version(name),
+        "embedding": {"model": "sentence-transformers/all-MiniLM-L6-v2", "dimension": dim},
+        "config": {},
+    }
+    (staging / "manifest.json").write_text(json.dumps(manifest))
+    store.publish(name, manifest["version"], staging)
+    return time.perf_counter() - started
+
+
+def memory() -> dict[str, float]:
+    """Resident MiB of this process (smaps_rollup): ``anonymous`` is memory only this process
+    can use (the reader's own); ``file_backed`` is mapped file pages (the page cache), which
+    every process mapping the same index files shares, though smaps counts them as
+    Private_Clean while only one process maps them."""
+    fields: dict[str, int] = {}
+    for line in Path("/proc/self/smaps_rollup").read_text().splitlines()[1:]:
+        key, value = line.split(":", 1)
+        fields[key] = int(value.split()[0])
+    private = fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)
+    shared = fields.get("Shared_Clean", 0) + fields.get("Shared_Dirty", 0)
+    return {
+        "rss_mib": fields.get("Rss", 0) / 1024,
+        "private_mib": private / 1024,
+        "shared_mib": shared / 1024,
+        "file_backed_mib": (fields.get("Rss", 0) - fields.get("Anonymous", 0)) / 1024,
+    }
+
+
+def measure(folder: Path) -> dict:
+    """In a fresh process: open, search, memory and ANN recall of one pack."""
+    import retrieval
+    from kpack.indexes import nearest_rows
+    from retrieval.reader import PackReader
+
+    before = memory()
+    started = time.perf_counter()
+    version = (folder / ".versions" / "current").resolve()
+    reader = PackReader(folder, version)
+    open_s = time.perf_counter() - started
+    opened = memory()
+    agent = retrieval.KnowledgeGraphAgent(reader, profile="balanced", use_llm=False)
+    agent.search(QUESTIONS[0], k=5)  # the model loads
+    timings = []
+    for question in QUESTIONS[1:]:
+        started = time.perf_counter()
+        agent.search(question, k=5)
+        timings.append((time.perf_counter() - started) * 1000)
+    searched = memory()
+    recall = None
+    if reader.ann is not None:
+        found = total = 0
+        for question in QUESTIONS:
+            vector = reader.embed([question])[0]
+            approximate, _ = nearest_rows(reader.chunk_vectors, vector, 10, reader.ann)
+            exact, _ = nearest_rows(reader.chunk_vectors, vector, 10)
+            found += len(set(approximate.tolist()) & set(exact.tolist()))
+            total += len(exact)
+        recall = found / total
+    return {
+        "chunks": len(reader.chunk_ids),
+        "open_s": round(open_s, 3),
+        "memory_before_open": before,
+        "memory_after_open": opened,
+        "memory_after_queries": searched,
+        "search_ms_p50": round(float(np.percentile(timings, 50)), 1),
+        "search_ms_p95": round(float(np.percentile(timings, 95)), 1),
+        "ann": reader.ann is not None,
+        "ann_recall_at_10": recall,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--source", type=Path, default=Path("/work/bench-ws-main/storage"))
+    parser.add_argument("--workdir", type=Path, default=Path("/work/bench-ws-scale"))
+    parser.add_argument("--sizes", default="10000,100000,1000000")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "scale_bench.json")
+    parser.add_argument("--_measure", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args._measure:
+        print(json.dumps(measure(args._measure)))
+        return
+    report = []
+    for size in [int(s) for s in args.sizes.split(",")]:
+        name = f"scale_{size}"
+        folder = args.workdir / "packs" / name
+        if not (folder / ".versions" / "current").exists():
+            print(f"[{name}] writing ...", flush=True)
+            started = time.perf_counter()
+            tables = replicate(args.source, size)
+            made_s = time.perf_counter() - started
+            write_s = write_pack(args.workdir, name, tables)
+            print(f"[{name}] replicated in {made_s:.1f} s, written in {write_s:.1f} s", flush=True)
+        env = {**os.environ, "KPACK_READER_THREADS": "1", "OMP_NUM_THREADS": "1"}
+        child = subprocess.run(
+            [sys.executable, __file__, "--_measure", str(folder)],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        if child.returncode != 0:
+            raise SystemExit(child.stderr[-3000:])
+        row = json.loads(child.stdout.strip().splitlines()[-1])
+        print(json.dumps(row), flush=True)
+        report.append(row)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2))
+    print("| chunks | open s | anonymous MiB | file-backed MiB | p50 ms | p95 ms | ANN recall@10 |")
+    print("|---|---|---|---|---|---|---|")
+    for row in report:
+        mem = row["memory_after_queries"]
+        recall = "exact" if row["ann_recall_at_10"] is None else f"{row['ann_recall_at_10']:.3f}"
+        print(
+            f"| {row['chunks']:,} | {row['open_s']} | {mem['rss_mib'] - mem['file_backed_mib']:.0f} | "
+            f"{mem['file_backed_mib']:.0f} | {row['search_ms_p50']} | {row['search_ms_p95']} | "
+            f"{recall} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,739 @@
+"""The retrieval indexes of a pack version: build artifacts a reader memory-maps (issue 20).
+
+The build (assets.graph.pack_graph) writes them into the staged version folder, under
+``indexes/``, from the Arrow tables it loads into Kuzu (never read back from Kuzu);
+kpack.store.seal_version stamps the size and SHA-256 of every file into the manifest and
+kpack.store.verify_version checks them as it checks pack.db. A reader
+(retrieval.reader.PackReader) opens them without reading any table row by row:
+
+- ``chunk_vectors.npy`` / ``section_vectors.npy``: float32 unit vectors, one row per chunk
+  (section) in id order, opened with ``np.load(mmap_mode="r")``;
+- ``chunk_vectors.usearch``: an HNSW index (usearch) over the chunk vectors, written only
+  for packs of at least :func:`ann_min_vectors` chunks (below that an exact scan is faster)
+  and served from the file (``Index.restore(view=True)``); its hits are re-scored exactly
+  against the float32 matrix;
+- ``chunks.arrow``, ``sections.arrow``, ``articles.arrow``, ``article_entities.arrow``,
+  ``facts.arrow``: Arrow IPC files sorted by their key, opened with ``pa.memory_map`` (zero
+  copy) and looked up by binary search on the key column, so a query reads the rows of its
+  top k only; ``sections_by_article.npy`` orders the sections by article for the same search,
+  and ``links_offsets.npy`` / ``links_targets.npy`` hold the article links (both directions)
+  as CSR over article rows;
+- ``keyword_*.npy``: the keyword index (retrieval.bm25). The vocabulary is one UTF-8 byte
+  string (``keyword_vocabulary.npy``) with term offsets, sorted, searched by bisection: no
+  Python dict is built at open (bm25s loads its vocabulary from JSON into a dict, O(vocabulary)
+  at every open, a second or more at a million passages). Postings are CSC-like: per term an
+  offset into ``keyword_rows.npy`` (chunk rows, ascending) and ``keyword_weights.npy`` (the
+  BM25 weight of the term in that passage, Okapi BM25 as Lucene computes it).
+
+Several processes opening the same version share these pages (read-only maps of one file).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kpack.packs import INDEX_DIR
+from kpack.text import search_terms, words
+
+if TYPE_CHECKING:
+    from usearch.index import Index
+
+    from kpack.graph import EntityGraph
+
+CHUNK_VECTORS = "chunk_vectors.npy"
+SECTION_VECTORS = "section_vectors.npy"
+ANN_FILE = "chunk_vectors.usearch"
+CHUNKS = "chunks.arrow"
+SECTIONS = "sections.arrow"
+SECTIONS_BY_ARTICLE = "sections_by_article.npy"
+ARTICLES = "articles.arrow"
+ARTICLE_ENTITIES = "article_entities.arrow"
+FACTS = "facts.arrow"
+LINK_OFFSETS = "links_offsets.npy"
+LINK_TARGETS = "links_targets.npy"
+KEYWORD_VOCABULARY = "keyword_vocabulary.npy"
+KEYWORD_TERM_OFFSETS = "keyword_term_offsets.npy"
+KEYWORD_OFFSETS = "keyword_offsets.npy"
+KEYWORD_ROWS = "keyword_rows.npy"
+KEYWORD_WEIGHTS = "keyword_weights.npy"
+KEYWORD_LENGTHS = "keyword_lengths.npy"
+ENTITIES = "entities.arrow"
+LONGEST_NAME_KEY = "longest_name"  # entities.arrow metadata: the longest name, in words
+GRAPH_INDPTR = "graph_indptr.npy"
+GRAPH_INDICES = "graph_indices.npy"
+GRAPH_WEIGHTS = "graph_weights.npy"
+GRAPH_TRANSITION = "graph_transition.npy"
+GRAPH_ARTICLE_OF = "graph_article_of.npy"
+GRAPH_TITLE_ENTITY = "graph_title_entity.npy"
+GRAPH_PASSAGES_OF_ENTITY = "graph_passages_of_entity.npy"
+GRAPH_ABOUT_KEYS = "graph_about_keys.npy"
+GRAPH_ABOUT_OFFSETS = "graph_about_offsets.npy"
+GRAPH_ABOUT_PASSAGES = "graph_about_passages.npy"
+GRAPH_FILES = (
+    GRAPH_INDPTR,
+    GRAPH_INDICES,
+    GRAPH_WEIGHTS,
+    GRAPH_TRANSITION,
+    GRAPH_ARTICLE_OF,
+    GRAPH_TITLE_ENTITY,
+    GRAPH_PASSAGES_OF_ENTITY,
+    GRAPH_ABOUT_KEYS,
+    GRAPH_ABOUT_OFFSETS,
+    GRAPH_ABOUT_PASSAGES,
+)
+KEYWORD_FILES = (
+    KEYWORD_VOCABULARY,
+    KEYWORD_TERM_OFFSETS,
+    KEYWORD_OFFSETS,
+    KEYWORD_ROWS,
+    KEYWORD_WEIGHTS,
+    KEYWORD_LENGTHS,
+)
+# Every file a version's index folder may hold (the ANN index only in larger packs).
+INDEX_FILES = (
+    CHUNK_VECTORS,
+    SECTION_VECTORS,
+    ANN_FILE,
+    CHUNKS,
+    SECTIONS,
+    SECTIONS_BY_ARTICLE,
+    ARTICLES,
+    ARTICLE_ENTITIES,
+    FACTS,
+    LINK_OFFSETS,
+    LINK_TARGETS,
+    ENTITIES,
+    *GRAPH_FILES,
+    *KEYWORD_FILES,
+)
+
+ANN_MIN_VECTORS_ENV = "KPACK_ANN_MIN_VECTORS"
+# Below this many chunks the exact scan answers faster than HNSW plus re-scoring (measured by
+# bench/scale_bench.py: on one thread the exact scan of 20,000 vectors takes about 2 ms).
+DEFAULT_ANN_MIN_VECTORS = 50_000
+ANN_CONNECTIVITY = 16
+ANN_EXPANSION_ADD = 128
+ANN_EXPANSION_SEARCH = 256
+ANN_CANDIDATES = 256  # ANN hits re-scored exactly for one nearest-vector search
+
+RELATION_WEIGHT = 0.5  # an ENTITY_RELATION edge of the graph, against 1 for a mention
+K1 = 1.2  # BM25 as Lucene and Kuzu compute it
+B = 0.75
+
+
+def ann_min_vectors() -> int:
+    """How many chunks a pack needs before its build writes an ANN index:
+    KPACK_ANN_MIN_VECTORS, else :data:`DEFAULT_ANN_MIN_VECTORS`."""
+    raw = os.environ.get(ANN_MIN_VECTORS_ENV, "").strip()
+    return int(raw) if raw.isdigit() else DEFAULT_ANN_MIN_VECTORS
+
+
+# -- writing ---------------------------------------------------------------------------------
+
+
+def _vectors(column: pa.ChunkedArray | pa.Array, dim: int) -> np.ndarray:
+    """A fixed-size-list vector column as a (rows, dim) float32 matrix."""
+    flat = pc.list_flatten(column).to_numpy(zero_copy_only=False)
+    return np.ascontiguousarray(flat, dtype=np.float32).reshape(len(column), dim)
+
+
+def _write_arrow(path: Path, table: pa.Table) -> None:
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+
+
+def write_indexes(
+    folder: Path,
+    articles: pa.Table,
+    sections: pa.Table,
+    chunks: pa.Table,
+    links: pa.Table,
+    entities: pa.Table,
+    entity_mentions: pa.Table,
+    mentions: pa.Table,
+    relations: pa.Table,
+    facts: pa.Table,
+    dim: int,
+) -> None:
+    """Write every index file of a version into ``folder/indexes``: the build's own tables
+    (kpack.contracts), ``sections`` and ``chunks`` with an ``embedding`` column (fixed-size
+    lists of ``dim`` floats) and ``articles`` with their ``pagerank``."""
+    out = folder / INDEX_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    chunks = chunks.sort_by("chunk_id")
+    sections = sections.sort_by("section_id")
+    articles = articles.sort_by("url")
+    chunk_vectors = _vectors(chunks["embedding"], dim)
+    np.save(out / CHUNK_VECTORS, chunk_vectors)
+    np.save(out / SECTION_VECTORS, _vectors(sections["embedding"], dim))
+    if len(chunk_vectors) >= ann_min_vectors():
+        write_ann(out / ANN_FILE, chunk_vectors)
+    _write_arrow(out / CHUNKS, chunks.select(["chunk_id", "content"]))
+    _write_arrow(
+        out / SECTIONS,
+        sections.select(
+            ["section_id", "article_url", "heading_path", "title", "content", "word_count"]
+        ),
+    )
+    np.save(
+        out / SECTIONS_BY_ARTICLE,
+        np.asarray(pc.sort_indices(sections["article_url"]), dtype=np.int64),
+    )
+    _write_arrow(
+        out / ARTICLES,
+        articles.set_column(
+            articles.schema.get_field_index("pagerank"),
+            "pagerank",
+            pc.fill_null(articles["pagerank"], 0.0),
+        )
+        .select(["url", "title", "category", "pagerank"])
+        .cast(
+            pa.schema(
+                [
+                    ("url", pa.string()),
+                    ("title", pa.string()),
+                    ("category", pa.string()),
+                    ("pagerank", pa.float64()),
+                ]
+            )
+        ),
+    )
+    article_entities = (
+        entity_mentions.group_by(["article_url", "entity_id"])
+        .aggregate([])
+        .join(entities, "entity_id")
+    )
+    _write_arrow(
+        out / ARTICLE_ENTITIES,
+        article_entities.filter(pc.not_equal(article_entities["type"], "topic"))
+        .sort_by(
+            [("article_url", "ascending"), ("mention_count", "descending"), ("name", "ascending")]
+        )
+        .select(["article_url", "name", "type", "description"]),
+    )
+    _write_arrow(
+        out / FACTS,
+        facts.sort_by([("section_id", "ascending"), ("fact_id", "ascending")]).select(
+            ["section_id", "content"]
+        ),
+    )
+    offsets, targets = _link_csr(articles["url"], links)
+    np.save(out / LINK_OFFSETS, offsets)
+    np.save(out / LINK_TARGETS, targets)
+    for name, array in keyword_postings(chunks["content"].to_pylist()).items():
+        np.save(out / name, array)
+    _write_graph(out, chunks, articles, entities, mentions, links, relations)
+
+
+def _write_graph(
+    out: Path,
+    chunks: pa.Table,
+    articles: pa.Table,
+    entities: pa.Table,
+    mentions: pa.Table,
+    links: pa.Table,
+    relations: pa.Table,
+) -> None:
+    """The entity-passage graph (kpack.graph) as CSR arrays: passage node i is chunk row i,
+    entity node ``len(chunks) + j`` is row j of entities.arrow (sorted by key)."""
+    from kpack.graph import build_entity_graph
+    from kpack.text import normalize_entity
+
+    entities = entities.select(["entity_id", "name"]).sort_by("entity_id")
+    titles = {
+        url: normalize_entity(title or "")
+        for url, title in zip(
+            articles["url"].to_pylist(), articles["title"].to_pylist(), strict=True
+        )
+    }
+    graph = build_entity_graph(
+        list(zip(chunks["chunk_id"].to_pylist(), chunks["article_url"].to_pylist(), strict=True)),
+        list(zip(entities["entity_id"].to_pylist(), entities["name"].to_pylist(), strict=True)),
+        zip(mentions["chunk_id"].to_pylist(), mentions["entity_id"].to_pylist(), strict=True),
+        titles=titles,
+        links=zip(links["source_url"].to_pylist(), links["target_url"].to_pylist(), strict=True),
+        relations=zip(
+            relations["source_id"].to_pylist(), relations["target_id"].to_pylist(), strict=True
+        ),
+        relation_weight=RELATION_WEIGHT,
+    )
+    _write_arrow(
+        out / ENTITIES,
+        entities.replace_schema_metadata({LONGEST_NAME_KEY: str(graph.longest_name)}),
+    )
+    about = sorted(graph.about)
+    arrays = {
+        # One index type for both (scipy would copy a mapped array to make them alike).
+        GRAPH_INDPTR: graph.adjacency.indptr.astype(np.int64),
+        GRAPH_INDICES: graph.adjacency.indices.astype(np.int64),
+        GRAPH_WEIGHTS: graph.adjacency.data.astype(np.float32),
+        GRAPH_TRANSITION: graph.transition.data.astype(np.float32),
+        GRAPH_ARTICLE_OF: graph.article_of,
+        GRAPH_TITLE_ENTITY: graph.title_entity,
+        GRAPH_PASSAGES_OF_ENTITY: np.asarray(graph.passages_of_entity, dtype=np.int64),
+        GRAPH_ABOUT_KEYS: np.array(about, dtype=np.int64),
+        GRAPH_ABOUT_OFFSETS: np.concatenate(
+            [[0], np.cumsum([len(graph.about[n]) for n in about])]
+        ).astype(np.int64),
+        GRAPH_ABOUT_PASSAGES: np.concatenate(
+            [graph.about[n] for n in about] or [np.zeros(0, dtype=np.int64)]
+        ).astype(np.int64),
+    }
+    for name, array in arrays.items():
+        np.save(out / name, array)
+
+
+def write_ann(path: Path, vectors: np.ndarray) -> None:
+    """An HNSW index of ``vectors`` (cosine, keys = rows), saved for a reader to map."""
+    from usearch.index import Index
+
+    index = Index(
+        ndim=vectors.shape[1],
+        metric="cos",
+        dtype="f32",
+        connectivity=ANN_CONNECTIVITY,
+        expansion_add=ANN_EXPANSION_ADD,
+        expansion_search=ANN_EXPANSION_SEARCH,
+    )
+    index.add(np.arange(len(vectors), dtype=np.uint64), vectors, threads=os.cpu_count() or 1)
+    index.save(str(path))
+
+
+def _link_csr(urls: pa.ChunkedArray, links: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """Article links as CSR over article rows (both directions, as a reader walks them)."""
+    source = pc.index_in(links["source_url"], value_set=urls).to_numpy(zero_copy_only=False)
+    target = pc.index_in(links["target_url"], value_set=urls).to_numpy(zero_copy_only=False)
+    known = ~(np.isnan(source.astype(float)) | np.isnan(target.astype(float)))
+    source, target = source[known].astype(np.int64), target[known].astype(np.int64)
+    rows = np.concatenate([source, target])
+    cols = np.concatenate([target, source])
+    order = np.lexsort((cols, rows))
+    counts = np.bincount(rows, minlength=len(urls))
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return offsets, cols[order].astype(np.int64)
+
+
+def keyword_postings(texts: list[str]) -> dict[str, np.ndarray]:
+    """BM25 postings of ``texts`` (kpack.text.search_terms), in the module docstring's format:
+    file name -> array."""
+    seen: dict[str, str] = {}  # word -> its term ("" for a stop word): stem each word once
+    holders: dict[str, list[tuple[int, int]]] = {}
+    lengths = np.zeros(len(texts), dtype=np.float64)
+    for row, text in enumerate(texts):
+        counts: dict[str, int] = {}
+        for word in words(text):
+            term = seen.get(word)
+            if term is None:
+                term = seen[word] = next(iter(search_terms(word)), "")
+            if term:
+                counts[term] = counts.get(term, 0) + 1
+        lengths[row] = sum(counts.values())
+        for term, tf in counts.items():
+            holders.setdefault(term, []).append((row, tf))
+    average = float(lengths.mean()) if len(lengths) and lengths.mean() > 0 else 1.0
+    norm = K1 * (1.0 - B + B * lengths / average)
+    vocabulary = sorted(holders, key=lambda t: t.encode())
+    encoded = [t.encode() for t in vocabulary]
+    term_offsets = np.concatenate([[0], np.cumsum([len(e) for e in encoded])]).astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum([len(holders[t]) for t in vocabulary])]).astype(
+        np.int64
+    )
+    rows = np.empty(int(offsets[-1]), dtype=np.int32)
+    weights = np.empty(int(offsets[-1]), dtype=np.float32)
+    for number, term in enumerate(vocabulary):
+        held = np.array(holders[term], dtype=np.int64).reshape(-1, 2)
+        at, tf = held[:, 0], held[:, 1].astype(np.float64)
+        idf = math.log(1.0 + (len(texts) - len(at) + 0.5) / (len(at) + 0.5))
+        rows[offsets[number] : offsets[number + 1]] = at
+        weights[offsets[number] : offsets[number + 1]] = idf * tf * (K1 + 1.0) / (tf + norm[at])
+    return {
+        KEYWORD_VOCABULARY: np.frombuffer(b"".join(encoded), dtype=np.uint8),
+        KEYWORD_TERM_OFFSETS: term_offsets,
+        KEYWORD_OFFSETS: offsets,
+        KEYWORD_ROWS: rows,
+        KEYWORD_WEIGHTS: weights,
+        KEYWORD_LENGTHS: lengths.astype(np.float32),
+    }
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+def load_entity_graph(folder: Path, passages: Sequence[str]) -> EntityGraph:
+    """The entity-passage graph of a version, its arrays memory-mapped (see _write_graph)."""
+    from scipy import sparse
+
+    from kpack.graph import EntityGraph, SortedGroups
+
+    arrays = {name: load_array(folder, name) for name in GRAPH_FILES}
+    entities = load_table(folder, ENTITIES)
+    size = len(passages) + entities.num_rows
+    structure = (arrays[GRAPH_INDICES], arrays[GRAPH_INDPTR])
+
+    def matrix(values: np.ndarray) -> sparse.csr_matrix:
+        return sparse.csr_matrix((values, *structure), shape=(size, size), copy=False)
+
+    keys = SortedKeys(entities["entity_id"])
+    return EntityGraph(
+        passages=passages,
+        entities=keys.values,
+        names=Column(entities["name"]),
+        article_of=arrays[GRAPH_ARTICLE_OF],
+        title_entity=arrays[GRAPH_TITLE_ENTITY],
+        adjacency=matrix(arrays[GRAPH_WEIGHTS]),
+        transition=matrix(arrays[GRAPH_TRANSITION]),
+        passages_of_entity=arrays[GRAPH_PASSAGES_OF_ENTITY],
+        about=SortedGroups(
+            arrays[GRAPH_ABOUT_KEYS], arrays[GRAPH_ABOUT_OFFSETS], arrays[GRAPH_ABOUT_PASSAGES]
+        ),
+        entity_index=RowOf(keys),
+        longest_name=int((entities.schema.metadata or {}).get(LONGEST_NAME_KEY.encode(), b"0")),
+    )
+
+
+def best_rows(scores: np.ndarray, k: int, rows: np.ndarray | None = None) -> np.ndarray:
+    """The ``k`` rows (of ``rows``, default all) with the highest ``scores``, best first, ties
+    by row: a partial sort, so ranking a few of thousands costs little."""
+    rows = np.arange(len(scores)) if rows is None else rows
+    if len(rows) > k:
+        rows = rows[np.argpartition(-scores[rows], k - 1)[:k]]
+    return rows[np.lexsort((rows, -scores[rows]))]
+
+
+def nearest_rows(
+    vectors: np.ndarray, vector: np.ndarray, k: int, ann: Index | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` rows of ``vectors`` nearest a unit ``vector`` and their cosine similarities,
+    best first, ties by row. With an ``ann`` index, its ``ANN_CANDIDATES`` best hits are
+    re-scored exactly against ``vectors`` (the index only proposes); without, every row is
+    scanned."""
+    if ann is None:
+        similarity = vectors @ vector
+        rows = best_rows(similarity, k)
+        return rows, similarity[rows]
+    found = ann.search(vector, max(k, ANN_CANDIDATES))
+    candidates = np.sort(np.asarray(found.keys, dtype=np.int64))
+    similarity = vectors[candidates] @ vector
+    best = best_rows(similarity, k)
+    return candidates[best], similarity[best]
+
+
+def load_array(folder: Path, name: str) -> np.ndarray:
+    """A saved array, memory-mapped read-only."""
+    return np.load(folder / name, mmap_mode="r", allow_pickle=False)
+
+
+def load_table(folder: Path, name: str) -> pa.Table:
+    """An Arrow IPC file, memory-mapped (zero copy)."""
+    return pa.ipc.open_file(pa.memory_map(str(folder / name), "r")).read_all()
+
+
+def load_ann(folder: Path) -> Index | None:
+    """The version's ANN index viewed from its file, or None when the pack has none."""
+    path = folder / ANN_FILE
+    if not path.is_file():
+        return None
+    from usearch.index import Index
+
+    return Index.restore(str(path), view=True)
+
+
+class Column(Sequence[Any]):
+    """One column of a memory-mapped table as a Python sequence (values read one at a time)."""
+
+    def __init__(self, column: pa.ChunkedArray) -> None:
+        self._column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+        self._text: tuple[np.ndarray, memoryview] | None = None
+        if pa.types.is_string(self._column.type) and self._column.null_count == 0:
+            # A string is read from the column's offsets and bytes: Arrow's scalar access
+            # costs ~10 us a value, which a binary search over a million keys pays 40 times.
+            _, offsets, data = self._column.buffers()
+            starts = np.frombuffer(offsets, dtype=np.int32)[self._column.offset :]
+            self._text = (starts, memoryview(data) if data is not None else memoryview(b""))
+
+    def __len__(self) -> int:
+        return len(self._column)
+
+    def __getitem__(self, index: Any) -> Any:  # type: ignore[override]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if self._text is not None:
+            starts, data = self._text
+            at = int(index)
+            return str(data[starts[at] : starts[at + 1]], "utf-8")
+        return self._column[int(index)].as_py()
+
+    def __iter__(self) -> Iterator[Any]:
+        for value in self._column:
+            yield value.as_py()
+
+
+class SortedKeys:
+    """The positions of a key in a table's key column, by bisection over ``order`` (the rows in
+    key order; the rows themselves when the table is sorted by that key)."""
+
+    def __init__(self, column: pa.ChunkedArray, order: np.ndarray | None = None) -> None:
+        self.values = Column(column)
+        self.order = order
+
+    def _key(self, position: int) -> Any:
+        row = position if self.order is None else int(self.order[position])
+        return self.values[row]
+
+    def span(self, key: Any) -> range:
+        keyed = _KeyView(self)
+        return range(bisect.bisect_left(keyed, key), bisect.bisect_right(keyed, key))
+
+    def rows(self, key: Any) -> list[int]:
+        span = self.span(key)
+        if self.order is None:
+            return list(span)
+        return [int(self.order[p]) for p in span]
+
+    def row(self, key: Any) -> int | None:
+        """The first row holding ``key``, or None (one bisection)."""
+        keyed = _KeyView(self)
+        at = bisect.bisect_left(keyed, key)
+        if at == len(keyed) or keyed[at] != key:
+            return None
+        return at if self.order is None else int(self.order[at])
+
+
+@dataclass(frozen=True)
+class _KeyView(Sequence[Any]):
+    keys: SortedKeys
+
+    def __len__(self) -> int:
+        return len(self.keys.values)
+
+    def __getitem__(self, position: Any) -> Any:  # type: ignore[override]
+        return self.keys._key(position)
+
+
+class RowMap(Mapping[str, Any]):
+    """A table sorted by its first column as a read-only mapping key -> ``make(row)``."""
+
+    def __init__(self, table: pa.Table, make: Any) -> None:
+        self.table = table
+        self.keys = SortedKeys(table.column(0))
+        self._make = make
+
+    def row(self, key: str) -> int | None:
+        return self.keys.row(key)
+
+    def record(self, row: int) -> Any:
+        return self._make(
+            *(self.table.column(i)[row].as_py() for i in range(self.table.num_columns))
+        )
+
+    def __getitem__(self, key: str) -> Any:
+        row = self.row(key)
+        if row is None:
+            raise KeyError(key)
+        return self.record(row)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys.values)
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+
+class GroupMap(Mapping[str, list]):
+    """A table sorted by its first column as key -> the ``make(*rest)`` of its rows, in order."""
+
+    def __init__(self, table: pa.Table, make: Any) -> None:
+        self.table = table
+        self.keys = SortedKeys(table.column(0))
+        self._make = make
+
+    def __getitem__(self, key: str) -> list:
+        span = self.keys.span(key)
+        if not span:
+            raise KeyError(key)
+        part = self.table.slice(span.start, len(span)).to_pylist()
+        names = self.table.column_names[1:]
+        return [self._make(*(item[n] for n in names)) for item in part]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dict.fromkeys(self.keys.values))
+
+    def __len__(self) -> int:
+        return len(set(self.keys.values))
+
+
+class RowOf(Mapping[str, int]):
+    """Key -> row of a table sorted by that key (its first column)."""
+
+    def __init__(self, keys: SortedKeys) -> None:
+        self.keys = keys
+
+    def __getitem__(self, key: str) -> int:
+        row = self.keys.row(key)
+        if row is None:
+            raise KeyError(key)
+        return row
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys.values)
+
+    def __len__(self) -> int:
+        return len(self.keys.values)
+
+
+class RowsOf(Mapping[str, list]):
+    """Key -> the rows holding it, for a column the table is not sorted by (``keys.order``)."""
+
+    def __init__(self, keys: SortedKeys) -> None:
+        self.keys = keys
+
+    def __getitem__(self, key: str) -> list[int]:
+        rows = self.keys.rows(key)
+        if not rows:
+            raise KeyError(key)
+        return rows
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dict.fromkeys(self.keys.values))
+
+    def __len__(self) -> int:
+        return len(set(self.keys.values))
+
+
+class Neighbours(Mapping[str, list]):
+    """Article url -> the urls it links to or is linked from (CSR over article rows)."""
+
+    def __init__(self, urls: SortedKeys, offsets: np.ndarray, targets: np.ndarray) -> None:
+        self.urls, self.offsets, self.targets = urls, offsets, targets
+
+    def __getitem__(self, url: str) -> list[str]:
+        row = self.urls.row(url)
+        if row is None or self.offsets[row] == self.offsets[row + 1]:
+            raise KeyError(url)
+        linked = self.targets[self.offsets[row] : self.offsets[row + 1]]
+        return [self.urls.values[int(r)] for r in linked]
+
+    def __iter__(self) -> Iterator[str]:
+        for row in np.flatnonzero(np.diff(self.offsets)):
+            yield self.urls.values[int(row)]
+
+    def __len__(self) -> int:
+        return int(np.count_nonzero(np.diff(self.offsets)))
+
+
+class KeywordIndex:
+    """Per term, the passages (rows of the reader's chunk table) that hold it and the BM25
+    weight each gets for it; ``frequency`` (term -> how many passages hold it) is the gate's
+    idf."""
+
+    def __init__(
+        self,
+        vocabulary: np.ndarray,
+        term_offsets: np.ndarray,
+        offsets: np.ndarray,
+        rows: np.ndarray,
+        weights: np.ndarray,
+        passages: int,
+    ) -> None:
+        self._vocabulary = vocabulary
+        self._term_offsets = term_offsets
+        self._offsets = offsets
+        self._rows = rows
+        self._weights = weights
+        self.passages = passages
+        self.frequency: Mapping[str, int] = _Frequency(self)
+
+    @classmethod
+    def load(cls, folder: Path) -> KeywordIndex:
+        """The index the build wrote into a version's index folder, memory-mapped."""
+        return cls._of({name: load_array(folder, name) for name in KEYWORD_FILES})
+
+    @classmethod
+    def of(cls, texts: list[str]) -> KeywordIndex:
+        """The index of ``texts`` (passage i is row i), in memory."""
+        return cls._of(keyword_postings(texts))
+
+    @classmethod
+    def _of(cls, arrays: Mapping[str, np.ndarray]) -> KeywordIndex:
+        return cls(
+            arrays[KEYWORD_VOCABULARY],
+            arrays[KEYWORD_TERM_OFFSETS],
+            arrays[KEYWORD_OFFSETS],
+            arrays[KEYWORD_ROWS],
+            arrays[KEYWORD_WEIGHTS],
+            len(arrays[KEYWORD_LENGTHS]),
+        )
+
+    @property
+    def terms(self) -> int:
+        return len(self._term_offsets) - 1
+
+    def term(self, number: int) -> str:
+        start, end = self._term_offsets[number], self._term_offsets[number + 1]
+        return bytes(self._vocabulary[start:end]).decode()
+
+    def number_of(self, term: str) -> int | None:
+        """The term's position in the sorted vocabulary (bisection on its UTF-8 bytes)."""
+        wanted = term.encode()
+        low, high = 0, self.terms
+        while low < high:
+            middle = (low + high) // 2
+            start, end = self._term_offsets[middle], self._term_offsets[middle + 1]
+            if bytes(self._vocabulary[start:end]) < wanted:
+                low = middle + 1
+            else:
+                high = middle
+        return low if low < self.terms and self.term(low) == term else None
+
+    def postings(self, term: str) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, weights) of the passages holding ``term`` (rows ascending); empty if none."""
+        number = self.number_of(term)
+        if number is None:
+            return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32)
+        start, end = self._offsets[number], self._offsets[number + 1]
+        return self._rows[start:end], self._weights[start:end]
+
+    def search(self, text: str, k: int) -> list[tuple[int, float]]:
+        """The ``k`` best rows for the terms of ``text``: (row, BM25 score), best first, ties
+        by row; rows without any of the terms are not returned."""
+        if k <= 0:
+            return []
+        found = [self.postings(t) for t in dict.fromkeys(search_terms(text))]
+        found = [(rows, weights) for rows, weights in found if len(rows)]
+        if not found:
+            return []
+        rows = np.concatenate([r for r, _ in found])
+        weights = np.concatenate([w for _, w in found]).astype(np.float64)
+        held, at = np.unique(rows, return_inverse=True)
+        scores = np.bincount(at, weights=weights, minlength=len(held))
+        order = np.lexsort((held, -scores))[:k]
+        return [(int(held[i]), float(scores[i])) for i in order]
+
+
+class _Frequency(Mapping[str, int]):
+    """term -> how many passages hold it, read from the postings' offsets."""
+
+    def __init__(self, index: KeywordIndex) -> None:
+        self._index = index
+
+    def __getitem__(self, term: str) -> int:
+        number = self._index.number_of(term)
+        if number is None:
+            raise KeyError(term)
+        return int(self._index._offsets[number + 1] - self._index._offsets[number])
+
+    def __iter__(self) -> Iterator[str]:
+        return (self._index.term(n) for n in range(self._index.terms))
+
+    def __len__(self) -> int:
+        return self._index.terms

@@ -1,0 +1,108 @@
+"""The retrieval indexes a build writes and a reader maps (kpack.indexes, issue 20)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+import retrieval
+from kpack.indexes import ANN_FILE, load_ann, nearest_rows, write_ann
+from kpack.packs import INDEX_DIR
+from tests.conftest import TEST_FETCH, build, write_pack
+
+PROJECT = Path(__file__).resolve().parent.parent
+PAGES = ["/docs/index.html", "/docs/guide.html", "/docs/readme.md"]
+QUESTION = "Which environment variable sets where the sprocket cache lives?"
+
+
+def clustered_unit_vectors(count: int, dim: int, seed: int) -> np.ndarray:
+    """Unit vectors around a few hundred centres, as passages of a few hundred topics are."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((300, dim)).astype(np.float32)
+    vectors = centres[rng.integers(0, len(centres), count)]
+    vectors = vectors + 0.6 * rng.standard_normal((count, dim)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def test_the_ann_index_served_from_its_file_finds_what_the_exact_scan_finds(tmp_path):
+    vectors = clustered_unit_vectors(6000, 64, seed=1)
+    write_ann(tmp_path / ANN_FILE, vectors)
+    ann = load_ann(tmp_path)
+    assert ann is not None and len(ann) == len(vectors)
+    questions = clustered_unit_vectors(100, 64, seed=2)
+    found = exact = 0
+    for question in questions:
+        rows, similarity = nearest_rows(vectors, question, 10, ann)
+        truth, _ = nearest_rows(vectors, question, 10)
+        found += len(set(rows.tolist()) & set(truth.tolist()))
+        exact += len(truth)
+        # Re-scored exactly: the similarities are the float32 matrix's, best first.
+        np.testing.assert_allclose(similarity, vectors[rows] @ question, rtol=1e-6)
+        assert list(similarity) == sorted(similarity, reverse=True)
+    assert found / exact >= 0.98
+
+
+def test_a_pack_above_the_ann_crossover_answers_as_the_exact_scan_does(
+    site, workspace, monkeypatch
+):
+    monkeypatch.setenv("KPACK_ANN_MIN_VECTORS", "2")
+    write_pack(workspace, "widgets", [site.url(p) for p in PAGES], {"fetch": TEST_FETCH})
+    assert build(workspace, "widgets").published
+    retrieval.close_all()
+    with retrieval.reading("widgets") as reader:
+        assert (reader.version_dir / INDEX_DIR / ANN_FILE).is_file() and reader.ann is not None
+        vector = reader.embed([QUESTION])[0]
+        with_ann = reader.nearest("Chunk", vector, 5)
+        reader.ann = None  # the exact scan of the same mapped matrix
+        exact = reader.nearest("Chunk", vector, 5)
+        assert with_ann == exact and len(exact) == min(5, len(reader.chunk_ids))
+        assert reader._conn is None  # nothing a search does opens Kuzu
+        assert isinstance(reader.chunk_vectors, np.memmap)  # mapped, not copied
+        assert not hasattr(reader, "cache")
+
+
+def test_stages_hold_their_indexes_through_typed_reader_attributes():
+    """No stage shares state through string keys of a reader cache (issue 20)."""
+    stage_code = [p for p in (PROJECT / "retrieval").rglob("*.py")]
+    offenders = [p.name for p in stage_code if re.search(r"\.cache\b", p.read_text())]
+    assert offenders == []
+
+
+GERMAN_PAGES = {
+    "strassenbahn.md": "# Straßenbahn in Zürich\n\nDie Straßenbahn fährt jeden Tag vom "
+    "Hauptbahnhof über den Paradeplatz bis zum Zoo. Fahrkarten gibt es an jedem Automaten "
+    "und in der App der Verkehrsbetriebe. Kinder unter sechs Jahren fahren kostenlos mit.",
+    "kaese.md": "# Käse aus der Schweiz\n\nGreyerzer und Emmentaler reifen monatelang in "
+    "feuchten Kellern. Der Käse wird in großen Laiben verkauft und oft zum Fondue geschmolzen. "
+    "Die Käserei in Gruyères zeigt Besuchern, wie Milch zu Käse wird.",
+    "cafe.md": "# Café am See\n\nDas Café öffnet um sieben Uhr und schließt bei Sonnenuntergang. "
+    "Es serviert Kuchen, Gipfeli und heiße Schokolade mit Blick auf den See und die Berge.",
+}
+
+
+def test_a_german_pack_answers_through_keyword_search(workspace):
+    """Words of any script are search terms: "Käse", "Straßenbahn" and "Gruyères" find their
+    page by keyword search alone (an ASCII tokenizer cut them into "k", "se", "stra" ...)."""
+    folder = workspace / "packs" / "schweiz"
+    docs = folder / "docs"
+    docs.mkdir(parents=True)
+    for name, text in GERMAN_PAGES.items():
+        (docs / name).write_text(text, encoding="utf-8")
+    config = {"fetch": {**TEST_FETCH, "file_roots": ["docs"]}}
+    write_pack(workspace, "schweiz", [(docs / name).as_uri() for name in GERMAN_PAGES], config)
+    assert build(workspace, "schweiz").published
+    retrieval.close_all()
+    with retrieval.reading("schweiz") as reader:
+        for asked, page in (
+            ("Wo reift der Käse in Gruyères?", "kaese.md"),
+            # Spelled without ß and accents: the words meet only once folded.
+            ("Strassenbahn?", "strassenbahn.md"),
+            ("Cafe schliesst?", "cafe.md"),
+        ):
+            (row, score), *_ = reader.keywords.search(asked, 3)
+            url = reader.sections[reader.chunk_ids[row].rsplit("-", 1)[0]].article_url
+            assert url.endswith(page) and score > 0, (asked, url)
+    found = retrieval.search("schweiz", "Käserei in Gruyères", k=1)
+    assert found[0]["url"].endswith("kaese.md") and "bm25 #1" in found[0]["why"]
