@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from retrieval.agent import KnowledgeGraphAgent
+from retrieval.citations import SUPPORT_THRESHOLD
 from retrieval.extractive import DECLINED, NO_SENTENCE_ANSWER
+from retrieval.synthesis import UNSUPPORTED_ANSWER
 from tests.conftest import build, write_pack
 from tests.loopback import fake_anthropic_server
 
@@ -46,6 +48,23 @@ v0001, and a symbolic link named current points at the newest published version.
 
 Build logs are kept for thirty days in the logs folder of the site and are deleted after
 that, so a failed build can still be investigated a few weeks later.
+""",
+    "install.md": """# Installing Gizmo
+
+## From a Wheel
+
+The simplest way to install the Gizmo command line tool is from its wheel:
+
+```
+pip install gizmo-site
+gizmo --version
+```
+
+## From Source
+
+The steps to compile Gizmo from a source checkout are these:
+
+Compiling Gizmo from a source checkout needs a C compiler and version 3.12 of the toolchain.
 """,
     "themes.md": """# Themes
 
@@ -157,3 +176,104 @@ def test_claude_answer_sources_are_the_two_passages_it_cites(pack, monkeypatch):
         "Deploying > Credentials",
     ]
     assert len(result["trace"]["context"]) == 5  # the rest stays in the trace
+
+
+def test_offline_howto_quotes_its_code_block_and_no_dangling_lead_in(offline):
+    result = offline.query("How do I install the Gizmo command line tool from a wheel?")
+    answer = result["answer"]
+    # The lead-in and the code it introduces, the code as a fenced block.
+    assert "install the Gizmo command line tool is from its wheel:" in answer
+    assert re.search(r"```\npip install gizmo-site\ngizmo --version\n```", answer)
+    # A lead-in whose code is not there ends in nothing: it is never quoted.
+    source = offline.query("How do I compile Gizmo from a source checkout?")["answer"]
+    assert "are these:" not in source
+    assert "C compiler" in source
+
+
+def test_offline_answer_reports_every_citation_checked(offline):
+    result = offline.query(PUBLISH_QUESTION)
+    checked = result["citations_checked"]
+    cited = CITED.findall(result["answer"])
+    assert checked["checked"] == len(cited) >= 1
+    assert checked["supported"] == checked["checked"] and checked["support_rate"] == 1.0
+    rows = result["trace"]["citations"]
+    assert len(rows) == len(cited)
+    assert all(row["supported"] and row["support"] >= SUPPORT_THRESHOLD for row in rows)
+
+
+def claude_agent(pack: Path, base_url: str, **options) -> KnowledgeGraphAgent:
+    return KnowledgeGraphAgent(
+        pack,
+        profile="baseline",
+        anthropic_base_url=base_url,
+        context_confidence_threshold=0.0,
+        **options,
+    )
+
+
+SEARCH_QUESTION = (
+    "How many entries can the search index hold, and where is the SFTP password read from?"
+)
+CORRECT = (
+    "The search index holds at most 50,000 entries [Source: Search]. The SFTP password is read "
+    "from the GIZMO_SFTP_PASSWORD environment variable [Source: Deploying]."
+)
+
+
+def test_claude_citations_are_checked_fabricated_and_wrong_number_caught(pack, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-not-real")
+    fabricated = "Gizmo publishes to WordPress with one click [Source: Gizmo Cloud Manual]."
+    wrong_number = "The search index holds at most 80,000 entries [Source: Search]."
+    correct_part = (
+        "The SFTP password is read from the GIZMO_SFTP_PASSWORD environment variable "
+        "[Source: Deploying]."
+    )
+    reply = f"{fabricated} {wrong_number} {correct_part}"
+    with fake_anthropic_server(reply=reply) as fake:
+        result = claude_agent(pack, fake.base).query(SEARCH_QUESTION)
+    # One repair request was made; the fake answered the same, so both failures stay caught.
+    assert len(fake.requests) == 2
+    assert "not supported by the passage they cite" in str(fake.requests[1]["body"])
+    assert result["answer"] == correct_part
+    assert result["sources"] == ["Deploying"]  # a title not in the context is never a source
+    rows = {row["statement"]: row for row in result["trace"]["citations"]}
+    assert rows[fabricated.split(" [")[0]]["in_context"] is False
+    assert rows[wrong_number.split(" [")[0]]["missing"] == ["80,000"]
+    assert not rows[wrong_number.split(" [")[0]]["supported"]
+    assert result["citations_checked"] == {
+        "checked": 3,
+        "supported": 1,
+        "removed": 2,
+        "marked": 0,
+        "support_rate": 0.333,
+    }
+
+
+def test_claude_correct_answer_passes_and_unsupported_can_be_marked(pack, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-not-real")
+    with fake_anthropic_server(reply=CORRECT) as fake:
+        result = claude_agent(pack, fake.base).query(SEARCH_QUESTION)
+    assert len(fake.requests) == 1  # nothing to repair
+    assert result["answer"] == CORRECT
+    assert result["citations_checked"]["support_rate"] == 1.0
+    assert result["sources"] == ["Search", "Deploying"]
+    wrong = "The search index holds at most 80,000 entries [Source: Search]."
+    with fake_anthropic_server(reply=wrong) as fake:
+        marked = claude_agent(pack, fake.base, unsupported_citations="mark").query(SEARCH_QUESTION)
+        removed = claude_agent(pack, fake.base).query(SEARCH_QUESTION)
+    assert marked["answer"] == wrong + " [unsupported]"
+    assert marked["citations_checked"]["marked"] == 1
+    assert removed["answer"] == UNSUPPORTED_ANSWER and removed["sources"] == []
+
+
+def test_claude_repair_request_replaces_an_unsupported_answer(pack, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-not-real")
+    wrong = "The search index holds at most 80,000 entries [Source: Search]."
+    replies = {"not supported by the passage they cite": CORRECT}
+    with fake_anthropic_server(reply=wrong, replies=replies) as fake:
+        result = claude_agent(pack, fake.base).query(SEARCH_QUESTION)
+    assert len(fake.requests) == 2
+    assert "80,000" in str(fake.requests[1]["body"])  # the repair names what was not found
+    assert result["answer"] == CORRECT
+    assert result["trace"]["citation_repair"] == ["The search index holds at most 80,000 entries"]
+    assert result["citations_checked"]["removed"] == 0
