@@ -52,7 +52,12 @@ def _clip(text: str, words: int) -> str:
     return text if len(parts) <= words else " ".join(parts[:words]) + " ..."
 
 
-def build_prompt(question: str, sections: list[ContextSection], examples: list[dict]) -> str:
+def build_prompt(
+    question: str,
+    sections: list[ContextSection],
+    examples: list[dict],
+    sub_questions: list[str] | None = None,
+) -> str:
     parts = []
     if examples:
         parts.append("Here are examples of high-quality answers:\n")
@@ -69,6 +74,12 @@ def build_prompt(question: str, sections: list[ContextSection], examples: list[d
             f'url="{escape(section.article_url)}">\n{escape(_clip(section.text, CONTEXT_WORDS_PER_SECTION))}\n</passage>'
         )
     parts.append("</passages>\n")
+    if sub_questions:
+        listed = "\n".join(f"{n}. {s}" for n, s in enumerate(sub_questions, start=1))
+        parts.append(
+            "The question has these parts; answer every one, citing the passages each part "
+            f"rests on:\n{listed}\n"
+        )
     parts.append(f"Question: {question}\nAnswer:")
     return "\n".join(parts)
 
@@ -118,7 +129,8 @@ def synthesize(query: Query) -> None:
         if query.fell_back:
             query.answer = answer_without_pack(query.llm, model, query.text, query.text_sink)
             return
-        prompt = build_prompt(query.text, query.context, query.examples)
+        parts = [p["question"] for p in query.notes.get("sub_questions", [])]
+        prompt = build_prompt(query.text, query.context, query.examples, parts)
         answer = query.llm.complete(model, SYNTHESIS_SYSTEM, prompt, on_text=query.text_sink)
         checks = check_answer(answer, query.context, *claude_vectors(query))
         if any(not c.supported for c in checks):

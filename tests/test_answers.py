@@ -6,6 +6,7 @@ written so that the sentence that answers sits next to page-intro boilerplate an
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -13,8 +14,9 @@ import pytest
 
 from retrieval.agent import KnowledgeGraphAgent
 from retrieval.citations import SUPPORT_THRESHOLD
+from retrieval.decompose import DECOMPOSE_SYSTEM
 from retrieval.extractive import DECLINED, NO_SENTENCE_ANSWER
-from retrieval.synthesis import UNSUPPORTED_ANSWER
+from retrieval.synthesis import SYNTHESIS_SYSTEM, UNSUPPORTED_ANSWER
 from tests.conftest import build, write_pack
 from tests.loopback import fake_anthropic_server
 
@@ -167,7 +169,7 @@ def test_claude_answer_sources_are_the_two_passages_it_cites(pack, monkeypatch):
             "How do I publish when nothing changed, and where does the deploy password come from?"
         )
     assert result["answer"] == reply
-    prompt = fake.requests[0]["body"]["messages"][0]["content"]
+    prompt = answer_requests(fake)[0]["messages"][0]["content"]
     assert len(re.findall(r"<passage title=", prompt)) == 5  # five passages offered
     assert result["sources"] == ["Publishing Gizmo Sites", "Deploying"]
     # Each citation is the section of that article that says what the answer states.
@@ -201,6 +203,11 @@ def test_offline_answer_reports_every_citation_checked(offline):
     assert all(row["supported"] and row["support"] >= SUPPORT_THRESHOLD for row in rows)
 
 
+def answer_requests(fake) -> list[dict]:
+    """The requests that asked Claude for an answer (not a decomposition)."""
+    return [r["body"] for r in fake.requests if r["body"]["system"] == SYNTHESIS_SYSTEM]
+
+
 def claude_agent(pack: Path, base_url: str, **options) -> KnowledgeGraphAgent:
     return KnowledgeGraphAgent(
         pack,
@@ -232,8 +239,9 @@ def test_claude_citations_are_checked_fabricated_and_wrong_number_caught(pack, m
     with fake_anthropic_server(reply=reply) as fake:
         result = claude_agent(pack, fake.base).query(SEARCH_QUESTION)
     # One repair request was made; the fake answered the same, so both failures stay caught.
-    assert len(fake.requests) == 2
-    assert "not supported by the passage they cite" in str(fake.requests[1]["body"])
+    asked = answer_requests(fake)
+    assert len(asked) == 2
+    assert "not supported by the passage they cite" in str(asked[1])
     assert result["answer"] == correct_part
     assert result["sources"] == ["Deploying"]  # a title not in the context is never a source
     rows = {row["statement"]: row for row in result["trace"]["citations"]}
@@ -253,7 +261,7 @@ def test_claude_correct_answer_passes_and_unsupported_can_be_marked(pack, monkey
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-not-real")
     with fake_anthropic_server(reply=CORRECT) as fake:
         result = claude_agent(pack, fake.base).query(SEARCH_QUESTION)
-    assert len(fake.requests) == 1  # nothing to repair
+    assert len(answer_requests(fake)) == 1  # nothing to repair
     assert result["answer"] == CORRECT
     assert result["citations_checked"]["support_rate"] == 1.0
     assert result["sources"] == ["Search", "Deploying"]
@@ -272,8 +280,37 @@ def test_claude_repair_request_replaces_an_unsupported_answer(pack, monkeypatch)
     replies = {"not supported by the passage they cite": CORRECT}
     with fake_anthropic_server(reply=wrong, replies=replies) as fake:
         result = claude_agent(pack, fake.base).query(SEARCH_QUESTION)
-    assert len(fake.requests) == 2
-    assert "80,000" in str(fake.requests[1]["body"])  # the repair names what was not found
+    asked = answer_requests(fake)
+    assert len(asked) == 2
+    assert "80,000" in str(asked[1])  # the repair names what was not found
     assert result["answer"] == CORRECT
     assert result["trace"]["citation_repair"] == ["The search index holds at most 80,000 entries"]
     assert result["citations_checked"]["removed"] == 0
+
+
+def test_claude_splits_a_two_part_question_and_each_part_is_retrieved_and_cited(pack, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-not-real")
+    parts = [
+        "How many entries can the search index of a Gizmo site hold?",
+        "Which environment variable holds the SFTP password for deploys?",
+    ]
+    replies = {DECOMPOSE_SYSTEM[:40]: json.dumps({"sub_questions": parts})}
+    with fake_anthropic_server(reply=CORRECT, replies=replies) as fake:
+        result = claude_agent(pack, fake.base).query(SEARCH_QUESTION, 2)
+    split = [r["body"] for r in fake.requests if r["body"]["system"] == DECOMPOSE_SYSTEM]
+    assert len(split) == 1 and SEARCH_QUESTION in split[0]["messages"][0]["content"]
+    # Each sub-question was searched on its own and kept its own best passage.
+    found = {p["question"]: p["passages"] for p in result["trace"]["sub_questions"]}
+    assert "Search > Index Size" in found[parts[0]]
+    assert "Deploying > Credentials" in found[parts[1]]
+    assert not set(found[parts[0]]) & set(found[parts[1]])
+    # The number of passages follows the number of parts: 2 parts, 3 passages each (k was 2).
+    prompt = answer_requests(fake)[0]["messages"][0]["content"]
+    assert len(re.findall(r"<passage title=", prompt)) == 6
+    assert "1. How many entries" in prompt and "2. Which environment variable" in prompt
+    assert result["sources"] == ["Search", "Deploying"]
+    assert result["citations_checked"]["support_rate"] == 1.0
+    # Without a key nothing is split: the question is searched whole.
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    offline = KnowledgeGraphAgent(pack, use_llm=False, context_confidence_threshold=0.0)
+    assert "sub_questions" not in offline.query(SEARCH_QUESTION)["trace"]
