@@ -33,9 +33,11 @@ the pack says. Which sentences:
    scores below ``ANSWER_THRESHOLD``. The threshold was measured, not tuned per question: it
    is the highest round score that wrongly refuses at most 1% of the answerable questions
    whose gold passage was retrieved, on SQuAD (0.7%) and on the demo pack's 32 questions.
-4. Multi-hop: when a passage came in through a bridge (the graph stages: its ``via`` is
-   ``bridge``), the answer chains the sentence that names the other article (the bridge) with
-   the best sentence of that article (the answer), each cited (:func:`chain`).
+4. Multi-hop: a quoted sentence that names another of the top passages by its title (the
+   bridge the graph's second hop follows) is followed by that passage's best sentence (the
+   answer); a passage that came in through a bridge (the graph stages: its ``via`` is
+   ``bridge``) and names the best sentence's article puts its naming sentence first. Each
+   is cited (:func:`chain`).
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ MAX_CODE_LINES = 20
 ANSWER_THRESHOLD = 0.3
 # What a unit holding the kind of answer asked for gains (module docstring, point 2).
 ANSWER_TYPE_BONUS = 0.1
+# A multi-hop answer: at most this many units, from at most this many passages.
+MAX_CHAINED, MAX_SOURCES = 4, 3
 # Coverage's weight against passage similarity in a unit's score (module docstring).
 COVERAGE_WEIGHT = 0.5
 # The question's terms held only by the sentence before a unit count at this share.
@@ -360,38 +364,50 @@ def question_parts(question: str) -> int:
 
 
 def chain(
-    chosen: list[ScoredSentence], scored: list[ScoredSentence], passages: list[ContextSection]
+    chosen: list[ScoredSentence],
+    scored: list[ScoredSentence],
+    passages: list[ContextSection],
+    question: str = "",
 ) -> list[ScoredSentence]:
-    """The bridge and answer sentences of a multi-hop answer (module docstring, point 4).
+    """The chosen units with the hops of a multi-hop answer (module docstring, point 4).
 
-    When the best unit's passage, or one of the passages it names by title, came in through a
-    bridge, the answer is: the best unit that names the other article (the bridge sentence),
-    then the best unit of that article (the answer sentence), each with its own citation.
-    Without a bridge the chosen units stay as they are.
+    A chosen unit that names another of the passages by its title (the bridge sentence:
+    "She was born in Young, New South Wales") is followed by that passage's best unit (the
+    answer sentence); a passage that came in through a bridge and names the best unit's
+    article puts its naming unit first. A question that names two of the passages' articles
+    ("Which band was formed first, The Exies or Circus Diablo?") gets the best unit of each.
+    Each unit keeps its own citation; at most ``MAX_CHAINED`` units from ``MAX_SOURCES``
+    passages.
     """
-    if not chosen or not any(p.via == "bridge" for p in passages):
+    if not chosen:
         return chosen
-    best = chosen[0]
     by_passage: dict[int, list[ScoredSentence]] = {}
     for s in scored:
         by_passage.setdefault(id(s.passage), []).append(s)
-    for other in passages:
-        if other is best.passage or "bridge" not in (best.passage.via, other.via):
-            continue
-        forward = _names(best.unit.text, other.title)
-        backward = not forward and _names(other.text, best.passage.title)
-        if not (forward or backward):
-            continue
-        if forward:
-            bridge, answers = best, by_passage.get(id(other), [])
-        else:
-            named = [s for s in by_passage.get(id(other), []) if _names(s.text, best.passage.title)]
-            if not named:
+    result = list(chosen)
+    named = [p for p in passages if _names(question, p.title) and by_passage.get(id(p))]
+    if len({p.title for p in named}) >= 2:
+        for other in named:
+            quoted = {id(s.passage) for s in result}
+            if id(other) not in quoted and len(quoted) < MAX_SOURCES:
+                result.append(by_passage[id(other)][0])
+    for unit in chosen:
+        for other in passages:
+            quoted = {id(s.passage) for s in result}
+            if id(other) in quoted or len(quoted) >= MAX_SOURCES:
                 continue
-            bridge, answers = named[0], [best]
-        if answers and answers[0] is not bridge:
-            return [bridge, answers[0]]
-    return chosen
+            answers = by_passage.get(id(other), [])
+            if answers and _names(unit.unit.text, other.title):
+                result.insert(result.index(unit) + 1, answers[0])
+    best = chosen[0]
+    for other in passages:
+        quoted = {id(s.passage) for s in result}
+        if other.via != "bridge" or id(other) in quoted or len(quoted) >= MAX_SOURCES:
+            continue
+        naming = [s for s in by_passage.get(id(other), []) if _names(s.text, best.passage.title)]
+        if naming:
+            result.insert(result.index(best), naming[0])
+    return result[:MAX_CHAINED]
 
 
 def _names(text: str, title: str) -> bool:
@@ -413,7 +429,9 @@ def extractive_answer(
     if missing:
         return f"{DECLINED} mention {', '.join(missing)}, so they do not answer this question.", []
     scored = score_sentences(question, passages, idf, meaning)
-    chosen = chain(answering_sentences(scored, question_parts(question)), scored, passages)
+    chosen = chain(
+        answering_sentences(scored, question_parts(question)), scored, passages, question
+    )
     if not chosen:
         return NO_SENTENCE_ANSWER, []
     answer = " ".join(s.unit.render(s.passage.title) for s in chosen).strip()
