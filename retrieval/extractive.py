@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -106,6 +106,8 @@ NAVIGATION_LINKS = 3
 NAME = re.compile(r"(?<![.?!:;]\s)(?<=\s)(?![A-Z]{1,3}s?\b)[A-Z][A-Za-z0-9]*")
 # An identifier in a question: a dotted or underscored name ("requests.get", "wait_for").
 IDENTIFIER = re.compile(r"\b[A-Za-z_]\w+(?:\.\w{2,})+\b|\b\w+_\w+\b")
+# An identifier as a text writes it: a name with dots or underscores, not after a dot.
+WRITTEN_IDENTIFIER = re.compile(r"(?<![\w.])[a-z_]\w*(?:\.[a-z_]\w*)+|\b\w+_\w+\b")
 # Interactive-session lines left in prose (">>> print(row)"): code, not a sentence.
 PROMPT = ">>>"
 
@@ -239,20 +241,33 @@ def word_stems(text: str) -> frozenset[str]:
     return frozenset(map(stem, set(words(text))))
 
 
+def written_identifiers(texts: Iterable[str]) -> frozenset[str]:
+    """The identifiers the texts write, lower case: every dotted name as written and each of
+    its leading parts ("os.path.join", "os.path"; not "path.join", so "self.requests.get" is
+    no "requests.get"), and every underscored word."""
+    found: set[str] = set()
+    for text in texts:
+        for name in WRITTEN_IDENTIFIER.findall(text.lower()):
+            parts = name.split(".")
+            found.update(".".join(parts[:n]) for n in range(1, len(parts) + 1))
+    return frozenset(found)
+
+
 def missing_names(
-    question: str, passages: list[ContextSection], pack_text: str | None = None
+    question: str, passages: list[ContextSection], known: frozenset[str] | None = None
 ) -> list[str]:
     """The names the question asks about that none of the passages mentions, and the
-    identifiers ("requests.get") that the pack (``pack_text``: all its passages, lower case;
-    else the passages) never writes. A name has no paraphrase (a question about Neo4j is not
-    answered by a passage about Kuzu), so a passage that does not name it does not answer the
-    question, however close its words are."""
+    identifiers ("requests.get") that the pack (``known``: written_identifiers of all its
+    passages; else of the passages) never writes. A name has no paraphrase (a question about
+    Neo4j is not answered by a passage about Kuzu), so a passage that does not name it does
+    not answer the question, however close its words are."""
     mentioned = frozenset().union(*(word_stems(p.text) for p in passages))
     names = dict.fromkeys(m.group(0) for m in NAME.finditer(question))
     missing = [name for name in names if not word_stems(name) <= mentioned]
-    written = pack_text if pack_text is not None else " ".join(p.text.lower() for p in passages)
+    if known is None:
+        known = written_identifiers(p.text for p in passages)
     for identifier in dict.fromkeys(m.group(0) for m in IDENTIFIER.finditer(question)):
-        if identifier.lower() not in written:
+        if identifier.lower() not in known:
             missing.append(identifier)
     return missing
 
@@ -421,11 +436,11 @@ def extractive_answer(
     passages: list[ContextSection],
     idf: Callable[[str], float] | None = None,
     meaning: WordVectors | None = None,
-    pack_text: str | None = None,
+    known_identifiers: frozenset[str] | None = None,
 ) -> tuple[str, list[ContextSection]]:
     """The quoted answer, each unit followed by [Source: title], and the passages quoted; a
     plain statement that the passages do not answer, and no passage, when none does."""
-    missing = missing_names(question, passages, pack_text)
+    missing = missing_names(question, passages, known_identifiers)
     if missing:
         return f"{DECLINED} mention {', '.join(missing)}, so they do not answer this question.", []
     scored = score_sentences(question, passages, idf, meaning)

@@ -22,7 +22,12 @@ import numpy as np
 
 from kpack.llm import ClaudeClient, LLMError
 from retrieval.citations import StatementCheck, apply_checks, check_answer, summary, trace_rows
-from retrieval.extractive import NO_SENTENCE_ANSWER, extractive_answer, stems
+from retrieval.extractive import (
+    NO_SENTENCE_ANSWER,
+    extractive_answer,
+    stems,
+    written_identifiers,
+)
 from retrieval.gate import pack_vocabulary
 from retrieval.meaning import word_vectors
 from retrieval.query import ContextSection, Query, stage
@@ -117,7 +122,7 @@ def synthesize(query: Query) -> None:
             passages,
             pack_vocabulary(query.reader).idf,
             word_vectors(query.reader),
-            pack_text(query.reader),
+            pack_identifiers(query.reader),
         )
         return validated(query, answer, passages, embedded=False)
 
@@ -206,13 +211,15 @@ def validated(query: Query, answer: str, passages: list[ContextSection], embedde
     return kept
 
 
-def pack_text(reader: PackReader) -> str:
-    """All the passages of the version, lower case, joined once per reader: where an
-    identifier the question names is looked up (retrieval.extractive.missing_names)."""
-    text = reader.cache.get("pack_text")
-    if text is None:
-        text = reader.cache["pack_text"] = "\n".join(reader.chunk_text.values()).lower()
-    return text  # type: ignore[return-value]
+def pack_identifiers(reader: PackReader) -> frozenset[str]:
+    """The identifiers the version's passages write (retrieval.extractive.written_identifiers),
+    collected once per reader: where an identifier the question names is looked up."""
+    found = reader.cache.get("pack_identifiers")
+    if found is None:
+        found = reader.cache["pack_identifiers"] = written_identifiers(
+            reader.chunk_text.values()
+        )
+    return found  # type: ignore[return-value]
 
 
 def answer_passages(query: Query) -> list[ContextSection]:
