@@ -23,10 +23,11 @@ NUMBER_QUESTION = re.compile(
 NAME_QUESTION = re.compile(
     r"\b(who|whom|whose)\b|^(which|what) [a-z]+ (is|was|were|did|won)\b", re.I
 )
+# What a how-to asks for by name: "which exception", "what methods".
+NAMED_THINGS = "function method class module exception error option argument parameter attribute"
 HOWTO_QUESTION = re.compile(
-    r"\b(how (do|can|should|would) (i|we|you|my)|what should i use|which (function|method|"
-    r"class|module|exception|error|option|argument|parameter|attribute)|what (function|"
-    r"method|class|module|exception|error|option|argument|parameter|attribute|methods))\b",
+    rf"\b(how (do|can|should|would) (i|we|you|my)|what should i use|"
+    rf"(which|what) ({'|'.join(NAMED_THINGS.split())})s?)\b",
     re.IGNORECASE,
 )
 

@@ -216,9 +216,7 @@ def pack_identifiers(reader: PackReader) -> frozenset[str]:
     collected once per reader: where an identifier the question names is looked up."""
     found = reader.cache.get("pack_identifiers")
     if found is None:
-        found = reader.cache["pack_identifiers"] = written_identifiers(
-            reader.chunk_text.values()
-        )
+        found = reader.cache["pack_identifiers"] = written_identifiers(reader.chunk_text.values())
     return found  # type: ignore[return-value]
 
 
