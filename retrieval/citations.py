@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -62,15 +63,29 @@ def key_items(statement: str) -> list[str]:
     return list(dict.fromkeys(i.strip() for i in items if i.strip()))
 
 
+@lru_cache(maxsize=4096)
+def _forms(passage: str) -> tuple[str, str, str, frozenset[str]]:
+    """A passage as the checks read it (pack passages repeat across questions): lower case,
+    without thousands separators, its words joined, its search terms."""
+    lower = passage.lower()
+    return (
+        lower,
+        passage.replace(",", ""),
+        f" {' '.join(words(passage))} ",
+        frozenset(search_terms(passage)),
+    )
+
+
 def _holds(passage: str, item: str) -> bool:
     """True when the passage holds the item: as written, or (a name) by its key."""
-    if item.lower() in passage.lower():
+    lower, plain, joined, _ = _forms(passage)
+    if item.lower() in lower:
         return True
     digits = item.replace(",", "")
     if digits.replace(".", "").isdigit():
-        return digits in passage.replace(",", "")
+        return digits in plain
     key = normalize_entity(item)
-    return bool(key) and f" {key} " in f" {' '.join(words(passage))} "
+    return bool(key) and f" {key} " in joined
 
 
 def term_share(statement: str, passage: str) -> float:
@@ -78,7 +93,7 @@ def term_share(statement: str, passage: str) -> float:
     mine = set(search_terms(CITATION.sub("", statement)))
     if not mine:
         return 1.0
-    return len(mine & set(search_terms(passage))) / len(mine)
+    return len(mine & _forms(passage)[3]) / len(mine)
 
 
 def statements(answer: str) -> list[tuple[str, list[str], int, int]]:

@@ -308,7 +308,7 @@ def score_sentences(
         coverage += CONTEXT_SHARE * sum(weight[t] for t in context)
         unmatched = wanted - matched - context
         if meaning is not None and unmatched:
-            closeness = meaning.closeness(sorted(unmatched), unit.text)
+            closeness = meaning.closeness(tuple(sorted(unmatched)), unit.text)
             coverage += sum(MEANING_SHARE * weight[t] * c for t, c in closeness.items())
         coverage /= total
         similarity = seen[unit].similarity

@@ -31,6 +31,11 @@ class WordVectors:
         self.table = table / np.linalg.norm(table, axis=1, keepdims=True)
         self.tokenizer = tokenizer
         self.vector = lru_cache(maxsize=65536)(self._vector)
+        # A text's words and their vectors, once per text (pack sentences repeat).
+        self.words_of = lru_cache(maxsize=16384)(self._words_of)
+
+    def terms_matrix(self, terms: tuple[str, ...]) -> np.ndarray:
+        return np.stack([self.vector(t) for t in terms])
 
     def _vector(self, word: str) -> np.ndarray:
         ids = self.tokenizer.encode(word, add_special_tokens=False).ids  # type: ignore[attr-defined]
@@ -38,14 +43,17 @@ class WordVectors:
         norm = float(np.linalg.norm(mean))
         return mean / norm if norm else mean
 
-    def closeness(self, terms: list[str], text: str) -> dict[str, float]:
+    def _words_of(self, text: str) -> np.ndarray | None:
+        found = {stem(w): w for w in search_words(text)}
+        return np.stack([self.vector(w) for w in found.values()]) if found else None
+
+    def closeness(self, terms: tuple[str, ...], text: str) -> dict[str, float]:
         """For each stemmed question term, how close the text's closest word comes (0..1),
         counted from MIN_CLOSENESS up; terms with no close word are left out."""
-        found = {stem(w): w for w in search_words(text)}
-        if not found or not terms:
+        mine = self.words_of(text)
+        if mine is None or not terms:
             return {}
-        mine = np.stack([self.vector(w) for w in found.values()])
-        theirs = np.stack([self.vector(t) for t in terms])
+        theirs = self.terms_matrix(terms)
         best = (theirs @ mine.T).max(axis=1)
         return {
             term: float((score - MIN_CLOSENESS) / (1.0 - MIN_CLOSENESS))
