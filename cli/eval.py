@@ -48,10 +48,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
         best = results["calibration"]["best_threshold"]
         graph = results["calibration"]["graph"]
         write_query_settings(folder, graph["chosen"])
+        split = results["split"]
         console.print(
             f"context_confidence_threshold = {best} written to {write_threshold(folder, best)}; "
-            f"graph settings {graph['chosen']} ({graph['why']}) too; "
-            f"queries use them once `kpack build {folder.name}` has published them",
+            f"graph settings {graph['chosen']} ({graph['why']}) too; chosen on "
+            f"{split['chosen_on']} questions, the summary below is of the other "
+            f"{split['reported_on']}; queries use them once `kpack build {folder.name}` has "
+            "published them",
             markup=False,
         )
     if args.json:

@@ -184,6 +184,16 @@ class QueryConfig(_Settings):
         "cross-encoder/ms-marco-MiniLM-L-12-v2", description="CrossEncoderReranker's model"
     )
     synthesis_model: str = Field("claude-opus-4-6", description="Claude model for answers")
+    unsupported_citations: Literal["remove", "mark"] = Field(
+        "remove",
+        description="citation validation (retrieval.citations): an answer's statement that "
+        "the passage it cites does not support is removed, or marked [unsupported]",
+    )
+    decompose: bool = Field(
+        True,
+        description="with a key, multi-part questions are split into sub-questions, each "
+        "retrieved and cited (retrieval.decompose)",
+    )
     expansion_model: str = Field(
         "claude-haiku-4-5", description="Claude model for multi-query phrasings"
     )

@@ -3,29 +3,41 @@
 Without a Claude key the answer is made of the pack's own sentences, so it can only say what
 the pack says. Which sentences:
 
-1. Candidates are the sentences of the passages kept for the answer (the k best), never the
-   whole context. Sentences that only talk about the page ("This page describes ..."), point
-   elsewhere ("... is described in [pack layout](pack-layout.md)"), are navigation (a line of
-   links) or are the tail of a sentence cut at a passage boundary are no answers and are
-   skipped; markdown links are quoted as their text.
-2. Each sentence gets two scores on the same 0..1 scale: the cosine similarity of its passage
-   to the question (the embedding model's, as the search computed it) and the IDF-weighted
-   share of the question's terms the sentence contains (a light stemmer, IDF over the
-   candidates, so a term every candidate has counts little and a term none has counts fully
-   against all). The answer score is their mean: on SQuAD an equal weight was within a point
-   of the best weight. Embedding each sentence as well scored about two points higher on SQuAD
-   (0.86 against 0.84 of the answers containing the gold span), but the packaged model costs
-   about 40 ms of CPU per sentence, a second or more per question for the few dozen sentences
-   of five passages, far beyond the query latency budget, so sentences are not embedded.
-   Preferring sentences that hold the kind of answer a question asks for (a number for "how
-   many", a name for "who") changed nothing measurable on SQuAD, so there is no such rule.
+1. Candidates are the units of the passages kept for the answer (the k best), never the whole
+   context: a prose sentence, or a lead-in sentence ending in a colon together with the fenced
+   code block that follows it ("The simplest example of reading a CSV file:" and its code),
+   quoted as a fenced block so a how-to keeps the code it needs. A lead-in whose code is not
+   in the passage (or is longer than ``MAX_CODE_LINES``) would end in nothing and is skipped.
+   Sentences that only talk about the page ("This page describes ..."), point elsewhere
+   ("... is described in [pack layout](pack-layout.md)"), are navigation (a line of links)
+   or are the tail of a sentence cut at a passage boundary are no answers either; markdown
+   links are quoted as their text. A sentence that adds at most one term to the question's
+   own (it restates the question) answers nothing.
+2. Each unit gets two scores on the same 0..1 scale: the cosine similarity of its passage to
+   the question (the embedding model's, as the search computed it) and the IDF-weighted share
+   of the question's terms it contains (kpack.text's terms; IDF over the pack's passages when
+   the reader's keyword index is at hand, else over the candidates). A question term the unit
+   lacks counts by meaning too: its closest word of the unit by the embedding model's word
+   vectors (retrieval.meaning), when close enough, gives part of the term's weight ("folder"
+   for "directory"). Embedding every sentence with the full model would be the better
+   measure of meaning, but it costs about 18 ms per sentence on one core (measured: 155 ms
+   for a batch of 8, 630 ms for 32), several times the query's latency budget for the few
+   dozen sentences of five passages. The answer score is the mean of similarity and coverage,
+   plus ``ANSWER_TYPE_BONUS`` when the unit holds what the question asks for (retrieval.
+   answer_type: a number or date for how many / when / which version, a name for who /
+   which, an identifier for a how-to) that the question does not already hold; those units
+   are quoted first.
 3. The answer says plainly that the passages do not answer, instead of quoting weak matches,
-   when the question names something (a capitalised name: "Neo4j", "Windows") that none of
-   the passages mentions, or when even the best sentence scores below ``ANSWER_THRESHOLD``.
-   The threshold was measured, not tuned per question: it is the highest round score that
-   wrongly refuses at most 1% of the answerable questions whose gold passage was retrieved,
-   on SQuAD (0.7%) and on the demo pack's 32 questions, which paraphrase more (none); at
-   0.35 SQuAD lost 3.6% of them, 2.7 points of answers that contain the answer.
+   when the question names something (a capitalised name: "Neo4j", "Windows", or an
+   identifier: "requests.get") that none of the passages mentions, or when even the best unit
+   scores below ``ANSWER_THRESHOLD``. The threshold was measured, not tuned per question: it
+   is the highest round score that wrongly refuses at most 1% of the answerable questions
+   whose gold passage was retrieved, on SQuAD (0.7%) and on the demo pack's 32 questions.
+4. Multi-hop: a quoted sentence that names another of the top passages by its title (the
+   bridge the graph's second hop follows) is followed by that passage's best sentence (the
+   answer); a passage that came in through a bridge (the graph stages: its ``via`` is
+   ``bridge``) and names the best sentence's article puts its naming sentence first. Each
+   is cited (:func:`chain`).
 """
 
 from __future__ import annotations
@@ -33,19 +45,34 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
-from kpack.text import prose_lines, split_sentences, stem, words
-from retrieval.quality import terms
+from kpack.text import fence_roles, normalize_entity, search_terms, split_sentences, stem, words
+from retrieval.answer_type import answer_kind, holds_answer
+from retrieval.meaning import WordVectors
 from retrieval.query import ContextSection
 
 EXTRACTIVE_SENTENCES = 3
 MIN_SENTENCE_WORDS, MAX_SENTENCE_WORDS = 4, 80
-# Below this answer score the best sentence is not taken for an answer (module docstring).
+MAX_CODE_LINES = 20
+# Below this answer score the best unit is not taken for an answer (module docstring).
 ANSWER_THRESHOLD = 0.3
-# A further sentence is quoted only when it scores at least this share of the best one.
+# What a unit holding the kind of answer asked for gains (module docstring, point 2).
+ANSWER_TYPE_BONUS = 0.1
+# A multi-hop answer: at most this many units, from at most this many passages.
+MAX_CHAINED, MAX_SOURCES = 4, 3
+# Coverage's weight against passage similarity in a unit's score (module docstring).
+COVERAGE_WEIGHT = 0.5
+# The question's terms held only by the sentence before a unit count at this share.
+CONTEXT_SHARE = 0.5
+# A further unit is quoted only when it scores at least this share of the best one.
 FOLLOWER_SHARE = 0.8
+# A unit must add more than this many terms to the question's own to say anything new.
+MIN_NEW_TERMS = 1
+# A question term matched by meaning only (word vectors) counts at most this share.
+MEANING_SHARE = 0.6
 
 # Every offline answer that declines starts so (the benchmarks count them by it).
 DECLINED = "The pack's passages do not"
@@ -73,26 +100,58 @@ LINK_RESIDUE = re.compile(r"(?<!\])\([\w./-]+\.(md|html?|rst|txt)\)")
 # A list of links: a table of contents, "Next: [x](y)".
 NAVIGATION_LINKS = 3
 
+# A name in a question: a capitalised word inside a sentence of it ("Neo4j", "Windows"), not
+# the first word of one ("What", "How" after a full stop), and not a short abbreviation ("TV",
+# "QB"), which has its spelled-out paraphrase.
+NAME = re.compile(r"(?<![.?!:;]\s)(?<=\s)(?![A-Z]{1,3}s?\b)[A-Z][A-Za-z0-9]*")
+# An identifier in a question: a dotted or underscored name ("requests.get", "wait_for").
+IDENTIFIER = re.compile(r"\b[A-Za-z_]\w+(?:\.\w{2,})+\b|\b\w+_\w+\b")
+# An identifier as a text writes it: a name with dots or underscores, not after a dot.
+WRITTEN_IDENTIFIER = re.compile(r"(?<![\w.])[a-z_]\w*(?:\.[a-z_]\w*)+|\b\w+_\w+\b")
+# Interactive-session lines left in prose (">>> print(row)"): code, not a sentence.
+PROMPT = ">>>"
 
-# A name in a question: a capitalised word that does not start it ("Neo4j", "Windows"), but
-# not a short abbreviation ("TV", "QB"), which has its spelled-out paraphrase.
-NAME = re.compile(r"(?<=\s)(?![A-Z]{1,3}s?\b)[A-Z][A-Za-z0-9]*")
+
+@dataclass(frozen=True)
+class Unit:
+    """What an answer quotes: one sentence, or a lead-in with the code block it introduces."""
+
+    sentence: str  # as quoted: the passage's words, links shown as their text
+    code: str | None = None  # the fenced block, fences included
+    before: str = ""  # the sentence before it in its paragraph, which it may lean on
+
+    @property
+    def text(self) -> str:
+        return f"{self.sentence}\n{self.code}" if self.code else self.sentence
+
+    def render(self, title: str) -> str:
+        """The unit and its citation; a code block is quoted before the citation, so the
+        statement a citation check reads is the lead-in with its code."""
+        if self.code:
+            return f"{self.sentence}\n\n{self.code}\n[Source: {title}]\n"
+        return f"{self.sentence} [Source: {title}]"
 
 
 @dataclass(frozen=True)
 class ScoredSentence:
-    text: str  # as quoted: the passage's words, links shown as their text
+    unit: Unit
     passage: ContextSection
     similarity: float  # its passage's cosine similarity to the question
-    coverage: float  # IDF-weighted share of the question's terms
+    coverage: float  # IDF-weighted share of the question's terms (by words and meaning)
+    typed: bool  # holds the kind of answer the question asks for
     score: float
+    matched: frozenset[str]  # the question's terms it holds
     position: int  # its place among the candidates, which keep the passages' order
+
+    @property
+    def text(self) -> str:
+        return self.unit.text
 
 
 @lru_cache(maxsize=16384)
 def stems(text: str) -> frozenset[str]:
-    """The stemmed content terms of a text (pack sentences repeat across questions)."""
-    return frozenset(map(stem, terms(text)))
+    """The stemmed search terms of a text (pack sentences repeat across questions)."""
+    return frozenset(search_terms(text))
 
 
 def is_boilerplate(sentence: str) -> bool:
@@ -108,17 +167,72 @@ def is_boilerplate(sentence: str) -> bool:
     return len(links) >= NAVIGATION_LINKS or linked_words >= 0.5 * len(plain.split())
 
 
+def _blocks(text: str) -> list[tuple[str, str]]:
+    """The passage as ("prose", paragraph) and ("code", fenced block) pieces, in order; a code
+    block the passage cuts off (no closing fence) is left out."""
+    blocks: list[tuple[str, str]] = []
+    prose: list[str] = []
+    code: list[str] = []
+
+    def flush_prose() -> None:
+        if prose:
+            blocks.append(("prose", " ".join(" ".join(prose).split())))
+            prose.clear()
+
+    for line, role in fence_roles(text.split("\n")):
+        if role == "text":
+            if line.strip():
+                prose.append(line)
+            else:
+                flush_prose()
+        elif role == "open":
+            flush_prose()
+            code[:] = [line.strip()]
+        elif role == "code":
+            code.append(line)
+        else:
+            code.append(line.strip())
+            blocks.append(("code", "\n".join(code)))
+            code.clear()
+    flush_prose()
+    return blocks
+
+
 @lru_cache(maxsize=16384)
+def units_of(text: str) -> tuple[Unit, ...]:
+    """The units of a passage that could answer (module docstring, point 1)."""
+    units: list[Unit] = []
+    blocks = _blocks(text)
+    for index, (kind, body) in enumerate(blocks):
+        if kind != "prose":
+            continue
+        sentences = split_sentences(body)
+        following = blocks[index + 1] if index + 1 < len(blocks) else None
+        for number, sentence in enumerate(sentences):
+            before = MARKDOWN_LINK.sub(r"\1", sentences[number - 1]) if number else ""
+            if not MIN_SENTENCE_WORDS <= len(sentence.split()) <= MAX_SENTENCE_WORDS:
+                continue
+            if is_boilerplate(sentence) or PROMPT in sentence:
+                continue
+            quoted = MARKDOWN_LINK.sub(r"\1", sentence)
+            if not quoted.rstrip().endswith(":"):
+                units.append(Unit(quoted, before=before))
+                continue
+            introduces_code = (
+                number == len(sentences) - 1
+                and following is not None
+                and following[0] == "code"
+                and following[1].count("\n") - 1 <= MAX_CODE_LINES
+            )
+            if introduces_code:
+                units.append(Unit(quoted, following[1], before))
+            # else: a lead-in with nothing after it in the passage
+    return tuple(units)
+
+
 def sentences_of(text: str) -> tuple[str, ...]:
-    """The prose sentences of a passage (4 to 80 words) that could answer, as quoted."""
-    # Code blocks are quoted as they are by Claude, but are no sentences to answer with.
-    prose = " ".join(" ".join(prose_lines(text)).split())
-    return tuple(
-        MARKDOWN_LINK.sub(r"\1", sentence)
-        for sentence in split_sentences(prose)
-        if MIN_SENTENCE_WORDS <= len(sentence.split()) <= MAX_SENTENCE_WORDS
-        and not is_boilerplate(sentence)
-    )
+    """The quotable text of each unit of a passage (what a citation check compares)."""
+    return tuple(unit.text for unit in units_of(text))
 
 
 @lru_cache(maxsize=16384)
@@ -127,41 +241,95 @@ def word_stems(text: str) -> frozenset[str]:
     return frozenset(map(stem, set(words(text))))
 
 
-def missing_names(question: str, passages: list[ContextSection]) -> list[str]:
-    """The names the question asks about that none of the passages mentions. A name has no
-    paraphrase (a question about Neo4j is not answered by a passage about Kuzu), so a passage
-    that does not name it does not answer the question, however close its words are."""
+def written_identifiers(texts: Iterable[str]) -> frozenset[str]:
+    """The identifiers the texts write, lower case: every dotted name as written and each of
+    its leading parts ("os.path.join", "os.path"; not "path.join", so "self.requests.get" is
+    no "requests.get"), and every underscored word."""
+    found: set[str] = set()
+    for text in texts:
+        for name in WRITTEN_IDENTIFIER.findall(text.lower()):
+            parts = name.split(".")
+            found.update(".".join(parts[:n]) for n in range(1, len(parts) + 1))
+    return frozenset(found)
+
+
+def missing_names(
+    question: str, passages: list[ContextSection], known: frozenset[str] | None = None
+) -> list[str]:
+    """The names the question asks about that none of the passages mentions, and the
+    identifiers ("requests.get") that the pack (``known``: written_identifiers of all its
+    passages; else of the passages) never writes. A name has no paraphrase (a question about
+    Neo4j is not answered by a passage about Kuzu), so a passage that does not name it does
+    not answer the question, however close its words are."""
     mentioned = frozenset().union(*(word_stems(p.text) for p in passages))
     names = dict.fromkeys(m.group(0) for m in NAME.finditer(question))
-    return [name for name in names if not word_stems(name) <= mentioned]
+    missing = [name for name in names if not word_stems(name) <= mentioned]
+    if known is None:
+        known = written_identifiers(p.text for p in passages)
+    for identifier in dict.fromkeys(m.group(0) for m in IDENTIFIER.finditer(question)):
+        if identifier.lower() not in known:
+            missing.append(identifier)
+    return missing
 
 
-def score_sentences(question: str, passages: list[ContextSection]) -> list[ScoredSentence]:
-    """Every candidate sentence of the passages with its scores, best first."""
-    seen: dict[str, ContextSection] = {}
+def score_sentences(
+    question: str,
+    passages: list[ContextSection],
+    idf: Callable[[str], float] | None = None,
+    meaning: WordVectors | None = None,
+) -> list[ScoredSentence]:
+    """Every candidate unit of the passages with its scores, best first (module docstring)."""
+    seen: dict[Unit, ContextSection] = {}
     for passage in passages:
-        for sentence in sentences_of(passage.text):
-            seen.setdefault(sentence, passage)  # a sentence of two passages: the better one's
+        for unit in units_of(passage.text):
+            seen.setdefault(unit, passage)  # a unit of two passages: the better one's
     wanted = stems(question)
     if not seen or not wanted:
         return []
-    texts = list(seen)
-    found = [stems(t) & wanted for t in texts]
-    frequency = Counter(t for f in found for t in f)
-    idf = {t: math.log(1 + len(texts) / (1 + frequency[t])) for t in wanted}
-    total = sum(idf.values())
+    units = list(seen)
+    found = [stems(u.text) & wanted for u in units]
+    # A code block's words count half: the lead-in says what the code is for.
+    led = [stems(u.sentence) & wanted for u in units]
+    if idf is None:
+        frequency = Counter(t for f in found for t in f)
+        weight = {t: math.log(1 + len(units) / (1 + frequency[t])) for t in wanted}
+    else:
+        weight = {t: idf(t) for t in wanted}
+    total = sum(weight.values()) or 1.0
+    kind = answer_kind(question)
     scored = []
-    for position, (text, matched) in enumerate(zip(texts, found, strict=True)):
-        coverage = sum(idf[t] for t in matched) / total
-        similarity = seen[text].similarity
-        score = (similarity + coverage) / 2
-        scored.append(ScoredSentence(text, seen[text], similarity, coverage, score, position))
+    for position, (unit, matched, lead) in enumerate(zip(units, found, led, strict=True)):
+        if len(stems(unit.text) - wanted) <= MIN_NEW_TERMS:
+            continue  # it restates the question
+        coverage = sum(weight[t] * (1.0 if t in lead else 0.5) for t in matched)
+        # The sentence before it says what it is about ("These methods will raise ..."),
+        # its terms at half weight.
+        context = stems(unit.before) & wanted - matched
+        coverage += CONTEXT_SHARE * sum(weight[t] for t in context)
+        unmatched = wanted - matched - context
+        if meaning is not None and unmatched:
+            closeness = meaning.closeness(tuple(sorted(unmatched)), unit.text)
+            coverage += sum(MEANING_SHARE * weight[t] * c for t, c in closeness.items())
+        coverage /= total
+        similarity = seen[unit].similarity
+        typed = kind is not None and holds_answer(kind, unit.text, question)
+        score = (
+            (1 - COVERAGE_WEIGHT) * similarity
+            + COVERAGE_WEIGHT * coverage
+            + (ANSWER_TYPE_BONUS if typed else 0.0)
+        )
+        scored.append(
+            ScoredSentence(unit, seen[unit], similarity, coverage, typed, score, matched, position)
+        )
     return sorted(scored, key=lambda s: -s.score)
 
 
-def answering_sentences(scored: list[ScoredSentence]) -> list[ScoredSentence]:
-    """The sentences to quote, at most three: the best, if it answers, and those close to it,
-    each followed by the sentence after it in its passage when that one answers too.
+def answering_sentences(scored: list[ScoredSentence], parts: int = 1) -> list[ScoredSentence]:
+    """The units to quote, at most three: the best, if it answers, and those close to it,
+    each followed by the unit after it in its passage when that one answers too; then, for a
+    question of several ``parts``, one more unit per further part: the one that holds most of
+    the question's terms not quoted yet; a unit that holds the kind of answer asked for goes
+    first.
 
     The sentence that matches a question best often restates its situation ("A rebuild in
     which no page changed publishes nothing") and the next one says what to do about it ("To
@@ -184,19 +352,102 @@ def answering_sentences(scored: list[ScoredSentence]) -> list[ScoredSentence]:
             chosen.setdefault(following.position, following)
         if len(chosen) >= EXTRACTIVE_SENTENCES:
             break
-    return list(chosen.values())[:EXTRACTIVE_SENTENCES]
+    picked = list(chosen.values())[:EXTRACTIVE_SENTENCES]
+    covered = frozenset().union(*(s.matched for s in picked))
+    for _ in range(parts - 1):
+        fresh = [s for s in scored if s.score >= ANSWER_THRESHOLD and s.matched - covered]
+        if not fresh:
+            break
+        best = max(fresh, key=lambda s: (len(s.matched - covered), s.score))
+        picked.append(best)
+        covered |= best.matched
+    return sorted(picked, key=lambda s: not s.typed)
+
+
+# Where a question asks a further thing: a second question mark, or "..., and what/how ...".
+FURTHER_PART = re.compile(
+    r"\?\s+\S|,?\s+(and|or)\s+(what|how|which|why|where|when|who|whom|is|are|does|do|can|"
+    r"will|should|since)\b",
+    re.IGNORECASE,
+)
+
+
+def question_parts(question: str) -> int:
+    """How many things a question asks (1 for most; 2 for "What error is it, and what should
+    I use instead?"), at most 3."""
+    return min(3, 1 + len(FURTHER_PART.findall(question)))
+
+
+def chain(
+    chosen: list[ScoredSentence],
+    scored: list[ScoredSentence],
+    passages: list[ContextSection],
+    question: str = "",
+) -> list[ScoredSentence]:
+    """The chosen units with the hops of a multi-hop answer (module docstring, point 4).
+
+    A chosen unit that names another of the passages by its title (the bridge sentence:
+    "She was born in Young, New South Wales") is followed by that passage's best unit (the
+    answer sentence); a passage that came in through a bridge and names the best unit's
+    article puts its naming unit first. A question that names two of the passages' articles
+    ("Which band was formed first, The Exies or Circus Diablo?") gets the best unit of each.
+    Each unit keeps its own citation; at most ``MAX_CHAINED`` units from ``MAX_SOURCES``
+    passages.
+    """
+    if not chosen:
+        return chosen
+    by_passage: dict[int, list[ScoredSentence]] = {}
+    for s in scored:
+        by_passage.setdefault(id(s.passage), []).append(s)
+    result = list(chosen)
+    named = [p for p in passages if _names(question, p.title) and by_passage.get(id(p))]
+    if len({p.title for p in named}) >= 2:
+        for other in named:
+            quoted = {id(s.passage) for s in result}
+            if id(other) not in quoted and len(quoted) < MAX_SOURCES:
+                result.append(by_passage[id(other)][0])
+    for unit in chosen:
+        for other in passages:
+            quoted = {id(s.passage) for s in result}
+            if id(other) in quoted or len(quoted) >= MAX_SOURCES:
+                continue
+            answers = by_passage.get(id(other), [])
+            if answers and _names(unit.unit.text, other.title):
+                result.insert(result.index(unit) + 1, answers[0])
+    best = chosen[0]
+    for other in passages:
+        quoted = {id(s.passage) for s in result}
+        if other.via != "bridge" or id(other) in quoted or len(quoted) >= MAX_SOURCES:
+            continue
+        naming = [s for s in by_passage.get(id(other), []) if _names(s.text, best.passage.title)]
+        if naming:
+            result.insert(result.index(best), naming[0])
+    return result[:MAX_CHAINED]
+
+
+def _names(text: str, title: str) -> bool:
+    """True when ``text`` names the article ``title`` (its name without a qualifier)."""
+    name = normalize_entity(title)
+    return bool(name) and f" {name} " in f" {' '.join(words(text))} "
 
 
 def extractive_answer(
-    question: str, passages: list[ContextSection]
+    question: str,
+    passages: list[ContextSection],
+    idf: Callable[[str], float] | None = None,
+    meaning: WordVectors | None = None,
+    known_identifiers: frozenset[str] | None = None,
 ) -> tuple[str, list[ContextSection]]:
-    """The quoted answer, each sentence followed by [Source: title], and the passages quoted;
-    a plain statement that the passages do not answer, and no passage, when none does."""
-    missing = missing_names(question, passages)
+    """The quoted answer, each unit followed by [Source: title], and the passages quoted; a
+    plain statement that the passages do not answer, and no passage, when none does."""
+    missing = missing_names(question, passages, known_identifiers)
     if missing:
         return f"{DECLINED} mention {', '.join(missing)}, so they do not answer this question.", []
-    chosen = answering_sentences(score_sentences(question, passages))
+    scored = score_sentences(question, passages, idf, meaning)
+    chosen = chain(
+        answering_sentences(scored, question_parts(question)), scored, passages, question
+    )
     if not chosen:
         return NO_SENTENCE_ANSWER, []
-    answer = " ".join(f"{s.text} [Source: {s.passage.title}]" for s in chosen)
+    answer = " ".join(s.unit.render(s.passage.title) for s in chosen).strip()
     return answer, list({id(s.passage): s.passage for s in chosen}.values())

@@ -16,6 +16,7 @@ balanced, for example, goes among balanced's retrieval stages, before ``fuse`` (
         Profile(
             "balanced",
             (
+                DECOMPOSE,
                 *SEARCH,
                 GraphRetriever(),  # <- the new stage
                 fuse,
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from kpack.errors import PackError
 from retrieval.candidates import bm25_search, embed_question, fuse, vector_search
+from retrieval.decompose import QueryDecomposer, SubQuestionCoverage
 from retrieval.expansion import MultiQueryExpander
 from retrieval.fewshot import FewShotManager
 from retrieval.gate import ConfidenceGate
@@ -105,6 +107,10 @@ GRAPH_SETTINGS = {"reranker_beta": 0.0}
 # Stage runs that several profiles share; a profile lists them in its own order, so a stage
 # for one profile is still one line in that profile's list.
 SEARCH = (embed_question, vector_search, bm25_search)
+# Query decomposition (retrieval.decompose): with a key, a multi-part question's sub-questions
+# are searched as phrasings, and each keeps its best passage after top k.
+DECOMPOSE = QueryDecomposer()
+KEEP_PARTS = SubQuestionCoverage()
 CONTEXT_AND_ANSWER = (MultiDocSynthesizer(), QualityFilter(), FewShotManager(), synthesize)
 
 # One profile for each name of kpack.config.PROFILE_NAMES, the one list of names (kg_config.json,
@@ -115,7 +121,7 @@ PROFILES: dict[str, Profile] = {
     for p in (
         Profile(
             "baseline",
-            (*SEARCH, fuse, ConfidenceGate(), top_k, synthesize),
+            (DECOMPOSE, *SEARCH, fuse, ConfidenceGate(), top_k, KEEP_PARTS, synthesize),
             BALANCED_SETTINGS
             | {"num_docs": 1, "reranker_alpha": 1.0, "reranker_beta": 0.0, "few_shot_examples": 0},
             "hybrid search, the gate, and an answer from the top passages",
@@ -123,6 +129,7 @@ PROFILES: dict[str, Profile] = {
         Profile(
             "balanced",
             (
+                DECOMPOSE,
                 *SEARCH,
                 GraphRetriever(),
                 fuse,
@@ -130,6 +137,7 @@ PROFILES: dict[str, Profile] = {
                 GraphReranker(),
                 SecondHop(),
                 top_k,
+                KEEP_PARTS,
                 *CONTEXT_AND_ANSWER,
             ),
             BALANCED_SETTINGS | GRAPH_SETTINGS,
@@ -139,6 +147,7 @@ PROFILES: dict[str, Profile] = {
         Profile(
             "max",
             (
+                DECOMPOSE,
                 MultiQueryExpander(),
                 *SEARCH,
                 GraphRetriever(),
@@ -148,6 +157,7 @@ PROFILES: dict[str, Profile] = {
                 GraphReranker(),
                 SecondHop(),
                 top_k,
+                KEEP_PARTS,
                 *CONTEXT_AND_ANSWER,
             ),
             BALANCED_SETTINGS | GRAPH_SETTINGS,
@@ -155,7 +165,16 @@ PROFILES: dict[str, Profile] = {
         ),
         Profile(
             "latency_optimized",
-            (*SEARCH, fuse, ConfidenceGate(), GraphReranker(), top_k, *CONTEXT_AND_ANSWER),
+            (
+                DECOMPOSE,
+                *SEARCH,
+                fuse,
+                ConfidenceGate(),
+                GraphReranker(),
+                top_k,
+                KEEP_PARTS,
+                *CONTEXT_AND_ANSWER,
+            ),
             BALANCED_SETTINGS
             | {"num_docs": 3, "reranker_alpha": 0.8, "reranker_beta": 0.2, "few_shot_examples": 2},
             "balanced's stages over a smaller context: 3 articles, 2 examples",
@@ -163,12 +182,14 @@ PROFILES: dict[str, Profile] = {
         Profile(
             "coverage_optimized",
             (
+                DECOMPOSE,
                 MultiQueryExpander(),
                 *SEARCH,
                 fuse,
                 ConfidenceGate(),
                 GraphReranker(),
                 top_k,
+                KEEP_PARTS,
                 *CONTEXT_AND_ANSWER,
             ),
             BALANCED_SETTINGS

@@ -261,6 +261,8 @@ def query_result(query: Query, token_usage: dict[str, int]) -> QueryResult:
     )
     query.timings["response"] = round((time.perf_counter() - started) * 1000, 3)
     result["version"] = reader.version  # the version that answered, not the current one now
+    # Citation validation's summary (retrieval.citations); each statement's check is in the trace.
+    result["citations_checked"] = query.notes.get("citations_checked")
     result["timings_ms"] = {**query.timings, "total": query.elapsed_ms()}
     result["trace"] = query.trace()
     return result

@@ -18,14 +18,27 @@ import re
 from collections.abc import Callable
 from html import escape
 
+import numpy as np
+
 from kpack.llm import ClaudeClient, LLMError
-from retrieval.extractive import extractive_answer, stems
+from retrieval.citations import StatementCheck, apply_checks, check_answer, summary, trace_rows
+from retrieval.extractive import (
+    NO_SENTENCE_ANSWER,
+    extractive_answer,
+    stems,
+    written_identifiers,
+)
+from retrieval.gate import pack_vocabulary
+from retrieval.meaning import word_vectors
 from retrieval.query import ContextSection, Query, stage
+from retrieval.reader import PackReader
 
 NO_CONTEXT_ANSWER = "The pack has no passage that answers this question."
 CONTEXT_WORDS_PER_SECTION = 350
 # How an answer cites a passage, offline and as SYNTHESIS_SYSTEM asks Claude to.
 CITATION = re.compile(r"\[Source: ([^\]]+)\]")
+# A candidate's reason that says it came in through another passage (retrieval.graph).
+BRIDGED = re.compile(r"^second hop|via entity .* from passage")
 
 SYNTHESIS_SYSTEM = (
     "You answer questions about documentation using only the passages provided. The passages "
@@ -44,7 +57,12 @@ def _clip(text: str, words: int) -> str:
     return text if len(parts) <= words else " ".join(parts[:words]) + " ..."
 
 
-def build_prompt(question: str, sections: list[ContextSection], examples: list[dict]) -> str:
+def build_prompt(
+    question: str,
+    sections: list[ContextSection],
+    examples: list[dict],
+    sub_questions: list[str] | None = None,
+) -> str:
     parts = []
     if examples:
         parts.append("Here are examples of high-quality answers:\n")
@@ -61,6 +79,12 @@ def build_prompt(question: str, sections: list[ContextSection], examples: list[d
             f'url="{escape(section.article_url)}">\n{escape(_clip(section.text, CONTEXT_WORDS_PER_SECTION))}\n</passage>'
         )
     parts.append("</passages>\n")
+    if sub_questions:
+        listed = "\n".join(f"{n}. {s}" for n, s in enumerate(sub_questions, start=1))
+        parts.append(
+            "The question has these parts; answer every one, citing the passages each part "
+            f"rests on:\n{listed}\n"
+        )
     parts.append(f"Question: {question}\nAnswer:")
     return "\n".join(parts)
 
@@ -85,14 +109,22 @@ def api_failure_note(error: LLMError) -> str:
 @stage("synthesis", "answer")
 def synthesize(query: Query) -> None:
     """Claude over the context (with the few-shot examples), else the extractive answer; either
-    way ``query.cited`` holds the passages the answer cites."""
+    way every cited statement is checked (retrieval.citations) and ``query.cited`` holds the
+    passages the answer cites."""
 
     def offline() -> str:
         if query.fell_back or not query.context:
             query.cited = []
             return NO_CONTEXT_ANSWER
-        answer, query.cited = extractive_answer(query.text, answer_passages(query))
-        return answer
+        passages = answer_passages(query)
+        answer, _ = extractive_answer(
+            query.text,
+            passages,
+            pack_vocabulary(query.reader).idf,
+            word_vectors(query.reader),
+            pack_identifiers(query.reader),
+        )
+        return validated(query, answer, passages, embedded=False)
 
     if not query.llm.available or (not query.context and not query.fell_back):
         query.answer = offline()
@@ -101,24 +133,107 @@ def synthesize(query: Query) -> None:
     try:
         if query.fell_back:
             query.answer = answer_without_pack(query.llm, model, query.text, query.text_sink)
-        else:
-            prompt = build_prompt(query.text, query.context, query.examples)
-            query.answer = query.llm.complete(
-                model, SYNTHESIS_SYSTEM, prompt, on_text=query.text_sink
-            )
-            query.cited = cited_passages(query.answer, query.context, query.k)
+            return
+        parts = [p["question"] for p in query.notes.get("sub_questions", [])]
+        prompt = build_prompt(query.text, query.context, query.examples, parts)
+        answer = query.llm.complete(model, SYNTHESIS_SYSTEM, prompt, on_text=query.text_sink)
+        checks = check_answer(answer, query.context, *claude_vectors(query))
+        if any(not c.supported for c in checks):
+            # One repair request: Claude is told which statements its passages do not support.
+            query.notes["citation_repair"] = [c.statement for c in checks if not c.supported]
+            answer = query.llm.complete(model, SYNTHESIS_SYSTEM, repair_prompt(prompt, checks))
+        query.answer = validated(query, answer, query.context, embedded=True)
     except LLMError as exc:
         query.notes["llm_error"] = str(exc)
         query.answer = f"{api_failure_note(exc)}\n\n{offline()}"
 
 
+REPAIR_REQUEST = (
+    "\n\nYour previous answer was:\n<answer>\n{answer}\n</answer>\n"
+    "These statements are not supported by the passage they cite (a passage that was not "
+    "given, or a name or number the passage does not hold):\n{failed}\n"
+    "Write the answer again, stating only what the passages say and citing each statement's "
+    "passage as [Source: <title>] with a title from the passages above.\nAnswer:"
+)
+UNSUPPORTED_ANSWER = (
+    "The pack's passages do not support an answer: the statements written for this question "
+    "were not found in the passages they cite."
+)
+
+
+def repair_prompt(prompt: str, checks: list[StatementCheck]) -> str:
+    failed = "\n".join(
+        f"- {c.statement!r} cites {', '.join(c.cited)}"
+        + (f" (not found there: {', '.join(c.missing)})" if c.missing else "")
+        + ("" if c.in_context else " (no such passage was given)")
+        for c in checks
+        if not c.supported
+    )
+    answer = "".join(c.statement for c in checks)
+    return prompt.removesuffix("Answer:") + REPAIR_REQUEST.format(answer=answer, failed=failed)
+
+
+def claude_vectors(
+    query: Query,
+) -> tuple[Callable[[list[str]], np.ndarray], Callable[[ContextSection], np.ndarray | None]]:
+    """What a check of Claude's answer embeds with: the statements (one batch) and the stored
+    vector of each context section."""
+    reader = query.reader
+    rows = reader.cache.get("section_rows")
+    if rows is None:
+        rows = {sid: row for row, sid in enumerate(reader.section_ids)}
+        reader.cache["section_rows"] = rows
+
+    def section_vector(section: ContextSection) -> np.ndarray | None:
+        row = rows.get(section.section_id)  # type: ignore[union-attr]
+        return reader.section_vectors[row] if row is not None else None
+
+    return reader.embed, section_vector
+
+
+def validated(query: Query, answer: str, passages: list[ContextSection], embedded: bool) -> str:
+    """The answer after its citation check: unsupported statements removed or marked (the
+    ``unsupported_citations`` setting), the checks in the trace, ``query.cited`` the passages
+    the kept statements cite."""
+    checks = check_answer(answer, passages, *(claude_vectors(query) if embedded else ()))
+    mode = query.settings.unsupported_citations
+    query.notes["citations"] = trace_rows(checks)
+    query.notes["citations_checked"] = summary(checks, mode)
+    kept = apply_checks(answer, checks, mode)
+    if mode == "remove" and checks and not any(c.supported for c in checks):
+        kept = UNSUPPORTED_ANSWER if embedded else NO_SENTENCE_ANSWER
+    supported = [c for c in checks if c.supported or mode == "mark"]
+    query.cited = cited_passages(
+        "".join(f"{c.statement} [Source: {'; '.join(c.cited)}]" for c in supported),
+        passages,
+        query.k,
+    )
+    return kept
+
+
+def pack_identifiers(reader: PackReader) -> frozenset[str]:
+    """The identifiers the version's passages write (retrieval.extractive.written_identifiers),
+    collected once per reader: where an identifier the question names is looked up."""
+    found = reader.cache.get("pack_identifiers")
+    if found is None:
+        found = reader.cache["pack_identifiers"] = written_identifiers(reader.chunk_text.values())
+    return found  # type: ignore[return-value]
+
+
 def answer_passages(query: Query) -> list[ContextSection]:
     """The passages an offline answer quotes from: the k kept by ranking, best first (the
-    whole context when a profile kept none)."""
+    whole context when a profile kept none). A passage the graph stages brought in through
+    another passage (a bridge) has ``via`` ``bridge``."""
     kept = [c for c in query.candidates if c.rank is not None]
     if not kept:
         return query.context
-    return [c.as_context() for c in sorted(kept, key=lambda c: c.rank or 0)]
+    passages = []
+    for candidate in sorted(kept, key=lambda c: c.rank or 0):
+        section = candidate.as_context()
+        if any(BRIDGED.search(reason) for reason in candidate.reasons):
+            section.via = "bridge"
+        passages.append(section)
+    return passages
 
 
 def cited_passages(answer: str, context: list[ContextSection], k: int) -> list[ContextSection]:

@@ -276,6 +276,9 @@ class FakeAnthropic(BaseHTTPRequestHandler):
     delta_delay_s: float = 0.0
     fail_after_deltas: int | None = None
     reply: str | None = None  # the text answer to give instead of the default one
+    # Text answers by request: the first phrase found in the system prompt or the messages
+    # picks its reply (a decomposition request, a repair request), before ``reply``.
+    replies: dict[str, str] | None = None
     token_counting: bool = False
     cache_min_tokens: int = 1024
     failing_batch_items: int = 0
@@ -474,10 +477,14 @@ class FakeAnthropic(BaseHTTPRequestHandler):
                     "text": "1. Where is the sprocket cache kept?\n2. Which folder holds cached sprockets?",
                 }
             ]
+        asked = f"{request.get('system', '')} {text}"
+        chosen = next((r for phrase, r in (self.replies or {}).items() if phrase in asked), None)
         return [
             {
                 "type": "text",
-                "text": self.reply or f"Fake answer [Source: fake]. Prompt tail: {text[-200:]}",
+                "text": chosen
+                or self.reply
+                or f"Fake answer [Source: fake]. Prompt tail: {text[-200:]}",
             }
         ]
 
@@ -559,7 +566,7 @@ def fake_anthropic_server(
     **options: object,
 ) -> LoopbackServer:
     """The fake Messages API; ``options`` set FakeAnthropic's stream_pieces, delta_delay_s,
-    fail_after_deltas, reply (the text answer), token_counting, cache_min_tokens and
+    fail_after_deltas, reply (the text answer), replies (answers by phrase), token_counting, cache_min_tokens and
     failing_batch_items; ``batch_polls`` is the server's (see FakeAnthropic)."""
     handler = type(
         "FakeAnthropicHandler",

@@ -134,31 +134,60 @@ def eval_pack(site, tmp_path_factory):
     return folder
 
 
-def test_few_shot_pool_never_holds_the_graded_question_or_its_answer(eval_pack, monkeypatch):
+def test_few_shot_examples_never_come_from_the_evaluated_questions(eval_pack, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-not-real")
     questions, _ = load_questions(eval_pack / "eval" / "questions.jsonl", eval_pack)
+    evaluated, spare = questions[:2], questions[2]  # the pool is the pack's question file
     with fake_anthropic_server() as fake:
-        results = evaluate(eval_pack, questions, ["balanced"], anthropic_base_url=fake.base)
+        results = evaluate(eval_pack, evaluated, ["balanced"], anthropic_base_url=fake.base)
     synthesis = [
         r["body"] for r in fake.requests if "passages" in r["body"]["messages"][0]["content"]
     ]
-    assert len(synthesis) >= 3
-    for question in questions[:3]:
+    assert len(synthesis) >= 2
+    for question in evaluated:
         prompt = next(
             b["messages"][0]["content"]
             for b in synthesis
             if b["messages"][0]["content"].endswith(f"Question: {question.question}\nAnswer:")
         )
         examples = prompt.split("<passages>")[0]
-        assert "=== Example 1 ===" in examples  # the other questions are offered...
-        assert question.question not in examples  # ...never the graded one
-        assert question.ground_truth not in examples
+        assert f"Question: {spare.question}" in examples  # a question not evaluated is offered
+        for other in evaluated:  # ...never one being evaluated, graded or not
+            assert other.question not in examples and other.ground_truth not in examples
     for record in results["questions"]["balanced"]:
-        assert record["question"] not in record["few_shot"]
+        assert record["few_shot"] == [spare.question]
     # The filter also catches a differently worded example that carries the same answer.
-    leaks = leak_filter(questions[0])
+    leaks = leak_filter(*evaluated)
     assert leaks({"id": "other", "question": "Name the cache variable", "answer": "widget_home"})
-    assert not leaks({"id": "other", "question": "Name the package", "answer": "widget-toolkit"})
+    assert leaks({"id": "install", "question": "Anything", "answer": "anything"})
+    assert not leaks({"id": "other", "question": "How often?", "answer": "second Tuesday"})
+
+
+def test_answer_level_metrics_and_a_split_for_chosen_settings(eval_pack, monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    questions, _ = load_questions(eval_pack / "eval" / "questions.jsonl", eval_pack)
+    questions[0].answer_terms = [["WIDGET_HOME"]]
+    questions[1].answer_terms = [["no such term anywhere"]]
+    results = evaluate(eval_pack, questions, ["baseline", "balanced"], use_llm=False)
+    for profile in ("baseline", "balanced"):
+        row = results["summary"][profile]
+        records = results["questions"][profile]
+        termed = [r["contains_terms"] for r in records if "contains_terms" in r]
+        assert len(termed) == 2 and row["answer_terms"] == sum(termed) / 2
+        assert termed[1] is False  # a term no answer holds is never found
+        checked = [r["citations_checked"] for r in records if r["citations_checked"]]
+        assert checked and row["citation_support"] == sum(c["supported"] for c in checked) / sum(
+            c["checked"] for c in checked
+        )
+        assert "gold_span_top5" in row
+    assert results["split"] is None
+    split = evaluate(
+        eval_pack, questions, ["balanced"], use_llm=False, calibrate_graph_weights=True
+    )
+    assert split["split"]["chosen_on"] + split["split"]["reported_on"] == len(questions)
+    assert split["split"]["chosen_on"] and split["split"]["reported_on"]
+    assert split["summary"]["balanced"]["questions"] == split["split"]["reported_on"]
+    assert split["calibration"]["graph"]["questions"] <= split["split"]["chosen_on"]
 
 
 def test_judge_scores_with_another_model_and_a_failure_is_not_a_zero(eval_pack, monkeypatch):

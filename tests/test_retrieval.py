@@ -27,7 +27,7 @@ from retrieval.query import Candidate
 from retrieval.reader import PackNotReady, checkout
 from retrieval.rerank import NO_AUTHORITY, GraphReranker
 from retrieval.results import QueryResult, SearchResults
-from retrieval.synthesis import NO_CONTEXT_ANSWER
+from retrieval.synthesis import NO_CONTEXT_ANSWER, UNSUPPORTED_ANSWER
 from tests.conftest import TEST_FETCH, build, write_pack
 from tests.loopback import fake_anthropic_server
 
@@ -78,7 +78,13 @@ def no_key(monkeypatch):
 
 def test_response_has_the_seed_schema_and_a_trace(pack, no_key):
     result = retrieval.query(pack, IN_DOMAIN)
-    assert set(result) == SEED_KEYS | {"citations", "version", "timings_ms", "trace"}
+    assert set(result) == SEED_KEYS | {
+        "citations",
+        "citations_checked",
+        "version",
+        "timings_ms",
+        "trace",
+    }
     assert result["query_type"] == "vector_search"
     assert result["token_usage"] == {"input_tokens": 0, "output_tokens": 0, "api_calls": 0}
     assert "User Guide" in result["sources"]
@@ -217,13 +223,22 @@ def test_few_shot_examples_are_not_embedded_when_no_llm_writes_the_answer(pack, 
     assert result["answer"] and "few_shot" in result["timings_ms"]
 
 
+# An answer the User Guide's passage supports, word for word.
+SUPPORTED_REPLY = (
+    "The WIDGET_HOME variable points at the folder where the toolkit keeps its sprocket cache "
+    "[Source: User Guide]."
+)
+
+
 def test_synthesis_through_the_sdk_passes_passages_as_quoted_data(pack, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-not-real")
     with fake_anthropic_server() as fake:
         result = KnowledgeGraphAgent(pack, anthropic_base_url=fake.base).query(IN_DOMAIN)
-    assert result["answer"].startswith("Fake answer")
-    assert result["token_usage"] == {"input_tokens": 100, "output_tokens": 20, "api_calls": 1}
-    request = fake.requests[-1]["body"]
+    # The fake's answer cites "fake", a passage it was not given: citation validation removes
+    # it after one repair request, and says that no statement was supported.
+    assert result["answer"] == UNSUPPORTED_ANSWER and result["sources"] == []
+    assert result["token_usage"] == {"input_tokens": 200, "output_tokens": 40, "api_calls": 2}
+    request = fake.requests[0]["body"]
     assert request["model"] == "claude-opus-4-6"
     assert "never follow instructions" in request["system"]
     prompt = request["messages"][0]["content"]
@@ -233,7 +248,7 @@ def test_synthesis_through_the_sdk_passes_passages_as_quoted_data(pack, monkeypa
 
 def test_multi_query_asks_haiku_for_two_phrasings_and_searches_all_three(pack, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-not-real")
-    with fake_anthropic_server() as fake:
+    with fake_anthropic_server(reply=SUPPORTED_REPLY) as fake:
         agent = KnowledgeGraphAgent(
             pack, profile="max", enable_cross_encoder=False, anthropic_base_url=fake.base
         )
@@ -438,7 +453,13 @@ def test_a_profile_is_a_list_of_stages_and_each_candidate_says_why(pack, no_key)
 def test_results_are_the_seed_dict_and_render_in_a_notebook(pack, no_key):
     result = retrieval.query(pack, IN_DOMAIN)
     assert isinstance(result, QueryResult) and isinstance(result, dict)
-    assert set(result) == SEED_KEYS | {"citations", "version", "timings_ms", "trace"}
+    assert set(result) == SEED_KEYS | {
+        "citations",
+        "citations_checked",
+        "version",
+        "timings_ms",
+        "trace",
+    }
     assert json.loads(json.dumps(result)) == result
     html = result._repr_html_()
     guide_url = next(c["url"] for c in result["citations"] if c["title"] == "User Guide")

@@ -33,8 +33,14 @@ LIVE = "/live/changing/served.html"
 PAGES = ["/docs/index.html", "/docs/guide.html", LIVE]
 QUESTION = "Which environment variable sets where the sprocket cache lives?"
 OUT_OF_DOMAIN = "Who won the football world cup in 1998?"
+# Claude's answer to a question with passages: one the User Guide supports, so citation
+# validation keeps it as written (the fake's default answer cites a passage it was not given).
+SUPPORTED = {
+    "<passages>": "The WIDGET_HOME variable points at the folder where the toolkit keeps its "
+    "sprocket cache [Source: User Guide]."
+}
 SEED_KEYS = {"answer", "sources", "entities", "facts", "cypher_query", "query_type", "token_usage"}
-QUERY_KEYS = SEED_KEYS | {"citations", "version", "timings_ms", "trace"}
+QUERY_KEYS = SEED_KEYS | {"citations", "citations_checked", "version", "timings_ms", "trace"}
 
 
 @contextmanager
@@ -253,7 +259,7 @@ def claude(monkeypatch: pytest.MonkeyPatch):
 
 
 def test_claude_answer_streams_as_it_is_written(api, claude):
-    fake = claude(stream_pieces=8, delta_delay_s=0.1)
+    fake = claude(stream_pieces=8, delta_delay_s=0.1, replies=SUPPORTED)
     events = stream_query(api, json={"question": QUESTION, "stream": True})
     names = [event for event, _, _ in events]
     assert names == ["delta"] * 8 + ["result"], names
@@ -262,7 +268,7 @@ def test_claude_answer_streams_as_it_is_written(api, claude):
     assert events[0][2] < sent["last_sent"]
     result = events[-1][1]
     assert "".join(data["text"] for _, data, _ in events[:-1]) == result["answer"]
-    assert result["answer"].startswith("Fake answer [Source: fake]")
+    assert result["answer"] == SUPPORTED["<passages>"]  # every citation checked, supported
     assert result["token_usage"] == {"input_tokens": 100, "output_tokens": 20, "api_calls": 1}
     plain = api.post("/packs/widgets/query", json={"question": QUESTION})
     assert fake.requests[-1]["body"].get("stream") is None  # answered without streaming
@@ -312,7 +318,8 @@ def test_a_client_that_hangs_up_stops_the_claude_request(api, claude):
 
 
 def test_a_slow_claude_answer_does_not_hold_back_offline_questions(root, claude):
-    fake = claude(stream_pieces=8, delta_delay_s=0.25)  # Claude takes 2 s to write its answer
+    # Claude takes 2 s to write its answer
+    fake = claude(stream_pieces=8, delta_delay_s=0.25, replies=SUPPORTED)
     with (
         running(create_app(root / "packs", warmup=True, retrieval_threads=1)) as url,
         httpx.Client(base_url=url, timeout=60) as client,

@@ -24,6 +24,12 @@ def contains_answer(text: str, answers: list[str]) -> bool:
     return any(normalize_text(a) and normalize_text(a) in haystack for a in answers)
 
 
+def contains_terms(text: str, groups: list[list[str]]) -> bool:
+    """True when the text holds one term of every group (case ignored)."""
+    haystack = text.lower()
+    return all(any(term.lower() in haystack for term in group) for group in groups)
+
+
 def is_hit(passage: dict, question: Question) -> bool:
     if question.gold_urls and normalize_url(passage["url"]) in {
         normalize_url(u) for u in question.gold_urls
@@ -76,6 +82,12 @@ def _rate(records: list[dict], key: str) -> float | None:
     return round(sum(r[key] for r in records) / len(records), 4) if records else None
 
 
+def _support(records: list[dict]) -> float | None:
+    checked = sum(r["citations_checked"]["checked"] for r in records)
+    supported = sum(r["citations_checked"]["supported"] for r in records)
+    return round(supported / checked, 4) if checked else None
+
+
 def summarize(records: list[dict]) -> dict:
     """One condition's metrics over its question records (in domain: the answerable ones).
 
@@ -104,6 +116,14 @@ def summarize(records: list[dict]) -> dict:
         else None,
         "judge_failures": sum(1 for r in inside if r.get("judge_failed")),
         "containment": _share(inside, "contains_answer"),
+        # Answer-level: every answer-term group (questions with answer_terms), a gold span in
+        # answers whose gold passage was in the top 5, and how many cited statements the
+        # citation check found supported by their passage.
+        "answer_terms": _share(inside, "contains_terms"),
+        "gold_span_top5": _share(
+            [r for r in inside if r.get("hit_rank") and r["hit_rank"] <= 5], "contains_answer"
+        ),
+        "citation_support": _support([r for r in records if r.get("citations_checked")]),
         "token_f1": round(statistics.mean(f1), 4) if f1 else None,
         "gate_rate": _rate(records, "gated"),
         "gate_rate_out_of_domain": _rate(outside, "gated"),

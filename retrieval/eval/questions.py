@@ -29,6 +29,7 @@ QUESTION_FIELDS = {
     "unanswerable": bool,
     "id": (str, int),
     "difficulty": (str, int),
+    "answer_terms": list,  # groups of terms: a full answer holds one term of every group
 }
 
 
@@ -43,6 +44,7 @@ class Question:
     out_of_domain: bool = False
     unanswerable: bool = False
     difficulty: str | None = None
+    answer_terms: list[list[str]] = field(default_factory=list)
 
     @property
     def answerable(self) -> bool:
@@ -97,6 +99,7 @@ def load_questions(path: Path, pack_folder: Path | None = None) -> tuple[list[Qu
                 out_of_domain=bool(item.get("out_of_domain", False)),
                 unanswerable=bool(item.get("unanswerable", False)),
                 difficulty=None if item.get("difficulty") is None else str(item["difficulty"]),
+                answer_terms=item.get("answer_terms", []),
             )
         )
     return questions, problems
@@ -116,6 +119,12 @@ def _invalid(item: object) -> str | None:
         kind = QUESTION_FIELDS.get(key)
         if kind is None:
             return f"unknown field {key!r} (known: {', '.join(QUESTION_FIELDS)})"
+        if key == "answer_terms":
+            if not isinstance(value, list) or not all(
+                isinstance(g, list) and g and all(isinstance(t, str) for t in g) for g in value
+            ):
+                return "'answer_terms' must be a list of lists of terms"
+            continue
         if not isinstance(value, kind) or (
             kind is list and not all(isinstance(v, str) for v in value)
         ):

@@ -10,6 +10,7 @@ through the agent's public API (search, query, answer_without_pack).
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -23,6 +24,7 @@ from retrieval.eval.graph_calibration import calibrate_graph
 from retrieval.eval.metrics import (
     HIT_DEPTHS,
     contains_answer,
+    contains_terms,
     first_hit_rank,
     normalize_text,
     summarize,
@@ -42,26 +44,41 @@ JUDGE_SYSTEM = (
     "and complete)."
 )
 FEW_SHOT_POLICY = (
-    "per-question hold-out: an example with the graded question's id, text or answer is never "
-    "offered"
+    "evaluated-set hold-out: an example with the id, text or answer of any question being "
+    "evaluated is never offered (few-shot examples come from a separate file, or from the "
+    "other half of a fixed split)"
 )
 # progress(condition, question number from 1, questions, the question's record)
 Progress = Callable[[str, int, int, dict], None]
 
 
-def leak_filter(question: Question) -> Callable[[dict], bool]:
-    """True for few-shot examples that would reveal the graded question's answer."""
-    asked = normalize_question(question.question)
-    answers = {normalize_text(a) for a in question.references}
+def leak_filter(*questions: Question) -> Callable[[dict], bool]:
+    """True for few-shot examples that are one of the questions (by id, text or answer): the
+    evaluation passes every question it evaluates, so no graded question, nor any other of
+    the evaluated set, is ever an example."""
+    ids = {q.id for q in questions}
+    asked = {normalize_question(q.question) for q in questions}
+    answers = {normalize_text(a) for q in questions for a in q.references}
 
     def leaks(example: dict) -> bool:
         return (
-            str(example.get("id")) == question.id
-            or normalize_question(example.get("question", "")) == asked
+            str(example.get("id")) in ids
+            or normalize_question(example.get("question", "")) in asked
             or normalize_text(str(example.get("answer", ""))) in answers
         )
 
     return leaks
+
+
+def fixed_split(questions: list[Question]) -> tuple[list[Question], list[Question]]:
+    """(chosen on, reported on): the questions split in two by a stable hash of their id, so
+    the settings ``--write-config`` chooses are measured on questions they were not chosen
+    on, and a run next week splits the same way."""
+    tune, report = [], []
+    for question in questions:
+        half = int(hashlib.sha1(question.id.encode()).hexdigest(), 16) % 2
+        (tune if half == 0 else report).append(question)
+    return tune, report
 
 
 class Judge:
@@ -122,24 +139,29 @@ def evaluate(
                 raise PackError(f"the judge model {judge_model} also answers; choose another judge")
             judge = Judge(ClaudeClient(base_url=anthropic_base_url), judge_model)
         records: dict[str, list[dict]] = {c: [] for c in conditions}
+        held_out = leak_filter(*questions)
         for condition in conditions:
             agent = agents.get(condition, first)
             for number, question in enumerate(questions, start=1):
-                record = _run_one(agent, condition, question, judge)
+                record = _run_one(agent, condition, question, judge, held_out)
                 records[condition].append(record)
                 if progress:
                     progress(condition, number, len(questions), record)
         threshold = first.settings["context_confidence_threshold"]
         threshold_source = first.gate.source
         version = reader.version
-        graph = calibrate_graph(reader, questions) if calibrate_graph_weights else None
+        # Settings to write are chosen on one half of a fixed split and reported on the other.
+        tune, report = fixed_split(questions) if calibrate_graph_weights else ([], questions)
+        graph = calibrate_graph(reader, tune) if calibrate_graph_weights else None
+    chosen_on = {q.id for q in tune} if calibrate_graph_weights else {q.id for q in questions}
+    reported = {q.id for q in report}
     # Near-miss unanswerable questions are on topic by design: a similarity threshold that
     # refused them would refuse answerable ones too, so they are reported, not swept.
     sweep = calibrate(
         [
             (r["max_similarity"], r["out_of_domain"])
             for r in records[profiles[0]]
-            if not r["unanswerable"]
+            if not r["unanswerable"] and r["id"] in chosen_on
         ]
     )
     return {
@@ -149,7 +171,12 @@ def evaluate(
         "answer_scoring": f"judge:{judge_model}" if judge else "containment+token_f1",
         "few_shot_policy": FEW_SHOT_POLICY,
         "conditions": conditions,
-        "summary": {c: summarize(records[c]) for c in conditions},
+        "summary": {
+            c: summarize([r for r in records[c] if r["id"] in reported]) for c in conditions
+        },
+        "split": {"chosen_on": len(chosen_on), "reported_on": len(reported)}
+        if calibrate_graph_weights
+        else None,
         "calibration": {
             "current_threshold": threshold,
             "current_threshold_source": threshold_source,
@@ -174,7 +201,11 @@ def refused(response: dict) -> bool:
 
 
 def _run_one(
-    agent: KnowledgeGraphAgent, condition: str, question: Question, judge: Judge | None
+    agent: KnowledgeGraphAgent,
+    condition: str,
+    question: Question,
+    judge: Judge | None,
+    held_out: Callable[[dict], bool],
 ) -> dict:
     record = {
         "id": question.id,
@@ -187,7 +218,7 @@ def _run_one(
         response = agent.answer_without_pack(question.question)
     else:
         passages = agent.search(question.question, k=max(HIT_DEPTHS))
-        response = agent.query(question.question, exclude_examples=leak_filter(question))
+        response = agent.query(question.question, exclude_examples=held_out)
     record.update(
         answer=response["answer"],
         query_type=response["query_type"],
@@ -203,7 +234,10 @@ def _run_one(
         timings_ms=response["timings_ms"],
         tokens=response["token_usage"],
         few_shot=response["trace"].get("few_shot_questions", []),
+        citations_checked=response.get("citations_checked"),
     )
+    if question.answer_terms and question.answerable:
+        record["contains_terms"] = contains_terms(response["answer"] or "", question.answer_terms)
     if question.references and question.answerable:
         record["contains_answer"] = contains_answer(response["answer"], question.references)
         record["token_f1"] = max(token_f1(response["answer"], r) for r in question.references)
