@@ -30,7 +30,7 @@ from dagster import (
 from assets.partitions import follow_upstream, pack_check, packs_partitions
 from kpack.config import PackConfig
 from kpack.contracts import StagedBuild
-from kpack.embedding import model_label
+from kpack.embedding import ENCODERS, model_label
 from kpack.gate import PROBE_CACHE_COLUMNS, probe_cache_namespace
 from kpack.gate import calibrate as calibrate_gate
 from kpack.graphdb import graph_counts, opened
@@ -88,6 +88,12 @@ def build_manifest(
             "dimension": staged.embedding_dimension,
             "texts": embedded.get("texts", 0),
             "embedded_this_build": embedded.get("embedded", 0),
+            # The arithmetic every vector came from (they are cached per precision), and
+            # where and how fast this build's were computed (None: all came from the cache).
+            "precision": config.embedding_precision,
+            "encoder": ENCODERS[config.embedding_precision],
+            "device": embedded.get("device"),
+            "texts_per_second": embedded.get("texts_per_second"),
         },
         "extraction": {
             "method": extraction.get("method", "offline"),
@@ -134,12 +140,12 @@ def pack_manifest(
     config = pack_store.config(pack)
     manifest = build_manifest(pack, version, config, counts, pack_graph)
     # The confidence gate's threshold for this version (kpack.gate), from the build's vectors.
-    probe_cache = probe_cache_namespace(config.embedding_model)
+    probe_cache = probe_cache_namespace(config.embedding_model, config.embedding_precision)
     gate = calibrate_gate(
         sections,
         chunks,
         embeddings,
-        lambda texts: embedder.embed(texts, config.embedding_model),
+        lambda texts: embedder.embed(texts, config.embedding_model, config.embedding_precision),
         config.embedding_model,
         content_cache.load(probe_cache, pack, PROBE_CACHE_COLUMNS),
     )

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kpack.embedding import model_label
+from kpack.embedding import model_label, vector_namespace
 from kpack.text import prose_lines, search_terms, search_words, split_sentences, stem
 
 if TYPE_CHECKING:
@@ -380,9 +380,9 @@ def choose_threshold(inside: np.ndarray, outside: np.ndarray) -> tuple[float, st
 PROBE_CACHE_COLUMNS = ("content_hash", "embedding")
 
 
-def probe_cache_namespace(model: str) -> str:
+def probe_cache_namespace(model: str, precision: str) -> str:
     """The content cache (resources.storage) keeping the probes' vectors between builds."""
-    return f"gate_probes/{model_label(model)}"
+    return f"gate_probes/{vector_namespace(model, precision)}"
 
 
 @dataclass
