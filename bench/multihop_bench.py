@@ -133,9 +133,9 @@ def link_diagnostics(links: dict, questions: list[dict]) -> dict[str, Any]:
 # --- Build ---------------------------------------------------------------------------------
 
 
-def fingerprint(pages: list[Path]) -> str:
+def fingerprint(pages: list[Path], config: dict) -> str:
     """What the pack is built from: the rendered pages and the pack config."""
-    digest = hashlib.sha256(json.dumps([RENDER_VERSION, PACK_CONFIG]).encode())
+    digest = hashlib.sha256(json.dumps([RENDER_VERSION, config]).encode())
     for page in pages:
         digest.update(page.name.encode() + b"\0" + page.read_bytes() + b"\0")
     return digest.hexdigest()
@@ -173,7 +173,12 @@ def git_head() -> str | None:
 
 
 def build_pack(
-    workdir: Path, corpus_dir: Path, pages: list[Path], rebuild: bool, keep_pack: bool
+    workdir: Path,
+    corpus_dir: Path,
+    pages: list[Path],
+    rebuild: bool,
+    keep_pack: bool,
+    config: dict = PACK_CONFIG,
 ) -> dict:
     """The pack built from the served pages, or the earlier build when nothing changed.
 
@@ -182,7 +187,7 @@ def build_pack(
     """
     pack_dir = workdir / "packs" / PACK
     record_file = workdir / "build_record.json"
-    wanted, code = fingerprint(pages), code_fingerprint()
+    wanted, code = fingerprint(pages, config), code_fingerprint()
     if not rebuild and record_file.is_file() and (pack_dir / "manifest.json").is_file():
         record = json.loads(record_file.read_text())
         same_code = record.get("code_fingerprint") == code
@@ -208,7 +213,7 @@ def build_pack(
     log = workdir / "build.log"
     with serve(corpus_dir) as base_url:
         urls = page_urls(base_url, corpus_dir, pages)
-        make_pack(workdir, PACK, urls, PACK_CONFIG)
+        make_pack(workdir, PACK, urls, config)
         print(f"building {PACK}: {len(urls)} pages from {base_url} (log: {log}) ...", flush=True)
         started = time.perf_counter()
         with log.open("w") as out:
@@ -427,6 +432,12 @@ def main() -> None:
         action="store_true",
         help="reuse the built pack even if the build code changed since (pages must match)",
     )
+    parser.add_argument(
+        "--embedding-precision",
+        choices=("fp32", "int8"),
+        default="fp32",
+        help="the pack's embedding_precision (default fp32)",
+    )
     parser.add_argument("--skip-peers", action="store_true")
     parser.add_argument("--skip-profiles", action="store_true")
     args = parser.parse_args()
@@ -441,7 +452,8 @@ def main() -> None:
 
     corpus_dir = workdir / "pages"
     rendered = render_hotpotqa(corpus_file, corpus_dir)
-    build = build_pack(workdir, corpus_dir, rendered["pages"], args.rebuild, args.keep_pack)
+    config = {**PACK_CONFIG, "embedding_precision": args.embedding_precision}
+    build = build_pack(workdir, corpus_dir, rendered["pages"], args.rebuild, args.keep_pack, config)
 
     retrievers: dict[str, Retriever] = {}
     if not args.skip_peers:
