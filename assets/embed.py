@@ -18,7 +18,7 @@ from dagster import AssetExecutionContext, AssetIn, AssetsDefinition, Output, as
 
 from assets.partitions import follow_upstream, packs_partitions
 from kpack.contracts import facts_of
-from kpack.embedding import ENCODERS, model_label, vector_namespace
+from kpack.embedding import ENCODERS, effective_precision, model_label, vector_namespace
 from kpack.ingest.shards import embed_shard, shard_count, shard_of
 from kpack.ingest.vectors import distinct_texts
 from resources.embedder import EmbedderResource
@@ -32,8 +32,8 @@ SHARD_NAMES = [f"embeddings_shard_{index}" for index in range(SHARDS)]
 
 @dataclass(frozen=True)
 class EmbedStep:
-    """One run of an embedding step: the pack, the embedding model and precision its config
-    names, and when the step started."""
+    """One run of an embedding step: the pack, the embedding model its config names and the
+    precision its config means on this machine, and when the step started."""
 
     pack: str
     model: str
@@ -45,7 +45,8 @@ class EmbedStep:
         started = time.perf_counter()
         pack = context.partition_key
         config = pack_store.config(pack)
-        return cls(pack, config.embedding_model, config.embedding_precision, started)
+        precision = effective_precision(config.embedding_precision)
+        return cls(pack, config.embedding_model, precision, started)
 
     @property
     def cache_namespace(self) -> str:

@@ -41,7 +41,7 @@ from dagster import (
 from assets.partitions import follow_upstream, observe_unchanged, pack_check, packs_partitions
 from kpack.changes import inputs_fingerprint, page_changes
 from kpack.contracts import FTS_INDEXES, VECTOR_INDEXES, StagedBuild, facts_of
-from kpack.embedding import model_label
+from kpack.embedding import vector_namespace
 from kpack.errors import PackNotReady
 from kpack.graph import chunk_mentions
 from kpack.graphdb import graph_counts, opened, write_graph
@@ -172,7 +172,8 @@ def pack_graph(
             "facts": facts,
         },
         embeddings,
-        model_label(pack_config.embedding_model),
+        # The model and the precision its vectors were computed in.
+        vector_namespace(pack_config.embedding_model, facts_of(embeddings)["precision"]),
         pack_config,
         [page["url"] for page in failed],
     )

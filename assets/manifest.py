@@ -90,8 +90,8 @@ def build_manifest(
             "embedded_this_build": embedded.get("embedded", 0),
             # The arithmetic every vector came from (they are cached per precision), and
             # where and how fast this build's were computed (None: all came from the cache).
-            "precision": config.embedding_precision,
-            "encoder": ENCODERS[config.embedding_precision],
+            "precision": embedded["precision"],
+            "encoder": ENCODERS[embedded["precision"]],
             "device": embedded.get("device"),
             "texts_per_second": embedded.get("texts_per_second"),
         },
@@ -140,12 +140,13 @@ def pack_manifest(
     config = pack_store.config(pack)
     manifest = build_manifest(pack, version, config, counts, pack_graph)
     # The confidence gate's threshold for this version (kpack.gate), from the build's vectors.
-    probe_cache = probe_cache_namespace(config.embedding_model, config.embedding_precision)
+    precision = manifest["embedding"]["precision"]  # the probes are embedded as the passages
+    probe_cache = probe_cache_namespace(config.embedding_model, precision)
     gate = calibrate_gate(
         sections,
         chunks,
         embeddings,
-        lambda texts: embedder.embed(texts, config.embedding_model, config.embedding_precision),
+        lambda texts: embedder.embed(texts, config.embedding_model, precision),
         config.embedding_model,
         content_cache.load(probe_cache, pack, PROBE_CACHE_COLUMNS),
     )

@@ -213,11 +213,12 @@ class PackConfig(_Settings):
         "default",
         description="sentence-transformers model; 'default' is the packaged all-MiniLM-L6-v2",
     )
-    embedding_precision: Literal["fp32", "int8"] = Field(
-        "fp32",
-        description="fp32: sentence-transformers, on a GPU when there is one; int8: the "
-        "model's int8 export through onnxruntime on the CPU (about 1.4x faster there, vectors "
-        "at cosine ~0.993 of fp32; exported once per machine, see docs/building-packs.md)",
+    embedding_precision: Literal["auto", "fp32", "int8"] = Field(
+        "auto",
+        description="auto: int8 when the build embeds on the CPU, fp32 on a GPU; fp32: "
+        "sentence-transformers, on a GPU when there is one; int8: the model's int8 export "
+        "through onnxruntime on the CPU (vectors at cosine ~0.993 of fp32; exported once per "
+        "machine, see docs/building-packs.md)",
     )
     extraction: Literal["auto", "claude", "offline"] = Field(
         "auto",

@@ -211,45 +211,48 @@ def test_claude_errors_fall_back_to_offline_extraction(workspace, site, monkeypa
     assert result.manifest["counts"]["Entity"] > 0
 
 
-@pytest.mark.skipif(torch_sees_a_gpu(), reason="the fp32 build would embed on this machine's GPU")
+@pytest.mark.skipif(torch_sees_a_gpu(), reason="the build would embed on this machine's GPU")
 def test_the_manifest_records_how_the_vectors_were_made(
-    built, workspace, site_fetcher, tmp_path_factory, monkeypatch
+    built, workspace, site_fetcher, monkeypatch
 ):
-    """Device, precision and throughput in the manifest; int8 vectors cached apart from fp32
-    ones; an int8 pack answers with fp32 question vectors; a bad device fails the build."""
-    monkeypatch.setenv("KPACK_MODEL_CACHE", str(tmp_path_factory.getbasetemp() / "model-cache"))
+    """Device, precision and throughput in the manifest; on a machine without a GPU the
+    default is int8, and its pack answers with fp32 question vectors; fp32 vectors are cached
+    apart from int8 ones; a device that cannot be had fails the build."""
     folder, first = built
     texts = first.manifest["embedding"]["texts"]
+    assert first.manifest["config"]["embedding_precision"] == "auto"
     assert first.manifest["embedding"] == {
         **first.manifest["embedding"],
-        "precision": "fp32",
-        "encoder": "sentence-transformers",
+        "precision": "int8",
+        "encoder": "onnxruntime",
         "device": "cpu",
         "embedded_this_build": texts,
     }
     assert first.manifest["embedding"]["texts_per_second"] > 0
+    hits = retrieval.search(folder, "Which variable sets where the sprocket cache lives?", k=3)
+    assert "WIDGET_HOME" in hits[0]["text"]
     config = folder / "kg_config.json"
     settings = json.loads(config.read_text())
 
-    config.write_text(json.dumps({**settings, "embedding_precision": "int8"}))
-    int8 = build(workspace, "widgets", fetcher=site_fetcher)
-    assert int8.published, int8.cause
-    embedding = int8.manifest["embedding"]
-    # No fp32 vector is reused for an int8 pack: every text was embedded again.
+    config.write_text(json.dumps({**settings, "embedding_precision": "fp32"}))
+    fp32 = build(workspace, "widgets", fetcher=site_fetcher)
+    assert fp32.published, fp32.cause
+    embedding = fp32.manifest["embedding"]
+    # No int8 vector is reused for an fp32 pack: every text was embedded again.
     assert (embedding["precision"], embedding["encoder"], embedding["device"]) == (
-        "int8",
-        "onnxruntime",
+        "fp32",
+        "sentence-transformers",
         "cpu",
     )
     assert embedding["embedded_this_build"] == texts and embedding["texts_per_second"] > 0
     hits = retrieval.search(folder, "Which variable sets where the sprocket cache lives?", k=3)
     assert "WIDGET_HOME" in hits[0]["text"]
 
-    # Back to fp32: its cached vectors are all still there, so no model runs.
+    # Back to the default: its cached vectors are all still there, so no model runs.
     config.write_text(json.dumps(settings))
     again = build(workspace, "widgets", fetcher=site_fetcher)
     assert again.published and again.manifest["embedding"]["embedded_this_build"] == 0
-    assert again.manifest["embedding"]["precision"] == "fp32"
+    assert again.manifest["embedding"]["precision"] == "int8"
     assert again.manifest["embedding"]["device"] is None  # nothing was embedded
     assert again.manifest["embedding"]["texts_per_second"] is None
 

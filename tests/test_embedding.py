@@ -22,9 +22,11 @@ from kpack.embedding import (
     DEVICE_VARIABLE,
     batch_size_for,
     choose_device,
+    effective_precision,
     embedder_for,
     embedding_device,
     requested_device,
+    torch_is_cpu_only,
     vector_namespace,
 )
 from kpack.errors import PackError
@@ -90,6 +92,21 @@ def test_without_a_gpu_the_cpu_embeds_and_a_requested_gpu_is_refused(monkeypatch
     monkeypatch.setenv(DEVICE_VARIABLE, "cuda")
     with pytest.raises(PackError, match=r"KPACK_EMBED_DEVICE=cuda, but torch sees no CUDA"):
         embedding_device()
+
+
+def test_the_default_precision_is_int8_on_the_cpu(monkeypatch):
+    # The torch build is told from its version, without importing it: a CPU-only one can
+    # never see a GPU.
+    assert torch_is_cpu_only() == (torch.version.cuda is None and not torch.backends.mps.is_built())
+    assert (effective_precision("fp32"), effective_precision("int8")) == ("fp32", "int8")
+    monkeypatch.setenv(DEVICE_VARIABLE, "cpu")
+    assert effective_precision("auto") == "int8"
+    if NO_GPU:
+        monkeypatch.delenv(DEVICE_VARIABLE)
+        assert effective_precision("auto") == "int8"
+        monkeypatch.setenv(DEVICE_VARIABLE, "cuda")
+        with pytest.raises(PackError, match=r"KPACK_EMBED_DEVICE=cuda, but torch sees no CUDA"):
+            effective_precision("auto")
 
 
 def test_int8_vectors_are_close_to_fp32_and_cached_apart(model_cache):
