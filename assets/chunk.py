@@ -5,7 +5,7 @@ import time
 import pyarrow as pa
 from dagster import AssetExecutionContext, Output, asset
 
-from assets.partitions import follow_upstream, packs_partitions
+from assets.partitions import BUILD_CODE_VERSION, follow_upstream, packs_partitions
 from kpack.ingest.chunking import chunk_rows
 from resources.pack_store import PackStore
 
@@ -13,6 +13,7 @@ from resources.pack_store import PackStore
 @asset(
     partitions_def=packs_partitions,
     group_name="parse",
+    code_version=BUILD_CODE_VERSION,
     automation_condition=follow_upstream,
     description="Sections split into overlapping passages for retrieval.",
 )

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from dagster import AssetExecutionContext, AssetIn, AssetsDefinition, Output, asset
 
-from assets.partitions import follow_upstream, packs_partitions
+from assets.partitions import BUILD_CODE_VERSION, follow_upstream, packs_partitions
 from kpack.contracts import facts_of
 from kpack.embedding import ENCODERS, effective_precision, model_label, vector_namespace
 from kpack.ingest.shards import embed_shard, shard_count, shard_of
@@ -65,6 +65,7 @@ def shard_asset(index: int) -> AssetsDefinition:
         partitions_def=packs_partitions,
         group_name="embed",
         compute_kind="sentence-transformers",
+        code_version=BUILD_CODE_VERSION,
         automation_condition=follow_upstream,
         metadata={"contract": "embedding_shard"},
         description=f"Vectors of the texts in content-hash range {index + 1} of {SHARDS}.",
@@ -120,6 +121,7 @@ embedding_shards = [shard_asset(index) for index in range(SHARDS)]
     partitions_def=packs_partitions,
     group_name="embed",
     compute_kind="sentence-transformers",
+    code_version=BUILD_CODE_VERSION,
     automation_condition=follow_upstream,
     description="Vectors of every distinct section and chunk text (sentence-transformers "
     "fp32, or its int8 export).",

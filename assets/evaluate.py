@@ -1,4 +1,5 @@
-"""eval_results: the pack's own question set run under every profile, after each publish.
+"""eval_results: the pack's own question set run under the compared profiles (baseline,
+balanced, max: retrieval.eval.COMPARED_PROFILES), after each publish.
 
 Not part of the build job (it can cost LLM calls): materialize it from the UI, or run the same
 code with ``kpack eval``. Results land in ``eval/results/`` of the pack folder and the summary
@@ -22,10 +23,16 @@ from dagster import (
 
 from assets.partitions import pack_check, packs_partitions
 from resources.pack_store import PackStore
-from retrieval.eval import answer_score, evaluate, headline, load_questions, write_results
+from retrieval.eval import (
+    COMPARED_PROFILES,
+    answer_score,
+    evaluate,
+    headline,
+    load_questions,
+    write_results,
+)
 from retrieval.eval.report import SUMMARY_COLUMNS
 
-PROFILES = ["baseline", "balanced", "max"]
 PLOTTED_METRICS = (
     "hit@1",
     "hit@5",
@@ -43,14 +50,14 @@ GATE_WARNING_SHARE = 0.4  # seed 001: above this the pack does not cover the que
     partitions_def=packs_partitions,
     group_name="evaluate",
     deps=["pack_manifest"],
-    description="Retrieval and answer metrics of eval/questions.jsonl under each profile.",
+    description="Retrieval and answer metrics of eval/questions.jsonl under the compared profiles.",
 )
 def eval_results(context: AssetExecutionContext, pack_store: PackStore) -> MaterializeResult:
     folder = pack_store.folder(context.partition_key)
     questions, problems = load_questions(folder / "eval" / "questions.jsonl", folder)
     for problem in problems:
         context.log.warning(problem)
-    results = evaluate(folder, questions, PROFILES)
+    results = evaluate(folder, questions, list(COMPARED_PROFILES))
     paths = write_results(results, folder / "eval" / "results")
     row = headline(results)
     return MaterializeResult(

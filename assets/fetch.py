@@ -2,17 +2,23 @@
 
 Seed lines (``URL depth=N``) and sitemap URLs expand into the pages they reach
 (kpack.ingest.crawl); a plain line is that page only.
-A URL that fails is a row with its error; the build goes on (kpack.ingest.pages). Rebuilds are
+A URL that fails is a row with its error, and so is a sitemap or robots.txt that cannot be
+read; the build goes on (kpack.ingest.pages), and the blocking check failed_url_share counts
+them all. During an outage of a source, its pages of the previous fetch are kept (state
+``kept``, kpack.ingest.crawl). Rebuilds are
 incremental: the stage reads its own previous output for the pack (through the shared storage,
 see resources.storage.IntermediatesResource) and makes every request conditional on the stored
 ETag / Last-Modified.
 
-A build whose sources are those the latest build confirmed the current version from (the
-same pages, settings, extraction method, embedding model and build code:
-kpack.changes.sources_fingerprint) stops here: the stage records an observation (outcome
-"unchanged") instead of a materialization, so every later stage is skipped. A no-change rebuild
-therefore runs one step. ``force_publish`` (``kpack build --force``) runs every stage and
-publishes; pack_graph reads it from this stage's facts.
+This stage makes the build's one decision about "nothing changed". It computes the sources
+fingerprint (kpack.changes.sources_fingerprint: the pages, content settings, extraction method,
+embedding model and build code), which is also its Dagster data version. When the current
+version's manifest records the same fingerprint and that version verifies
+(kpack.store.PackStoreOps.built_from), nothing after the fetch can come out different: the stage
+records an observation (outcome "unchanged", the same data version) instead of a materialization,
+so every later stage is skipped and nothing is published. A no-change rebuild therefore runs one
+step. Otherwise every stage runs and the build publishes. The run tag ``kpack/force=true``
+(``kpack build --force``) skips the decision.
 """
 
 import time
@@ -24,42 +30,48 @@ from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
     AssetExecutionContext,
-    Config,
+    DataVersion,
     Failure,
     MetadataValue,
     Output,
     asset,
 )
 
-import assets
-import kpack
-import resources
-from assets.partitions import observe_unchanged, pack_check, packs_partitions
-from kpack.changes import package_digest, page_changes, sources_fingerprint
-from kpack.embedding import model_label
-from kpack.ingest.crawl import crawl
+from assets.partitions import BUILD_CODE_VERSION, observe_unchanged, pack_check, packs_partitions
+from kpack.changes import page_changes, sources_fingerprint
+from kpack.embedding import effective_precision, vector_namespace
+from kpack.errors import PackNotReady
+from kpack.ingest.crawl import CrawlReport, crawl
 from kpack.ingest.pages import CHANGE_KINDS, stored_pages
+from kpack.packs import Source
 from resources.fetcher import FetcherResource
 from resources.llm import ClaudeResource
 from resources.pack_store import PackStore
 from resources.storage import IntermediatesResource
 
+# A run with this tag set to "true" runs every stage and publishes a new version, changed or not.
+FORCE_TAG = "kpack/force"
 
-class FetchConfig(Config):
-    force_publish: bool = False  # run every stage and publish a new version, changed or not
+
+def forced(context: AssetExecutionContext) -> bool:
+    """Whether the run carries FORCE_TAG; a value other than true or false is an error."""
+    value = context.run.tags.get(FORCE_TAG, "false")
+    if value.lower() not in ("true", "false"):
+        raise Failure(f"run tag {FORCE_TAG} must be true or false, not {value!r}")
+    return value.lower() == "true"
 
 
 @asset(
     partitions_def=packs_partitions,
     group_name="ingest",
     compute_kind="requests",
+    code_version=BUILD_CODE_VERSION,
     output_required=False,
     description="Every URL of the pack's urls.txt fetched (or its error), main content kept; "
     "not materialized when the current version was built from these very sources.",
 )
 def fetched_pages(
     context: AssetExecutionContext,
-    config: FetchConfig,
     fetcher: FetcherResource,
     pack_store: PackStore,
     intermediates: IntermediatesResource,
@@ -67,6 +79,7 @@ def fetched_pages(
 ):
     started = time.perf_counter()
     pack = context.partition_key
+    force = forced(context)
     sources, problems = pack_store.sources(pack)
     for problem in problems:
         context.log.warning(str(problem))
@@ -78,12 +91,14 @@ def fetched_pages(
     pack_config = pack_store.config(pack)
     previous = intermediates.previous("fetched_pages", pack)
     stored = stored_pages(previous)
-    with fetcher.fetcher(pack_config.fetch, pack_store.file_roots(pack)) as pages_fetcher:
-        rows, crawl_report = crawl(
-            sources, pages_fetcher, pack_config.crawl, stored, datetime.now(UTC)
-        )
+    rows, crawl_report = fetch_pages(pack, sources, fetcher, pack_store, stored)
     for problem in crawl_report.problems:
         context.log.warning(problem)
+    if not rows:  # e.g. a sitemap that lists no page in its scope
+        raise Failure(
+            f"pack {pack!r}: its urls.txt led to no page to fetch",
+            metadata={"problems": MetadataValue.json(crawl_report.problems[:200])},
+        )
     failures = [
         {"line": r["line_no"], "url": r["url"], "error": r["error"]} for r in rows if r["error"]
     ]
@@ -96,15 +111,19 @@ def fetched_pages(
         rows,
         pack_config,
         pack_config.extraction_method(claude.available),
-        model_label(pack_config.embedding_model),
-        package_digest(kpack, assets, resources),
+        # The model and the arithmetic its vectors come from: a precision change re-embeds.
+        vector_namespace(
+            pack_config.embedding_model, effective_precision(pack_config.embedding_precision)
+        ),
+        BUILD_CODE_VERSION,
     )
     # A missing or damaged previous fetch is written again: the next conditional requests need it.
-    confirmed = (
-        None
-        if config.force_publish or previous is None
-        else pack_store.confirmed_version(pack, fingerprint)
-    )
+    unchanged_since = None
+    if not force and previous is not None:
+        try:
+            unchanged_since = pack_store.built_from(pack, fingerprint)
+        except PackNotReady as damage:
+            context.log.warning(f"{damage}: building a new version to replace it")
     metadata = {
         "urls": len(rows),
         "ok": len(rows) - len(failures),
@@ -119,15 +138,35 @@ def fetched_pages(
         **crawl_report.metadata(),
         "robots_refused": MetadataValue.json(crawl_report.robots_refused[:200]),
         "preview": MetadataValue.md(_preview(rows)),
-        "sources_fingerprint": fingerprint,
-        "force_publish": config.force_publish,
+        "sources_fingerprint": fingerprint,  # the facts pack_manifest records it from
         "duration_s": round(time.perf_counter() - started, 3),
     }
-    if confirmed is not None:
+    data_version = DataVersion(fingerprint)
+    if unchanged_since is not None:
         changes_since = page_changes(rows, pack_store.published_articles(pack))
-        observe_unchanged(context, confirmed, changes_since, failures, **metadata)
+        observe_unchanged(
+            context, unchanged_since, data_version, changes_since, failures, **metadata
+        )
         return
-    yield Output(rows, metadata={**metadata, "failures": MetadataValue.json(failures[:200])})
+    yield Output(
+        rows,
+        metadata={**metadata, "failures": MetadataValue.json(failures[:200])},
+        data_version=data_version,
+    )
+
+
+def fetch_pages(
+    pack: str,
+    sources: list[Source],
+    fetcher: FetcherResource,
+    pack_store: PackStore,
+    stored: dict[str, dict],
+) -> tuple[list[dict], CrawlReport]:
+    """The pack's pages fetched (seeds and sitemaps expanded), each request conditional on
+    the ``stored`` pages of its last fetch (kpack.ingest.pages.stored_pages)."""
+    config = pack_store.config(pack)
+    with fetcher.fetcher(config.fetch, pack_store.file_roots(pack)) as pages_fetcher:
+        return crawl(sources, pages_fetcher, config.crawl, stored, datetime.now(UTC))
 
 
 def _preview(rows: list[dict], limit: int = 20) -> str:

@@ -10,21 +10,12 @@ pack_manifest publishes the staged folder. pack_graph hands pack_manifest a
 kpack.contracts.StagedBuild record through the IO manager: the staged database's facts and
 those of the stages it was built from (each input table carries its stage's facts).
 
-A build that changed nothing publishes nothing: pack_graph first compares the fingerprint of
-its inputs (kpack.changes) with the one in the current version's manifest. When they are
-equal (same pages, same extractions and texts, same settings, same failed URLs), it stages no
-database and emits no materialization, so pack_manifest and the graph checks are skipped, the
-current version stays current, and the check is recorded as an observation of pack_graph and
-in ``.versions/last_build.json`` (outcome "unchanged"). The version number therefore increases
-on every build that changed content, and only then. ``force_publish`` (``kpack build --force``)
-(set on fetched_pages, read from its facts) publishes a new version regardless, and so does a build whose current version fails its
-checksum (kpack.store.verify_version): a damaged version is never kept as "unchanged".
+Whether anything changed is decided once, by fetched_pages (see assets.fetch): when nothing
+did, this stage is skipped; when it runs, its database is published.
 """
 
-import json
 import re
 import time
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,14 +29,12 @@ from dagster import (
     asset,
 )
 
-from assets.partitions import follow_upstream, observe_unchanged, pack_check, packs_partitions
-from kpack.changes import inputs_fingerprint, page_changes
+from assets.partitions import BUILD_CODE_VERSION, follow_upstream, pack_check, packs_partitions
+from kpack.changes import page_changes
 from kpack.contracts import FTS_INDEXES, VECTOR_INDEXES, StagedBuild, facts_of
-from kpack.embedding import vector_namespace
-from kpack.errors import PackNotReady
-from kpack.graph import chunk_mentions
 from kpack.graphdb import graph_counts, opened, write_graph
-from kpack.store import verify_version, version_number, write_articles
+from kpack.ingest.mentions import chunk_mentions
+from kpack.store import version_number, write_articles
 from resources.pack_store import PackStore
 
 
@@ -108,35 +97,14 @@ def rel_tables(
     }
 
 
-def _manifest_of(version: Path | None) -> dict | None:
-    if version is None or not (version / "manifest.json").is_file():
-        return None
-    try:
-        return json.loads((version / "manifest.json").read_text())
-    except ValueError:
-        return None
-
-
-def _damage_of(version: Path | None) -> str | None:
-    """Why the published version cannot be kept as it is, or None when it verifies."""
-    if version is None:
-        return None
-    try:
-        verify_version(version)
-    except PackNotReady as exc:
-        return str(exc)
-    return None
-
-
 @asset(
     partitions_def=packs_partitions,
     group_name="graph",
     compute_kind="kuzu",
+    code_version=BUILD_CODE_VERSION,
     automation_condition=follow_upstream,
-    output_required=False,
     io_manager_key="staged_build_io_manager",
-    description="The staged Kuzu database with vector and full-text indexes (not yet published); "
-    "not materialized when nothing changed since the published version.",
+    description="The staged Kuzu database with vector and full-text indexes (not yet published).",
 )
 def pack_graph(
     context: AssetExecutionContext,
@@ -152,53 +120,13 @@ def pack_graph(
     facts: pa.Table,
     embeddings: pa.Table,
     pagerank: pa.Table,
-):
+) -> Output[StagedBuild]:
     started = time.perf_counter()
     pack = context.partition_key
-    pack_config = pack_store.config(pack)
-    sources = facts_of(fetched_pages)  # this build's sources fingerprint and force_publish
-    forced = bool(sources.get("force_publish"))
     pages = fetched_pages.select(["url", "status", "content_hash", "error"]).to_pylist()
-    failed = [{"url": page["url"], "error": page["error"]} for page in pages if page["error"]]
-    fingerprint = inputs_fingerprint(
-        {
-            "articles": articles,
-            "sections": sections,
-            "links": links,
-            "chunks": chunks,
-            "entities": entities,
-            "entity_mentions": entity_mentions,
-            "relations": relations,
-            "facts": facts,
-        },
-        embeddings,
-        # The model and the precision its vectors were computed in.
-        vector_namespace(pack_config.embedding_model, facts_of(embeddings)["precision"]),
-        pack_config,
-        [page["url"] for page in failed],
-    )
     current = pack_store.current(pack)
     previous_version = version_number(current) if current else None
-    previous_manifest = _manifest_of(current)
     changes = page_changes(pages, pack_store.published_articles(pack))
-    damage = _damage_of(current)
-    if damage:
-        context.log.warning(f"{damage}: building a new version to replace it")
-    if (
-        not forced
-        and damage is None
-        and previous_manifest is not None
-        and previous_manifest.get("inputs_fingerprint") == fingerprint
-    ):
-        observe_unchanged(
-            context,
-            previous_version,
-            changes,
-            failed,
-            inputs_fingerprint=fingerprint,
-            sources_fingerprint=sources.get("sources_fingerprint"),
-        )
-        return
     dim = len(embeddings["embedding"][0]) if embeddings.num_rows else 0
     staging = pack_store.new_staging(pack, context.run_id)
     db_path = staging / "pack.db"
@@ -225,25 +153,21 @@ def pack_graph(
     }
     record = StagedBuild(
         previous_version=previous_version,
-        inputs_fingerprint=fingerprint,
+        sources_fingerprint=facts_of(fetched_pages).get("sources_fingerprint"),
         embedding_dimension=dim,
         changes=changes,
-        forced=forced,
-        sources_fingerprint=sources.get("sources_fingerprint"),
         invalid_lines=[str(problem) for problem in pack_store.sources(pack)[1]],
         stages={
             **{name: facts_of(table) for name, table in stages.items()},
             "pack_graph": {"duration_s": duration},
         },
     )
-    yield Output(
+    return Output(
         record,
         metadata={
             **{f"count_{k}": v for k, v in counts.items()},
             "embedding_dimension": dim,
-            "inputs_fingerprint": fingerprint,
             "previous_version": previous_version,
-            "forced": forced,
             "changes": MetadataValue.json(changes),
             "staged_at": MetadataValue.path(str(db_path)),
             "db_bytes": db_path.stat().st_size,

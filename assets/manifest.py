@@ -8,9 +8,10 @@ database's size and SHA-256 into the manifest (``database``, see kpack.store).
 
 Per build it also records what changed against the version it replaces (``changes``: pages
 fetched, new, changed, unchanged (a 304 or the same content hash), failed, removed from
-urls.txt, and the 304 count), that ``previous_version``, the LLM tokens with an estimated cost
-(list prices, resources.llm.PRICES_USD_PER_MTOK), and the inputs fingerprint the next build
-compares with to tell whether anything changed at all (see assets.graph).
+urls.txt, and the 304 count), that ``previous_version``, the LLM requests and tokens with an
+estimated cost (list prices with the batch and caching discounts, kpack.llm), and the sources
+fingerprint the version was built from, which the next build's fetch compares with to tell
+whether anything changed at all (see assets.fetch).
 """
 
 import json
@@ -27,14 +28,14 @@ from dagster import (
     asset,
 )
 
-from assets.partitions import follow_upstream, pack_check, packs_partitions
+from assets.partitions import BUILD_CODE_VERSION, follow_upstream, pack_check, packs_partitions
 from kpack.config import PackConfig
 from kpack.contracts import StagedBuild
 from kpack.embedding import ENCODERS, model_label
-from kpack.gate import PROBE_CACHE_COLUMNS, probe_cache_namespace
-from kpack.gate import calibrate as calibrate_gate
 from kpack.graphdb import graph_counts, opened
-from kpack.llm import estimate_cost_usd, model_prices
+from kpack.ingest.gate_calibration import PROBE_CACHE_COLUMNS, probe_cache_namespace
+from kpack.ingest.gate_calibration import calibrate as calibrate_gate
+from kpack.llm import model_prices
 from kpack.skill import skill_inputs, skill_markdown
 from kpack.store import verify_version
 from resources.embedder import EmbedderResource
@@ -43,6 +44,17 @@ from resources.storage import ContentCacheResource
 
 STAGES = ("fetched_pages", "articles", "chunks", "entities", "embeddings", "pagerank", "pack_graph")
 MANIFEST_FORMAT = 1
+# What the extraction stage counted of its Claude requests (kpack.ingest.claude_extraction).
+LLM_COUNTS = (
+    "llm_calls",
+    "llm_batch_requests",
+    "llm_input_tokens",
+    "llm_cache_write_tokens",
+    "llm_cache_read_tokens",
+    "llm_output_tokens",
+    "llm_failures",
+    "offline_fallbacks",
+)
 NO_CHANGES = {
     "fetched": 0,
     "new": 0,
@@ -64,8 +76,6 @@ def build_manifest(
         stage_meta.get("embeddings", {}),
     )
     method = extraction.get("method", "offline")
-    tokens_in = extraction.get("llm_input_tokens", 0)
-    tokens_out = extraction.get("llm_output_tokens", 0)
     llm_model = method.removeprefix("claude:") if method.startswith("claude:") else None
     prices = model_prices(llm_model) if llm_model else None
     return {
@@ -96,20 +106,17 @@ def build_manifest(
             "texts_per_second": embedded.get("texts_per_second"),
         },
         "extraction": {
-            "method": extraction.get("method", "offline"),
-            "llm_calls": extraction.get("llm_calls", 0),
-            "llm_input_tokens": extraction.get("llm_input_tokens", 0),
-            "llm_output_tokens": extraction.get("llm_output_tokens", 0),
-            "llm_failures": extraction.get("llm_failures", 0),
-            # An estimate at list prices (see resources.llm); 0 without LLM calls.
-            "estimated_cost_usd": (
-                estimate_cost_usd(llm_model, tokens_in, tokens_out) if llm_model else 0.0
-            ),
+            "method": method,
+            **{key: extraction.get(key, 0) for key in LLM_COUNTS},
+            "fallback_sections": extraction.get("fallback_sections", []),
+            "batches": extraction.get("batches", []),
+            # An estimate at list prices with the batch and prompt-caching discounts (see
+            # kpack.llm); 0 without LLM calls, None for a model without a known price.
+            "estimated_cost_usd": extraction.get("llm_cost_usd", 0.0),
             "price_usd_per_mtok": {"input": prices[0], "output": prices[1]} if prices else None,
         },
         "stage_seconds": {s: stage_meta.get(s, {}).get("duration_s") for s in STAGES},
         "config": config.to_json(),
-        "inputs_fingerprint": staged.inputs_fingerprint,
         "sources_fingerprint": staged.sources_fingerprint,
     }
 
@@ -117,6 +124,7 @@ def build_manifest(
 @asset(
     partitions_def=packs_partitions,
     group_name="publish",
+    code_version=BUILD_CODE_VERSION,
     automation_condition=follow_upstream,
     description="manifest.json and skill.md; publishes the staged pack as the next version.",
 )
@@ -139,7 +147,8 @@ def pack_manifest(
     version = pack_store.next_version(pack)
     config = pack_store.config(pack)
     manifest = build_manifest(pack, version, config, counts, pack_graph)
-    # The confidence gate's threshold for this version (kpack.gate), from the build's vectors.
+    # The confidence gate's threshold for this version (kpack.ingest.gate_calibration), from
+    # the build's vectors.
     precision = manifest["embedding"]["precision"]  # the probes are embedded as the passages
     probe_cache = probe_cache_namespace(config.embedding_model, precision)
     gate = calibrate_gate(

@@ -5,7 +5,7 @@ import time
 import pyarrow as pa
 from dagster import AssetExecutionContext, MetadataValue, Output, asset
 
-from assets.partitions import follow_upstream, packs_partitions
+from assets.partitions import BUILD_CODE_VERSION, follow_upstream, packs_partitions
 from kpack.ingest.pagerank import pagerank_rows
 
 
@@ -13,6 +13,7 @@ from kpack.ingest.pagerank import pagerank_rows
     partitions_def=packs_partitions,
     group_name="graph",
     compute_kind="kuzu",
+    code_version=BUILD_CODE_VERSION,
     automation_condition=follow_upstream,
     description="PageRank of every article over LINKS_TO, raw and normalised to [0, 1].",
 )

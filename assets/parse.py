@@ -7,22 +7,23 @@ import time
 import pyarrow as pa
 from dagster import AssetExecutionContext, AssetOut, MetadataValue, Output, multi_asset
 
-from assets.partitions import follow_upstream, packs_partitions
+from assets.partitions import BUILD_CODE_VERSION, follow_upstream, packs_partitions
 from kpack.ingest.pages import page_dicts
 from kpack.ingest.sections import parse_pages
 
 
 @multi_asset(
     outs={
-        "articles": AssetOut(
-            description="One row per fetched URL.", automation_condition=follow_upstream
-        ),
-        "sections": AssetOut(
-            description="Articles split at h2/h3.", automation_condition=follow_upstream
-        ),
-        "links": AssetOut(
-            description="Links between articles of the pack.", automation_condition=follow_upstream
-        ),
+        name: AssetOut(
+            description=description,
+            code_version=BUILD_CODE_VERSION,
+            automation_condition=follow_upstream,
+        )
+        for name, description in {
+            "articles": "One row per fetched URL.",
+            "sections": "Articles split at h2/h3.",
+            "links": "Links between articles of the pack.",
+        }.items()
     },
     partitions_def=packs_partitions,
     group_name="parse",

@@ -1,8 +1,8 @@
 """Packs are partitions: one per folder of the packs directory that holds a urls.txt.
 
 The set is dynamic: the pack_sources sensor (and ``kpack build``) add new folders, so a new
-pack needs no code change. Also here: what every stage of a pack's build shares (the
-automation condition, per-pack checks, the "unchanged" observation).
+pack needs no code change. Also here: what every stage of a pack's build shares (the code
+version, the automation condition, per-pack checks, the "unchanged" observation).
 """
 
 import logging
@@ -13,14 +13,31 @@ from dagster import (
     AssetExecutionContext,
     AssetObservation,
     AutomationCondition,
+    DataVersion,
     DynamicPartitionsDefinition,
     MetadataValue,
 )
 from dagster import asset_check as dagster_asset_check
 
+# Dagster reads an event's data version from these tags (it sets them on materializations; an
+# observation of a materializable asset has no public parameter for them).
+from dagster._core.definitions.data_version import (
+    DATA_VERSION_IS_USER_PROVIDED_TAG,
+    DATA_VERSION_TAG,
+)
+
+import assets
+import kpack
+import resources
+from kpack.changes import package_digest
+
 MAX_LISTED_FAILURES = 200
-# The stages that record "unchanged" instead of their output (see observe_unchanged).
-UNCHANGED_STAGES = ("fetched_pages", "pack_graph")
+# The stage that records "unchanged" instead of its output (see observe_unchanged).
+UNCHANGED_STAGE = "fetched_pages"
+# The code version of every build stage: the digest of the code a build runs. A new one makes
+# the Dagster UI mark the stages stale ("has a new code version"), and it is part of the sources
+# fingerprint (kpack.changes), so the next build runs every stage and publishes.
+BUILD_CODE_VERSION = package_digest(kpack, assets, resources)
 
 packs_partitions = DynamicPartitionsDefinition(name="packs")
 
@@ -41,13 +58,15 @@ def pack_check(
 def observe_unchanged(
     context: AssetExecutionContext,
     version: int,
+    data_version: DataVersion,
     changes: dict,
     failures: list[dict],
     **details: object,
 ) -> None:
     """Record that this build changed nothing since ``version`` (pipelines.outcomes reads it):
-    the stage emits this observation instead of its output, so the stages after it are skipped.
-    ``details``: the fingerprints compared, and what else the stage knows."""
+    the stage emits this observation, with the ``data_version`` of its last materialization,
+    instead of its output, so the stages after it are skipped and stay fresh in the UI.
+    ``details``: what else the stage knows."""
     context.log_event(
         AssetObservation(
             asset_key=context.asset_key,
@@ -60,21 +79,20 @@ def observe_unchanged(
                 "outcome": f"unchanged since v{version:04d}",
                 **details,
             },
+            tags={DATA_VERSION_TAG: data_version.value, DATA_VERSION_IS_USER_PROVIDED_TAG: "true"},
         )
     )
     context.log.info(f"{context.partition_key}: nothing changed since version {version}")
 
 
 class _NothingToGateFilter(logging.Filter):
-    """Drops Dagster's warning that a blocking check of an UNCHANGED_STAGES asset "emitted no
+    """Drops Dagster's warning that a blocking check of the UNCHANGED_STAGE "emitted no
     result": when the stage records "unchanged", its checks and every stage after it are
     skipped, so nothing goes ungated; the warning would only mislead."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        return "emitted no result" not in message or not any(
-            f"'{stage}:" in message for stage in UNCHANGED_STAGES
-        )
+        return "emitted no result" not in message or f"'{UNCHANGED_STAGE}:" not in message
 
 
 logging.getLogger("dagster._core.execution.plan.active").addFilter(_NothingToGateFilter())

@@ -137,7 +137,7 @@ def kpack_build(workdir: Path, pack: str, force: bool) -> dict[str, Any]:
     """One `kpack build` child process: its exit status, wall time and the version after it."""
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "kpack.cli", "build", pack, "--no-progress"]
+        [sys.executable, "-m", "cli.main", "build", pack, "--no-progress"]
         + (["--force"] if force else []),
         cwd=REPO,
         env={**os.environ, **workspace_env(workdir)},

@@ -1,21 +1,16 @@
-"""What a build changes against the published version: the page diff and the inputs fingerprint.
-
-Both compare with the version that is current when the build reaches pack_graph, not with the
-previous fetch, so a build that failed or was killed in between cannot hide a change:
+"""What a build changes against the published version: the page diff and the sources fingerprint.
 
 * ``page_changes``: for every URL of urls.txt, whether its page is new (not an article of the
   current version), changed (another content hash), unchanged (the same hash; a 304 reuses the
   stored copy, so it is always unchanged) or failed; plus the articles of the current version
-  whose URL left urls.txt (removed).
-* ``inputs_fingerprint``: one hash over everything the graph is built from (the intermediate
-  tables, the embedded texts and model, the build settings, the failed URLs and the graph
-  schema). Equal fingerprints mean the new database would hold exactly what the published one
-  holds, so the build publishes nothing (see assets.graph).
+  whose URL left urls.txt (removed). It compares with the version that is current, not with the
+  previous fetch, so a build that failed or was killed in between cannot hide a change.
 * ``sources_fingerprint``: one hash over everything a build starts from (the fetched pages,
-  the build settings, the extraction method, the embedding model and the build code). When the
-  latest build confirmed the current version from the same sources, nothing after the fetch can
-  come out different, so the build stops there (see assets.fetch): a no-change rebuild runs
-  one step, not every stage.
+  the content settings, the extraction method, the embedding model and the build code). It is
+  the one record of "nothing changed": a version's manifest carries the fingerprint it was built
+  from, and a build whose fetch comes to the fingerprint of the current version stops after the
+  fetch (see assets.fetch and kpack.store.PackStoreOps.built_from), so a no-change rebuild runs
+  one step, not every stage. It is also the Dagster data version of fetched_pages.
 * ``source_digest``: a stage records the digest of its inputs and code in its facts
   (kpack.contracts.with_facts), so a rebuild over the same inputs reuses its output.
 """
@@ -25,29 +20,16 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
 
 import pyarrow as pa
 
-from kpack.config import PackConfig
-from kpack.contracts import KUZU_NODES, KUZU_RELS
+from kpack.config import HOW_TO_EXTRACT, PackConfig
 
-# The intermediates the graph is loaded from (pagerank is derived from articles and links).
-GRAPH_INPUTS = (
-    "articles",
-    "sections",
-    "links",
-    "chunks",
-    "entities",
-    "entity_mentions",
-    "relations",
-    "facts",
-)
 # Settings that never change what a pack holds by themselves: a new cron is not a new version,
-# and what the fetch and crawl settings change (pages, their failures) is in the tables.
-NOT_CONTENT_SETTINGS = ("schedule", "fetch", "crawl")
+# and what the fetch and crawl settings change (pages, their failures) is in the fetched pages.
+NOT_CONTENT_SETTINGS = ("schedule", "fetch", "crawl", *HOW_TO_EXTRACT)
 MAX_LISTED_URLS = 200
 # fetched_pages columns that say nothing about what later stages read: how the page was fetched
 # this time, and the body (its content hash stands for it).
@@ -80,18 +62,8 @@ def source_digest(*modules: ModuleType) -> str:
     return digest.hexdigest()
 
 
-def graph_schema_digest() -> str:
-    """Changes when the Kuzu schema in kpack.contracts does, so a new schema is republished."""
-    ddl = [t.ddl(0) for t in (*KUZU_NODES, *KUZU_RELS)]
-    return hashlib.sha256("\n".join(ddl).encode()).hexdigest()
-
-
-@lru_cache(maxsize=8)
 def package_digest(*packages: ModuleType) -> str:
-    """SHA-256 of every source file of the packages: the code version of what they build.
-
-    Computed once per process: the code a process runs does not change under it.
-    """
+    """SHA-256 of every source file of the packages: the code version of what they build."""
     digest = hashlib.sha256()
     for package in packages:
         root = Path(inspect.getfile(package)).parent
@@ -107,11 +79,11 @@ def content_settings(config: PackConfig) -> dict:
 
 
 def sources_fingerprint(
-    pages: list[dict], config: PackConfig, extraction: str, embedding_model: str, code: str
+    pages: list[dict], config: PackConfig, extraction: str, vectors: str, code: str
 ) -> str:
     """One hash over what a build starts from: ``pages`` (fetched_pages rows), the content
-    settings, the extraction method (``claude:<model>`` or ``offline``), the embedding model and
-    ``code`` (the package_digest of the build code)."""
+    settings, the extraction method (``claude:<model>`` or ``offline``), ``vectors`` (the
+    embedding model and precision, kpack.embedding.vector_namespace) and ``code``, the version of the build code (a package_digest)."""
     parts = {
         "pages": [
             {
@@ -122,28 +94,10 @@ def sources_fingerprint(
         ],
         "settings": content_settings(config),
         "extraction": extraction,
-        "embedding_model": embedding_model,
+        "vectors": vectors,
         "code": code,
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def inputs_fingerprint(
-    tables: dict[str, pa.Table],
-    embeddings: pa.Table,
-    embedding_model: str,
-    config: PackConfig,
-    failed_urls: list[str],
-) -> str:
-    parts = {
-        "schema": graph_schema_digest(),
-        "settings": content_settings(config),
-        "tables": {name: table_digest(tables[name]) for name in GRAPH_INPUTS},
-        # A vector is determined by its model and text: the hashes stand for the vectors.
-        "embeddings": [embedding_model, sorted(embeddings["content_hash"].to_pylist())],
-        "failed": sorted(failed_urls),
-    }
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
 def page_changes(pages: list[dict], published: dict[str, str] | None) -> dict:

@@ -23,6 +23,8 @@ from kpack.errors import PackError
 
 CONFIG_FILE = "kg_config.json"
 DEFAULT_SCHEDULE = "0 3 * * 1"
+# How Claude extraction is sent, not what it extracts: changing them changes no pack.
+HOW_TO_EXTRACT = ("extraction_batch_threshold", "extraction_batch_wait_s")
 PROFILE_NAMES = ("baseline", "balanced", "max", "latency_optimized", "coverage_optimized")
 
 _CRON_FIELD = re.compile(r"^(\*|\d+(-\d+)?)(/\d+)?(,(\*|\d+(-\d+)?)(/\d+)?)*$")
@@ -78,8 +80,12 @@ class FetchConfig(_Settings):
     deadline_s: float | None = Field(
         None,
         ge=0.001,
-        description="most seconds one URL may take in all: redirects, retries and the body, "
-        "however slowly a server sends it (None: timeout_s × (retries + 1))",
+        description="most seconds one URL may take from its first request: redirects, "
+        "retries, the body however slowly a server sends it, and reading a PDF "
+        "(None: timeout_s × (retries + 1))",
+    )
+    max_pdf_pages: int = Field(
+        500, ge=1, description="most pages of a PDF read into text; a longer PDF is a failed URL"
     )
 
 
@@ -225,6 +231,19 @@ class PackConfig(_Settings):
         description="auto: Claude when ANTHROPIC_API_KEY is set, else the offline extractor",
     )
     extraction_model: str = Field("claude-haiku-4-5", description="Claude model for extraction")
+    extraction_batch_threshold: int = Field(
+        100,
+        ge=1,
+        description="Claude extraction of this many sections or more goes through the Message "
+        "Batches API, at half price (results within 24 hours, mostly within one); fewer are "
+        "sent as parallel requests",
+    )
+    extraction_batch_wait_s: float = Field(
+        86_400.0,
+        gt=0.0,
+        description="most seconds a build waits for its message batches; past it the build "
+        "fails, and the next build collects the batches without paying again",
+    )
     chunk_tokens: int = Field(256, ge=8, description="words per chunk")
     chunk_overlap_tokens: int = Field(48, ge=1, description="words shared by adjacent chunks")
     max_failed_fraction: float = Field(
@@ -259,7 +278,7 @@ class PackConfig(_Settings):
 
     def build_settings(self) -> dict[str, Any]:
         """The settings that change what a pack holds (not when it is rebuilt or queried)."""
-        return self.model_dump(mode="json", exclude={"schedule", "query"})
+        return self.model_dump(mode="json", exclude={"schedule", "query", *HOW_TO_EXTRACT})
 
 
 def parse_config(raw: object, where: str = CONFIG_FILE) -> PackConfig:

@@ -23,7 +23,7 @@ EMBEDDING = pa.list_(pa.float32())
 CRAWL_COLUMNS = (
     ("seed", STR),  # the urls.txt URL (page, seed or sitemap) the page came from
     ("expansion_depth", I32),  # link hops from the seed (0: the seed or a sitemap's page)
-    ("expansion_state", STR),  # listed | expanded | discovered | failed
+    ("expansion_state", STR),  # listed | expanded | discovered | failed | kept
 )
 
 PARQUET_SCHEMAS: dict[str, pa.Schema] = {
@@ -155,14 +155,13 @@ class StagedBuild:
     database's facts, and the facts of the stages it was built from, by stage."""
 
     previous_version: int | None
-    inputs_fingerprint: str
+    # kpack.changes.sources_fingerprint of the fetch this build started from (None: a fetch
+    # stored by a kpack that did not record it), which the manifest records
+    sources_fingerprint: str | None
     embedding_dimension: int
     changes: dict
-    forced: bool
     invalid_lines: list[str]
     stages: dict[str, dict] = field(default_factory=dict)
-    # kpack.changes.sources_fingerprint of the fetch this build started from
-    sources_fingerprint: str | None = None
 
 
 def conform(name: str, data: pa.Table | list[dict]) -> pa.Table:
@@ -239,7 +238,8 @@ KUZU_RELS = (
     RelTable(
         "ENTITY_RELATION", "Entity", "Entity", kuzu_columns("relations", "relation", "context")
     ),
-    # The entity-passage graph (kpack.graph): which passage names which entity.
+    # The entity-passage graph: which passage names which entity (kpack.ingest.mentions
+    # works it out, kpack.graph walks it).
     RelTable("MENTIONS", "Chunk", "Entity"),
 )
 

@@ -1,4 +1,5 @@
-"""The confidence gate's threshold: a property of the embedding model, calibrated per pack.
+"""The confidence gate's rule, as every query applies it: the threshold in force and the
+question's coverage.
 
 The gate (retrieval.gate) refuses to answer from a pack when the best cosine similarity of any
 passage to the question is below a threshold. Where that line falls depends on the embedding
@@ -6,19 +7,9 @@ model (MiniLM's similarities run lower than BGE's) and on the pack, so a reader 
 first of:
 
 1. ``query.context_confidence_threshold`` set in kg_config.json (or an eval's --write-config);
-2. the threshold calibrated when the version was built, recorded in its manifest (``gate``);
+2. the threshold calibrated when the version was built, recorded in its manifest (``gate``;
+   the build's half of the gate, kpack.ingest.gate_calibration, works it out);
 3. the embedding model's default (:data:`MODEL_THRESHOLDS`, else :data:`FALLBACK_THRESHOLD`).
-
-Build-time calibration needs no labelled questions. In-domain probes are synthesised from the
-pack's own headings and sentences, and each is scored against every passage except those of
-the section it was taken from (and that section's subsections): a probe always matches its
-own words, and a real question finds no passage that quotes it. Out-of-domain probes are a
-fixed list of everyday questions (:data:`OUT_OF_DOMAIN_PROBES`), far from any documentation.
-The threshold is then put midway between the highest out-of-domain similarity and the 5th
-percentile of in-domain ones, so that every out-of-domain probe and at most 5% of in-domain
-probes are refused; when the two overlap, refusing in-domain questions is the worse mistake and
-the 5th percentile wins. Everything is numpy over the vectors the build already has, and
-deterministic: the same pack gives the same threshold.
 
 The similarity is one piece of evidence; the words are the other (:func:`coverage`). A
 question whose specific terms the best passages do not cover (a name no passage contains, a
@@ -31,32 +22,24 @@ once per version by the reader (retrieval.gate).
 from __future__ import annotations
 
 import math
-import re
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
-import numpy as np
-
-from kpack.embedding import model_label, vector_namespace
-from kpack.text import prose_lines, search_terms, search_words, split_sentences, stem
-
-if TYPE_CHECKING:
-    # Readers import this module for the threshold only; pyarrow is the build's.
-    import pyarrow as pa
+from kpack.embedding import model_label
+from kpack.text import search_terms, search_words, stem
 
 # The default gate threshold per embedding model (the name a manifest records): what applies
 # when a version carries no calibration (a pack too small to calibrate, or built before it).
-# - all-MiniLM-L6-v2: 0.30, measured with this module's calibration on two packs' own text and
-#   the out-of-domain probes, no graded question involved (2026-11, 160 in-domain probes each):
-#   the demo pack (this project's docs, 179 sections) calibrated to 0.32 (in-domain 5th
-#   percentile 0.321, best out-of-domain probe 0.335); the SQuAD pack (6 Wikipedia articles,
-#   147 passages) to 0.23 (5th percentile 0.239; sports and history probes reach 0.364). 0.30
-#   is the documentation pack's value rounded down: documentation is what packs are mostly
-#   built from, and an uncalibrated pack should rather answer an off-topic question than
-#   refuse its own (BGE's 0.5 gated 10% of the held-out Python docs questions with MiniLM).
+# - all-MiniLM-L6-v2: 0.30, measured with the build's calibration (kpack.ingest.gate_calibration)
+#   on two packs' own text and the out-of-domain probes, no graded question involved (2026-11,
+#   160 in-domain probes each): the demo pack (this project's docs, 179 sections) calibrated
+#   to 0.32 (in-domain 5th percentile 0.321, best out-of-domain probe 0.335); the SQuAD pack
+#   (6 Wikipedia articles, 147 passages) to 0.23 (5th percentile 0.239; sports and history
+#   probes reach 0.364). 0.30 is the documentation pack's value rounded down: documentation is
+#   what packs are mostly built from, and an uncalibrated pack should rather answer an
+#   off-topic question than refuse its own (BGE's 0.5 gated 10% of the held-out Python docs
+#   questions with MiniLM).
 # - BGE: the seed's 0.5, which was tuned for BGE models.
 MODEL_THRESHOLDS: dict[str, float] = {
     "sentence-transformers/all-MiniLM-L6-v2": 0.30,
@@ -71,86 +54,6 @@ FALLBACK_THRESHOLD = 0.4
 FROM_CONFIG = "kg_config.json"
 FROM_CALIBRATION = "build calibration"
 FROM_MODEL = "model default"
-
-IN_DOMAIN_REFUSAL_LIMIT = 0.05  # at most this share of in-domain probes refused
-OUT_OF_DOMAIN_MARGIN = 0.01  # the threshold clears the best out-of-domain probe by this much
-MAX_IN_DOMAIN_PROBES = 160  # a stable 5th percentile; with 60 out-of-domain probes ~2 s
-MIN_IN_DOMAIN_PROBES = 20  # fewer: too little text to calibrate, the model default applies
-PROBE_WORDS = (4, 16)  # a sentence probe keeps up to 16 words; shorter than 4 is no question
-MIN_SECTION_WORDS = 20
-MAX_HEADING_HIDDEN = 4  # a heading probe hides at most this many passages (see pack_probes)
-CALIBRATION_METHOD = (
-    "build-time probes: questions from the pack's headings and sentences, each scored without "
-    "its own section, vs fixed out-of-domain questions; threshold midway between the best "
-    "out-of-domain similarity and the in-domain 5th percentile (the percentile when they "
-    "overlap)"
-)
-
-# Everyday questions no documentation or reference pack is about: diverse topics, phrased as
-# users ask. No software topics, so a pack about any programming subject still finds them
-# foreign. Never edit them to fit an evaluation set.
-OUT_OF_DOMAIN_PROBES = (
-    "What is a good recipe for lemon drizzle cake?",
-    "How long should I boil an egg for a runny yolk?",
-    "Which wine goes best with grilled salmon?",
-    "How do I make sourdough starter from scratch?",
-    "What spices are used in a traditional garam masala?",
-    "How many calories are in a banana?",
-    "Who won the Tour de France in 1998?",
-    "How many players are on a rugby union team?",
-    "What are the rules of the offside trap in football?",
-    "When were the first modern Olympic Games held?",
-    "How do you score a strike in ten-pin bowling?",
-    "Who holds the record for the most Wimbledon singles titles?",
-    "What is the tallest mountain in Africa?",
-    "Which river flows through Budapest?",
-    "What is the population of Canada?",
-    "What language is spoken in Brazil?",
-    "Which country has the most islands in the world?",
-    "What is the best time of year to visit Japan for cherry blossoms?",
-    "Why did the Roman Empire fall?",
-    "Who painted the ceiling of the Sistine Chapel?",
-    "When did the Berlin Wall come down?",
-    "What caused the First World War?",
-    "Who was the first woman to fly solo across the Atlantic?",
-    "What were the main achievements of the Ming dynasty?",
-    "How do vaccines train the immune system?",
-    "What are the symptoms of iron deficiency?",
-    "How much sleep does a teenager need?",
-    "Is it safe to exercise with a cold?",
-    "What does the liver do in the human body?",
-    "How can I lower my blood pressure naturally?",
-    "How do black holes form?",
-    "Why is the sky blue during the day?",
-    "How far is Mars from the Earth?",
-    "What is photosynthesis in plants?",
-    "How do bees make honey?",
-    "Why do cats purr?",
-    "How often should I water a cactus?",
-    "When should I plant tulip bulbs?",
-    "How do I get rid of aphids on roses?",
-    "What is the difference between a crocodile and an alligator?",
-    "How much should I save for retirement each month?",
-    "What is the difference between a stock and a bond?",
-    "How does a mortgage interest rate work?",
-    "Should I pay off my credit card or build savings first?",
-    "How do I change a flat tyre on my car?",
-    "Why is my car engine making a knocking noise?",
-    "How often should I service my bicycle chain?",
-    "Who composed the Four Seasons?",
-    "How do I tune a guitar by ear?",
-    "What are the main chords in a twelve-bar blues?",
-    "Who directed the film Casablanca?",
-    "Who wrote Pride and Prejudice?",
-    "What is the plot of Moby-Dick?",
-    "How do I remove a red wine stain from a carpet?",
-    "What is the best way to paint a bedroom wall?",
-    "How do I train my puppy to stop biting?",
-    "What should I pack for a week of hiking in the Alps?",
-    "How do hurricanes get their names?",
-    "What causes the northern lights?",
-    "How do I knit a scarf for beginners?",
-)
 
 
 @dataclass(frozen=True)
@@ -200,269 +103,6 @@ def set_in_config(value: float) -> GateThreshold:
 
 def _is_threshold(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 1
-
-
-# -- probes ------------------------------------------------------------------------------------
-
-MARKUP = re.compile(r"[`*#>\[\]()|]+")
-HEADING_TEMPLATES = ("How does {} work?", "What is {}?", "Tell me about {}.")
-
-
-Unit = tuple[str, int]  # a passage's place: (section_id, -1 for the section's own vector or
-# the chunk's index)
-SECTION_VECTOR = -1
-
-
-@dataclass(frozen=True)
-class Probe:
-    text: str
-    hidden: frozenset[Unit]  # the passages it was taken from: never scored against them
-
-
-def _words(text: str) -> list[str]:
-    return MARKUP.sub(" ", text).split()
-
-
-def pack_probes(
-    sections: pa.Table, chunks: pa.Table, limit: int = MAX_IN_DOMAIN_PROBES
-) -> list[Probe]:
-    """In-domain questions from the pack's own text: at most ``limit``, sampled over all of it.
-
-    A section's heading asked about hides the section and its subsections (their passages all
-    start with that heading); a heading over more than a few passages is not asked about. A
-    sentence from the middle of a chunk hides that chunk, its neighbours (chunks overlap) and,
-    near the top, the section's own vector (the model embedded the section's beginning).
-    """
-    from kpack.contracts import content_hash
-
-    rows = sorted(
-        sections.select(
-            ["section_id", "article_url", "heading_path", "title", "word_count"]
-        ).to_pylist(),
-        key=lambda r: r["section_id"],
-    )
-    chunks_of: dict[str, list[tuple[int, str]]] = {}
-    for row in chunks.select(["section_id", "chunk_index", "content"]).to_pylist():
-        chunks_of.setdefault(row["section_id"], []).append(
-            (row["chunk_index"], row["content"] or "")
-        )
-    below = _subsections(rows)
-    candidates: list[Probe] = []
-    for number, row in enumerate(rows):
-        if (row["word_count"] or 0) < MIN_SECTION_WORDS:
-            continue
-        section_id = row["section_id"]
-        heading = " ".join(_words(row["title"] or ""))
-        hidden = {(s, i) for s in below[section_id] for i, _ in chunks_of.get(s, [])}
-        hidden |= {(s, SECTION_VECTOR) for s in below[section_id]}
-        # A heading over a whole page (or a whole Wikipedia article) hides everything on its
-        # topic: the probe would measure a question the pack does not cover.
-        if len(heading.split()) >= 2 and len(hidden) <= MAX_HEADING_HIDDEN:
-            template = HEADING_TEMPLATES[number % len(HEADING_TEMPLATES)]
-            candidates.append(Probe(template.format(heading), frozenset(hidden)))
-        section_chunks = sorted(chunks_of.get(section_id, []))
-        indexes = {index for index, _ in section_chunks}
-        for index, content in section_chunks:
-            sentence = _middle_sentence(content)
-            if sentence:
-                hidden = {(section_id, i) for i in (index - 1, index, index + 1) if i in indexes}
-                if index <= 1:
-                    hidden.add((section_id, SECTION_VECTOR))
-                candidates.append(Probe(sentence, frozenset(hidden)))
-    # The sample is the candidates with the smallest text hashes: spread over the whole pack,
-    # and stable when pages come and go (a cut by position would shift every probe, and the
-    # next build would embed them all again).
-    return sorted(candidates, key=lambda p: content_hash(p.text))[:limit]
-
-
-def _middle_sentence(content: str) -> str | None:
-    """The prose sentence in the middle of a passage (away from the text it shares with its
-    neighbours), cut to 16 words, as a question; None when it has none of 4 words or more."""
-    sentences = [
-        words
-        for line in prose_lines(content)
-        for sentence in split_sentences(line.strip())
-        if len(words := _words(sentence.rstrip(".!?:;"))) >= PROBE_WORDS[0]
-    ]
-    if not sentences:
-        return None
-    return " ".join(sentences[len(sentences) // 2][: PROBE_WORDS[1]]) + "?"
-
-
-def _subsections(rows: list[dict]) -> dict[str, set[str]]:
-    """section_id -> itself and every section below it on the same page."""
-    by_page: dict[str, list[dict]] = {}
-    for row in rows:
-        by_page.setdefault(row["article_url"], []).append(row)
-    below: dict[str, set[str]] = {}
-    for page in by_page.values():
-        for row in page:
-            prefix = (row["heading_path"] or "") + " > "
-            below[row["section_id"]] = {row["section_id"]} | {
-                other["section_id"]
-                for other in page
-                if (other["heading_path"] or "").startswith(prefix)
-            }
-    return below
-
-
-# -- calibration -------------------------------------------------------------------------------
-
-
-def passage_vectors(
-    sections: pa.Table, chunks: pa.Table, embeddings: pa.Table
-) -> tuple[np.ndarray, list[set[Unit]]]:
-    """The pack's distinct passage vectors (sections and chunks), with the places each
-    passage stands in (a section of one chunk, or a text repeated, stands in several)."""
-    owners: dict[str, set[Unit]] = {}
-    for text_hash, section_id in zip(
-        sections["content_hash"].to_pylist(), sections["section_id"].to_pylist(), strict=True
-    ):
-        owners.setdefault(text_hash, set()).add((section_id, SECTION_VECTOR))
-    for text_hash, section_id, index in zip(
-        chunks["content_hash"].to_pylist(),
-        chunks["section_id"].to_pylist(),
-        chunks["chunk_index"].to_pylist(),
-        strict=True,
-    ):
-        owners.setdefault(text_hash, set()).add((section_id, index))
-    hashes = embeddings["content_hash"].to_pylist()
-    keep = [i for i, h in enumerate(hashes) if h in owners]
-    return vector_rows(embeddings, keep), [owners[hashes[i]] for i in keep]
-
-
-def vector_rows(table: pa.Table, rows: list[int]) -> np.ndarray:
-    """The ``embedding`` column's ``rows`` as a float32 matrix."""
-    if not rows:
-        return np.zeros((0, 0), dtype=np.float32)
-    import pyarrow as pa
-
-    column = table["embedding"].take(pa.array(rows, type=pa.int64())).combine_chunks()
-    return column.flatten().to_numpy(zero_copy_only=False).astype(np.float32).reshape(len(rows), -1)
-
-
-def best_similarities(
-    probe_vectors: np.ndarray, vectors: np.ndarray, hidden: list[np.ndarray] | None = None
-) -> np.ndarray:
-    """Each probe's best cosine similarity over the passages, without its ``hidden`` ones."""
-    if not len(vectors) or not len(probe_vectors):
-        return np.full(len(probe_vectors), -1.0, dtype=np.float32)
-    scores = probe_vectors @ vectors.T
-    for row, columns in enumerate(hidden or []):
-        scores[row, columns] = -1.0
-    return scores.max(axis=1)
-
-
-def in_domain_cap(inside: np.ndarray) -> float:
-    """The highest threshold that refuses at most 5% of the in-domain probes (those below it)."""
-    return float(np.sort(inside)[int(IN_DOMAIN_REFUSAL_LIMIT * len(inside))])
-
-
-def choose_threshold(inside: np.ndarray, outside: np.ndarray) -> tuple[float, str]:
-    """The threshold (2 decimals) and why: see the module docstring."""
-    cap = in_domain_cap(inside)
-    out_of_domain_floor = float(outside.max()) + OUT_OF_DOMAIN_MARGIN if len(outside) else 0.0
-    if out_of_domain_floor <= cap:
-        value = round((out_of_domain_floor + cap) / 2, 2)
-        why = (
-            f"midway between the best out-of-domain probe ({outside.max():.3f}) and the "
-            f"in-domain 5th percentile ({cap:.3f})"
-        )
-    else:
-        value = float(np.floor(cap * 100) / 100)
-        why = (
-            f"the in-domain 5th percentile ({cap:.3f}): out-of-domain probes reach "
-            f"{outside.max():.3f}, refusing them all would refuse more in-domain questions"
-        )
-    return value, why
-
-
-PROBE_CACHE_COLUMNS = ("content_hash", "embedding")
-
-
-def probe_cache_namespace(model: str, precision: str) -> str:
-    """The content cache (resources.storage) keeping the probes' vectors between builds."""
-    return f"gate_probes/{vector_namespace(model, precision)}"
-
-
-@dataclass
-class Calibration:
-    record: dict  # the manifest's ``gate``
-    probe_vectors: pa.Table | None  # content_hash, embedding of every probe: the cache to keep
-    embedded: int  # probes the model embedded (0: it was never loaded)
-
-
-def calibrate(
-    sections: pa.Table,
-    chunks: pa.Table,
-    embeddings: pa.Table,
-    encode: Callable[[list[str]], np.ndarray],
-    model: str,
-    cached: pa.Table | None = None,
-) -> Calibration:
-    """The gate threshold calibrated for this pack (the model's default when it has too little
-    text), with how it was chosen.
-
-    Probe vectors come from ``cached`` (content_hash, embedding) where it has them, so a
-    rebuild that embedded nothing does not load the model for the probes either.
-    """
-    from kpack.contracts import content_hash
-    from kpack.ingest.shards import embed_shard
-
-    started = time.perf_counter()
-    default = model_threshold(model)
-    record: dict = {"model": model_label(model), "model_default": default}
-    probes = pack_probes(sections, chunks)
-    vectors, owners = passage_vectors(sections, chunks, embeddings)
-    if len(probes) < MIN_IN_DOMAIN_PROBES or not len(vectors):
-        record |= {
-            "calibrated": False,
-            "threshold": default,
-            "method": "model default",
-            "why": f"{len(probes)} in-domain probes: too little text to calibrate "
-            f"(at least {MIN_IN_DOMAIN_PROBES} are needed)",
-        }
-        return Calibration(record, None, 0)
-    texts = [p.text for p in probes] + list(OUT_OF_DOMAIN_PROBES)
-    hashes = [content_hash(t) for t in texts]
-    shard = embed_shard(dict(zip(hashes, texts, strict=True)), cached, encode)
-    row_of = {h: i for i, h in enumerate(shard.table["content_hash"].to_pylist())}
-    kept = shard.table.select(["content_hash", "embedding"])
-    columns_of: dict[Unit, list[int]] = {}
-    for column, units in enumerate(owners):
-        for unit in units:
-            columns_of.setdefault(unit, []).append(column)
-    hidden = [
-        np.array(sorted({c for u in p.hidden for c in columns_of.get(u, ())}), dtype=np.int64)
-        for p in probes
-    ]
-    probe_vectors = vector_rows(kept, [row_of[h] for h in hashes])
-    inside = best_similarities(probe_vectors[: len(probes)], vectors, hidden)
-    outside = best_similarities(probe_vectors[len(probes) :], vectors)
-    threshold, why = choose_threshold(inside, outside)
-    record |= {
-        "calibrated": True,
-        "threshold": threshold,
-        "method": CALIBRATION_METHOD,
-        "why": why,
-        "probes": {
-            "in_domain": len(probes),
-            "out_of_domain": len(outside),
-            "embedded_this_build": shard.embedded,  # the rest came from the probe cache
-        },
-        "refused": {
-            "in_domain": round(float(np.mean(inside < threshold)), 4),
-            "out_of_domain": round(float(np.mean(outside < threshold)), 4),
-        },
-        "similarity": {
-            "in_domain_p05": round(in_domain_cap(inside), 4),
-            "in_domain_median": round(float(np.median(inside)), 4),
-            "out_of_domain_max": round(float(outside.max()), 4),
-            "out_of_domain_median": round(float(np.median(outside)), 4),
-        },
-        "seconds": round(time.perf_counter() - started, 3),
-    }
-    return Calibration(record, kept, shard.embedded)
 
 
 # -- lexical evidence --------------------------------------------------------------------------

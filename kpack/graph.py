@@ -1,7 +1,9 @@
-"""The entity-passage graph of a pack and personalized PageRank over it (issue 10).
+"""The entity-passage graph of a pack and personalized PageRank over it, as queries use them
+(issue 10; retrieval.graph runs them).
 
 Nodes are the pack's passages (chunks) and its entities (kpack.ingest.extraction: names,
-terms, code identifiers and the pack's own article titles, deduplicated by normalised name).
+terms, code identifiers and the pack's own article titles, deduplicated by normalised name,
+kpack.text.normalize_entity).
 Edges join a passage to every entity it mentions (the MENTIONS edge of kpack.contracts), a
 passage to the title entity of every article its article links to (LINKS_TO), and two entities
 that a relation joins. Personalized PageRank seeded by the entities a question names and by the
@@ -9,9 +11,9 @@ passages first-hop search found spreads their weight along those edges, so a pas
 shares a bridge entity with a first-hop hit ranks even when the question's own words do not
 reach it (HippoRAG 2, Gutiérrez et al. 2025).
 
-Everything here is numpy/scipy: no Dagster, no Kuzu, deterministic. The build computes which
-chunk mentions which entity (:func:`chunk_mentions`); a reader builds the :class:`EntityGraph`
-once per pack version from the tables it reads.
+Everything here is numpy/scipy: no Dagster, no Kuzu, deterministic. The build records which
+chunk mentions which entity (kpack.ingest.mentions, the MENTIONS edges); a reader builds the
+:class:`EntityGraph` once per pack version from the tables it reads.
 """
 
 from __future__ import annotations
@@ -23,56 +25,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kpack.ingest.extraction import name_words
+from kpack.text import name_words
 
-if TYPE_CHECKING:  # imported where used: `import retrieval` should not pay for them
-    import pyarrow as pa
+if TYPE_CHECKING:  # imported where used: `import retrieval` should not pay for it
     from scipy import sparse
 
 MAX_LINKED_WORDS = 8  # longest entity name matched in a question, in words
 PAGERANK_TOLERANCE = 0.005  # weight of the walks personalized PageRank leaves out
 MAX_PAGERANK_STEPS = 50
-
-
-def chunk_mentions(chunks: pa.Table, entity_mentions: pa.Table) -> pa.Table:
-    """(chunk_id, entity_id): the chunks of a section that mention each of its entities.
-
-    Extraction names a section's entities; a chunk mentions one when its words contain the
-    entity's normalised name. An entity that no chunk spells out (a name an LLM paraphrased)
-    is mentioned by every chunk of its section, so no mention is lost.
-    """
-    import pyarrow as pa
-
-    by_section: dict[str, list[tuple[str, str]]] = {}
-    for chunk, section, text in zip(
-        chunks["chunk_id"].to_pylist(),
-        chunks["section_id"].to_pylist(),
-        chunks["content"].to_pylist(),
-        strict=True,
-    ):
-        by_section.setdefault(section, []).append((chunk, text))
-    keys: dict[str, list[str]] = {}
-    for section, entity in zip(
-        entity_mentions["section_id"].to_pylist(),
-        entity_mentions["entity_id"].to_pylist(),
-        strict=True,
-    ):
-        keys.setdefault(section, []).append(entity)
-    rows: list[tuple[str, str]] = []
-    for section, entities in keys.items():
-        parts = by_section.get(section, [])
-        if len(parts) == 1:
-            rows += [(parts[0][0], entity) for entity in entities]
-            continue
-        spelled = [(chunk, f" {' '.join(name_words(text))} ") for chunk, text in parts]
-        for entity in entities:
-            named = [chunk for chunk, words in spelled if f" {entity} " in words]
-            rows += [(chunk, entity) for chunk in named or [chunk for chunk, _ in parts]]
-    rows.sort()
-    return pa.table(
-        {"chunk_id": [c for c, _ in rows], "entity_id": [e for _, e in rows]},
-        schema=pa.schema([("chunk_id", pa.string()), ("entity_id", pa.string())]),
-    )
 
 
 @dataclass(frozen=True)
@@ -288,7 +248,7 @@ def personalized_pagerank(
 def linked_entities(graph: EntityGraph, text: str) -> list[tuple[int, str]]:
     """The entities a text names: (entity node, the words that named it), longest name first
     at each position, each entity once. Names are compared normalised (see
-    kpack.ingest.extraction.normalize_entity), so case, accents and plurals don't matter."""
+    kpack.text.normalize_entity), so case, accents and plurals don't matter."""
     words = name_words(text)
     found: dict[int, str] = {}
     at = 0

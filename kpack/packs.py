@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -50,10 +51,25 @@ def pack_dir(name: str, root: Path | None = None) -> Path:
     return folder
 
 
+def new_pack_folder(name: str, root: Path | None = None) -> Path:
+    """The folder a new pack NAME gets; an invalid name or an existing pack is an error."""
+    folder = (root or settings.packs_dir()) / validate_pack_name(name)
+    if (folder / "urls.txt").exists():
+        raise PackError(f"pack {name!r} already exists at {folder}")
+    return folder
+
+
 def normalize_url(url: str) -> str:
-    """The form used to match links to articles: fragment dropped, scheme/host lower-cased."""
-    parts = urlsplit(url.strip())
-    netloc = parts.netloc.lower()
+    """The form used to match URLs, w3lib's canonical one: percent-encoding normalised
+    (``%7E`` is ``~``), dot segments resolved, the host IDNA-encoded and lower-cased, query
+    arguments sorted, the fragment dropped; and the default port dropped. ValueError for a URL
+    that cannot be parsed."""
+    # Imported here: w3lib.url loads urllib.request and http.client (~40 ms), which a query,
+    # reading kpack.packs for pack folders only, does not need.
+    from w3lib.url import canonicalize_url
+
+    parts = urlsplit(canonicalize_url(url.strip()))
+    netloc = parts.netloc
     if (parts.scheme == "http" and netloc.endswith(":80")) or (
         parts.scheme == "https" and netloc.endswith(":443")
     ):
@@ -120,6 +136,18 @@ def read_urls_text(path: Path) -> str:
 def read_urls(folder: Path) -> tuple[list[Source], list[LineProblem]]:
     """The sources of a pack folder's urls.txt (see parse_urls)."""
     return parse_urls(read_urls_text(folder / "urls.txt"), folder)
+
+
+def write_urls(folder: Path, lines: list[str]) -> tuple[list[Source], list[LineProblem]]:
+    """Write a new pack's urls.txt: the valid ones among ``lines``, each as given (a relative
+    file: URL stays relative to the pack folder). Nothing is written when none is valid."""
+    sources, problems = parse_urls("\n".join(lines), folder)
+    if sources:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "urls.txt").write_text(
+            "".join(f"{lines[s.line_no - 1].strip()}\n" for s in sources)
+        )
+    return sources, problems
 
 
 def parse_urls(text: str, base_dir: Path) -> tuple[list[Source], list[LineProblem]]:
@@ -219,3 +247,16 @@ def read_manifest(folder: Path) -> dict | None:
     if version is None:
         return None
     return json.loads((version / "manifest.json").read_text())
+
+
+def time_ago(timestamp: str | None) -> str:
+    """'3h 12m ago' for an ISO 8601 time with its offset (a manifest's built_at)."""
+    if not timestamp:
+        return "-"
+    seconds = int((datetime.now(UTC) - datetime.fromisoformat(timestamp)).total_seconds())
+    if seconds < 60:
+        return f"{max(seconds, 0)}s ago"
+    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
+    if days:
+        return f"{days}d {hours % 24}h ago"
+    return f"{hours}h {minutes % 60}m ago" if hours else f"{minutes}m ago"

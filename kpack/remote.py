@@ -12,9 +12,11 @@ module keeps published packs there, beside them::
 
 ``push`` uploads the archive of a pack's current version and then rewrites ``current.json``,
 so a reader sees the previous version or the whole new one. ``pull`` downloads the current
-archive and installs it (kpack.archive.install: every size, SHA-256 and the database seal
-checked before anything is published), as a new pack or as the next version of an existing
-one; a pack already at that version is not downloaded again. ``ensure_local`` is what the
+archive into the packs folder's staging area (kpack.download.copy_bounded: at most the size
+``current.json`` recorded, within the download deadline) and installs it
+(kpack.archive.install: every size, SHA-256 and the database seal checked before anything is
+published), as a new pack or as the next version of an existing one; a pack already at that
+version is not downloaded again. ``ensure_local`` is what the
 query side calls for a pack it cannot find here: it pulls the pack when the store has it, so
 the local packs folder is a cache of the store.
 """
@@ -159,6 +161,10 @@ class PullResult:
 def pull(name: str, packs_root: Path | None = None, base: str | None = None) -> PullResult:
     """Install the store's current version of a pack here (see the module docstring)."""
     from kpack.archive import install
+    from kpack.archive.format import max_archive_bytes
+    from kpack.archive.reader import plain_file_name
+    from kpack.archive.staging import staging_area
+    from kpack.download import copy_bounded, download_deadline
 
     pointer = published(name, base)
     if pointer is None:
@@ -177,14 +183,18 @@ def pull(name: str, packs_root: Path | None = None, base: str | None = None) -> 
     ):
         version = current_version(folder)
         return PullResult(name, int(version.name[1:]), pointer["version"], False, 0)
-    with tempfile.TemporaryDirectory(prefix="kpack-pull-") as scratch:
-        archive = Path(scratch) / pointer["archive"]
+    recorded = pointer.get("bytes")
+    limit = min(recorded, max_archive_bytes()) if isinstance(recorded, int) else max_archive_bytes()
+    # The download goes where an install stages, so a killed pull leaves nothing behind.
+    with staging_area(root) as staging:
+        archive = staging / plain_file_name(pointer["archive"])
         source = pack_location(name, base) / pointer["archive"]
+        deadline = download_deadline()
         with store_errors(source):
             if not source.exists():
                 raise PackError(f"{source} is missing; push the pack again")
-            with source.open("rb") as remote, open(archive, "wb") as handle:
-                shutil.copyfileobj(remote, handle, COPY_CHUNK)
+            with source.open("rb") as remote:
+                copy_bounded(remote, archive, max_bytes=limit, deadline=deadline, what=str(source))
         if file_sha256(archive) != pointer.get("archive_sha256"):
             raise PackError(f"{source} does not match {POINTER} (checksum); push the pack again")
         result = install(archive, root, name, replace=exists)

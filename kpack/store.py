@@ -22,13 +22,16 @@ A published version carries the size and SHA-256 of its pack.db in its manifest
 bytes were damaged, so nothing opens a published database before :func:`verify_version`
 passed: it compares the size on every call, and the full hash once per file state (inode,
 mtime, size), remembered in ``.verified.json``. A build reads what it needs of the published
-version (the article hashes) from ``articles.json``, never from the database.
+version from ``articles.json`` (the article hashes) and its manifest (the sources fingerprint),
+never from the database.
 
 ``.versions/last_build.json`` records the outcome of the latest build (published, unchanged or
-failed) for ``kpack status``; it is written atomically and never read by queries. A build reads
-it back for one thing: when the latest build confirmed the current version from the very
-sources this build fetched (kpack.changes.sources_fingerprint), the build stops after the fetch
-(:meth:`PackStoreOps.confirmed_version`).
+failed) for ``kpack status``; it is written atomically and never read by queries or builds.
+
+A version's manifest records the sources fingerprint it was built from
+(kpack.changes.sources_fingerprint). That is the one record of "nothing changed": a build whose
+fetch comes to the fingerprint of the current version, which verifies, stops after the fetch
+(:meth:`PackStoreOps.built_from`).
 """
 
 from __future__ import annotations
@@ -39,11 +42,9 @@ import hashlib
 import json
 import os
 import shutil
-import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
@@ -98,24 +99,32 @@ class PackStoreOps:
         folder = self.folder(pack)
         return [(folder / root).resolve() for root in self.config(pack).fetch.file_roots]
 
-    def begin_build(self, pack: str) -> None:
-        """Take the pack's build lock (or join it: `kpack build` takes it before its run
-        starts), then drop the staging folders of runs that died.
+    def begin_build(self, pack: str) -> BuildLock:
+        """Take the pack's build lock, then drop the staging folders of runs that died; the
+        caller hands the lock back to :meth:`end_build`.
 
         Holding the lock means no other build of the pack runs, so every staging folder left
         is a killed run's (or a pre-``staging-<run id>`` build's) and only fills the disk.
         """
         folder = self.folder(pack)
-        acquire_build_lock(folder, join_own=True)
+        lock = BuildLock(folder)
         root = versions_dir(folder)
         if root.is_dir():
             for stale in root.glob(f"{STAGING_PREFIX}*"):
                 shutil.rmtree(stale, ignore_errors=True)
+        return lock
 
-    def end_build(self, pack: str, run_id: str) -> None:
+    def end_build(self, pack: str, run_id: str, lock: BuildLock) -> None:
         """Remove the run's staging folder if it was not published, and release the lock."""
         shutil.rmtree(self.staging(pack, run_id), ignore_errors=True)
-        release_build_lock(self.folder(pack))
+        lock.release()
+
+    def refuse_if_building(self, pack: str) -> None:
+        """Raise the lock's "already being built" error while a build, rollback or install of
+        the pack holds it. A probe that takes nothing: a build's run takes the lock itself."""
+        folder = self.folder(pack)
+        if build_running(folder):
+            raise already_building(folder.name)
 
     def staging(self, pack: str, run_id: str) -> Path:
         return versions_dir(self.folder(pack)) / f"{STAGING_PREFIX}-{run_id}"
@@ -191,25 +200,26 @@ class PackStoreOps:
 
         Atomic like publish (a symlink renamed over ``current``). The version rolled back from
         stays on disk until the next publish prunes it, so a mistaken rollback can be undone
-        by hand; ``.versions/rollback.json`` says which one it is. The caller holds the build
-        lock, so no publish runs meanwhile. It opens no database, so it works when the
-        current version is damaged.
+        by hand; ``.versions/rollback.json`` says which one it is. It holds the build lock,
+        so no build publishes meanwhile, and opens no database, so it works when the current
+        version is damaged.
         """
-        current = self.current(pack)
-        if current is None:
-            raise PackError(f"pack {pack!r} has no published version to roll back from")
-        target = self.previous_version(pack)
-        if target is None:
-            raise PackError(
-                f"pack {pack!r} has no previous version to roll back to "
-                f"(only {current.name} is kept)"
-            )
-        root = versions_dir(self.folder(pack))
-        record = {"from": current.name, "to": target.name, "at": _now()}
-        _write_json_atomically(root / ROLLBACK, record)
-        _atomic_symlink(target.name, root / "current")
-        _fsync_dir(root)
-        return current, target
+        with build_lock(self.folder(pack)):
+            current = self.current(pack)
+            if current is None:
+                raise PackError(f"pack {pack!r} has no published version to roll back from")
+            target = self.previous_version(pack)
+            if target is None:
+                raise PackError(
+                    f"pack {pack!r} has no previous version to roll back to "
+                    f"(only {current.name} is kept)"
+                )
+            root = versions_dir(self.folder(pack))
+            record = {"from": current.name, "to": target.name, "at": _now()}
+            _write_json_atomically(root / ROLLBACK, record)
+            _atomic_symlink(target.name, root / "current")
+            _fsync_dir(root)
+            return current, target
 
     def rolled_back_from(self, pack: str) -> Path | None:
         """The version the last rollback left, while it is still on disk and not current."""
@@ -252,23 +262,19 @@ class PackStoreOps:
     def last_build(self, pack: str) -> dict | None:
         return _read_json(versions_dir(self.folder(pack)) / LAST_BUILD)
 
-    def confirmed_version(self, pack: str, sources_fingerprint: str) -> int | None:
-        """The current version's number when the latest build of ``pack`` succeeded from sources
-        with this fingerprint, that version is still current (no publish, rollback or install
-        since) and it verifies; None otherwise, and the build runs every stage."""
-        last, current = self.last_build(pack), self.current(pack)
-        if not isinstance(last, dict) or current is None:
+    def built_from(self, pack: str, sources_fingerprint: str) -> int | None:
+        """The current version's number when its manifest records this sources fingerprint
+        (kpack.changes.sources_fingerprint): it holds what a build from these sources would
+        publish. None when there is no current version or it was built from other sources.
+
+        Raises PackNotReady when it was built from these sources but its database is damaged:
+        the build has to replace it.
+        """
+        current = self.current(pack)
+        manifest = _read_json(current / "manifest.json") if current else None
+        if manifest is None or manifest.get("sources_fingerprint") != sources_fingerprint:
             return None
-        if (
-            last.get("outcome") not in ("published", "unchanged")
-            or last.get("sources_fingerprint") != sources_fingerprint
-            or last.get("version") != version_number(current)
-        ):
-            return None
-        try:
-            verify_version(current)
-        except PackNotReady:
-            return None  # damaged: the build replaces it (assets.graph)
+        verify_version(current)
         return version_number(current)
 
 
@@ -305,105 +311,86 @@ def seal_version(staging: Path) -> dict:
 def verify_version(version_dir: Path) -> None:
     """Raise PackNotReady unless the version's pack.db is the one its manifest describes.
 
-    Cheap on every open: the size is compared each time (a truncated file fails here) and the
-    full SHA-256 only when the file changed since the last verification (new inode, mtime or
-    size than ``.verified.json`` records). Call it before opening the database: Kuzu crashes
-    the process on some damaged files instead of raising.
+    Call it before opening the database: Kuzu crashes the process on some damaged files
+    instead of raising. See :func:`database_problem` for what is checked.
     """
     version_dir = version_dir.resolve()
-    pack, version = version_dir.parent.parent.name, version_dir.name
-    rebuild = f"rebuild it with `kpack build {pack}` or `kpack rollback {pack}`"
+    problem = database_problem(version_dir)
+    if problem is not None:
+        pack = version_dir.parent.parent.name
+        raise PackNotReady(
+            f"pack {pack!r} version {version_dir.name} {problem}; "
+            f"rebuild it with `kpack build {pack}` or `kpack rollback {pack}`"
+        )
+
+
+def database_problem(version_dir: Path) -> str | None:
+    """What keeps a version's pack.db from being the one its manifest was sealed with, worded
+    to follow "version vN" ("is damaged (checksum mismatch)"), or None when it is that file.
+
+    Cheap on every call: the size is compared each time (a truncated file fails here) and the
+    full SHA-256 only when the file changed since the last verification (new inode, mtime or
+    size than ``.verified.json`` records).
+    """
     manifest = _read_json(version_dir / "manifest.json")
     if manifest is None:
-        raise PackNotReady(
-            f"pack {pack!r} version {version} has no readable manifest.json; {rebuild}"
-        )
+        return "has no readable manifest.json"
     seal = manifest.get("database")
     if not isinstance(seal, dict) or not {"bytes", "sha256"} <= seal.keys():
-        raise PackNotReady(
-            f"pack {pack!r} version {version} has no database checksum (it was published by "
-            f"an older kpack); rebuild it with `kpack build {pack}`"
-        )
+        return "has no database checksum (it was published by an older kpack)"
     db = version_dir / DATABASE
     try:
         stat = db.stat()
-    except OSError as exc:
-        raise PackNotReady(f"pack {pack!r} version {version} has no {DATABASE}; {rebuild}") from exc
+    except OSError:
+        return f"has no {DATABASE}"
     if stat.st_size != seal["bytes"]:
-        raise PackNotReady(
-            f"pack {pack!r} version {version} is damaged ({DATABASE} is {stat.st_size} bytes, "
-            f"{seal['bytes']} were published); {rebuild}"
-        )
+        return f"is damaged ({DATABASE} is {stat.st_size} bytes, {seal['bytes']} were published)"
     state = {**_file_state(stat), "sha256": seal["sha256"]}
     if _read_json(version_dir / VERIFIED) == state:
-        return
+        return None
     if file_sha256(db) != seal["sha256"]:
-        raise PackNotReady(
-            f"pack {pack!r} version {version} is damaged (checksum mismatch); {rebuild}"
-        )
+        return "is damaged (checksum mismatch)"
     # Remembered for the next open; a read-only version folder just hashes again.
     with contextlib.suppress(OSError):
         _write_json_atomically(version_dir / VERIFIED, state)
+    return None
 
 
-# One build of a pack at a time, across processes and threads (flock on a file opened per
-# holder). `kpack build` takes the lock before it starts its run, so the run's PackStore
-# resource, which takes it for runs launched by Dagster (UI, sensor, schedule), joins the lock
-# its own thread holds instead of failing on it.
-@dataclass
-class _HeldLock:
-    handle: IO[str]
-    thread: int
-    depth: int
+class BuildLock:
+    """One build, rollback or install of a pack at a time, across processes: an exclusive
+    flock on the pack's lock file, held from construction until :meth:`release` (or until the
+    process dies: a killed build leaves no stale lock). It never waits: a second holder fails
+    at once with :func:`already_building`'s message."""
 
-
-_held_locks: dict[Path, _HeldLock] = {}  # by lock file
-_held_locks_guard = threading.Lock()
-
-
-def acquire_build_lock(folder: Path, join_own: bool = False) -> None:
-    """Take the pack's build lock, or fail fast when anyone else holds it.
-
-    ``join_own``: when this thread already holds it, share it (released by the matching
-    release_build_lock) rather than fail.
-    """
-    path = (folder / LOCK_FILE).resolve()
-    with _held_locks_guard:
-        held = _held_locks.get(path)
-        if held is not None and join_own and held.thread == threading.get_ident():
-            held.depth += 1
-            return
-        handle: IO[str] = open(path, "a")  # noqa: SIM115 (held until release_build_lock)
+    def __init__(self, folder: Path) -> None:
+        self._handle: IO[str] = open(folder / LOCK_FILE, "a")  # noqa: SIM115 (held until release)
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(self._handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:
-            handle.close()
-            raise PackError(
-                f"pack {folder.name!r} is already being built (or rolled back or installed); "
-                f"wait for it to finish (`kpack status {folder.name}` shows it)"
-            ) from exc
-        _held_locks[path] = _HeldLock(handle, threading.get_ident(), 1)
+            self._handle.close()
+            raise already_building(folder.name) from exc
+
+    def release(self) -> None:
+        fcntl.flock(self._handle, fcntl.LOCK_UN)
+        self._handle.close()
 
 
-def release_build_lock(folder: Path) -> None:
-    path = (folder / LOCK_FILE).resolve()
-    with _held_locks_guard:
-        held = _held_locks[path]
-        held.depth -= 1
-        if held.depth == 0:
-            del _held_locks[path]
-            fcntl.flock(held.handle, fcntl.LOCK_UN)
-            held.handle.close()
+def already_building(pack: str) -> PackError:
+    return PackError(
+        f"pack {pack!r} is already being built (or rolled back or installed); "
+        f"wait for it to finish (`kpack status {pack}` shows it)"
+    )
 
 
 @contextmanager
 def build_lock(folder: Path) -> Iterator[None]:
-    """One build of a pack at a time: a second one fails fast instead of racing the first."""
-    acquire_build_lock(folder)
+    """The pack's build lock around a rollback or install (a build takes it through
+    :meth:`PackStoreOps.begin_build`)."""
+    lock = BuildLock(folder)
     try:
         yield
     finally:
-        release_build_lock(folder)
+        lock.release()
 
 
 def build_running(folder: Path) -> bool:

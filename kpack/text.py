@@ -1,11 +1,13 @@
 """Text utilities shared by ingest and retrieval: one sentence splitter, one code-fence
-scanner, one stopword list and one way to cut a text into search terms, so a passage is cut
-and scored the same way everywhere.
+scanner, one stopword list, one way to cut a text into search terms and one key for a name
+(:func:`normalize_entity`), so a passage is cut and scored, and a name is matched, the same way
+by the build that extracts entities and by the query that looks for them.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from typing import Literal
@@ -21,6 +23,15 @@ LineRole = Literal["text", "open", "code", "close"]
 
 # A word: letters, digits and underscores, so an identifier (allow_private_hosts) is one word.
 WORD = re.compile(r"[a-z0-9_]+")
+
+# A word of a name, as prose writes it: letters and digits, with inner apostrophes, hyphens,
+# dots or ampersands ("O'Brien", "mom-and-pop", "U.S", "AT&T").
+NAME_WORD = re.compile(r"[^\W_]+(?:['’.\-&][^\W_]+)*")
+# A name written like code (dots, underscores, options, operators): normalised as written.
+CODE_LIKE = re.compile(r"\w[._]\w|_|\(\)$|(?:^|\s)--?\w|[/\\=<>{}\[\]$@#*+|]")
+# "Lilu (mythology)", "Python (programming language)": the qualifier is not part of the name.
+QUALIFIER = re.compile(r"\s*\([^()]*\)\s*$")
+POSSESSIVE = re.compile(r"['’]s$")
 
 # Function words: never a search term, never the start of a name.
 STOPWORDS = frozenset(
@@ -156,3 +167,44 @@ def search_terms(text: str) -> list[str]:
     """The search terms of a text, in order and repeated: its search words, stemmed. Keyword
     search counts them, the gate weighs them."""
     return [stem(w) for w in search_words(text)]
+
+
+# -- names -------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1 << 16)
+def fold_word(word: str) -> str:
+    """One word as a name key: accents, case and a possessive don't matter; a lower-case plural
+    is its singular ("sprockets" -> "sprocket"; capitalised words are names: "Williams")."""
+    plain = POSSESSIVE.sub("", word)
+    if not plain.isascii():
+        plain = unicodedata.normalize("NFKD", plain)
+        plain = "".join(c for c in plain if not unicodedata.combining(c))
+    key = plain.lower()
+    if plain.islower() and len(key) > 3:
+        if key.endswith("sses"):
+            key = key[:-2]
+        elif key.endswith("s") and not key.endswith(("ss", "us", "is")):
+            key = key[:-1]
+    return key
+
+
+def name_words(text: str) -> list[str]:
+    """The folded words of a name or a question, in order (see fold_word)."""
+    return [fold_word(w) for w in NAME_WORD.findall(text)]
+
+
+@lru_cache(maxsize=1 << 16)  # a pack names the same entities again and again
+def normalize_entity(name: str) -> str:
+    """The dedup key of an entity, so aliases meet: case, accents, quotes, punctuation, a
+    possessive, a lower-case plural, a qualifier in parentheses and a leading article don't
+    matter ("The Oberoi Group's" = "Oberoi Group"). Code names keep their dots and
+    underscores ("widget.frob()" -> "widget.frob")."""
+    text = name.replace("`", "").strip().strip("'\"“”‘’").removesuffix("()")
+    if CODE_LIKE.search(text):
+        key = " ".join(text.lower().split())
+    else:
+        key = " ".join(name_words(QUALIFIER.sub("", text) or text))
+    for article in ("the ", "an ", "a "):
+        key = key.removeprefix(article)
+    return key.strip()

@@ -3,29 +3,30 @@
 Every build is a run of the ``build_pack`` job (pipelines.jobs), so CLI builds and UI builds
 share one run list. A build ends in one of three outcomes: ``published`` (a new version),
 ``unchanged`` (nothing changed since the published version, so nothing was published; see
-assets.graph) or ``failed`` (the published version, if any, is untouched); pipelines.outcomes
-tags the run with it and records it for ``kpack status``.
+assets.fetch) or ``failed`` (the published version, if any, is untouched); pipelines.outcomes
+tags the run with it and records it for ``kpack status``. The run holds the pack's build lock
+itself (resources.pack_store.build_lifecycle), as a run launched from the UI does.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dagster import DagsterInstance
 
+from assets.fetch import FORCE_TAG
 from assets.partitions import packs_partitions
 from kpack import settings
 from kpack.config import load_config
 from kpack.packs import PackError, pack_dir, read_manifest, read_urls
-from kpack.store import PackStore, build_lock
+from kpack.store import PackStore
 from pipelines.definitions import make_definitions
 from pipelines.instance import ensure_dagster_home
 from pipelines.jobs import JOB_NAME
-from pipelines.outcomes import fail_abandoned_runs, record_outcome
+from pipelines.outcomes import record_outcome
 from resources.pack_store import PARTITION_TAG
 
 BUILD_TAG = "kpack/build_id"
@@ -62,9 +63,11 @@ def build_pack(
     force: bool = False,
     executor: dict | None = None,
 ) -> BuildResult:
-    """Materialize every stage for one pack. Raises PackError only when nothing can be built.
+    """Materialize every stage for one pack. Raises PackError only when nothing can be built
+    (no valid URL, a malformed kg_config.json, a build of the pack already running).
 
-    ``force`` publishes a new version even when nothing changed since the current one.
+    ``force`` (the run tag assets.fetch.FORCE_TAG) publishes a new version even when nothing
+    changed since the current one.
     ``executor``: None runs every step in this process; dagster-celery's executor config
     (``{"broker": "redis://...", "backend": "redis://..."}``) runs each step on Celery workers,
     which read KPACK_PACKS_DIR and KPACK_STORAGE themselves (``storage`` and
@@ -72,12 +75,10 @@ def build_pack(
     """
     quiet_env()
     packs_dir = packs_dir or settings.packs_dir()
-    folder = pack_dir(pack, packs_dir)
-    sources, problems = read_urls(folder)
-    if not sources:
-        detail = "; ".join(str(p) for p in problems) or "the file is empty"
-        raise PackError(f"pack {pack!r} has no valid URL in urls.txt ({detail})")
-    load_config(folder)  # a malformed kg_config.json stops here, before anything runs
+    folder = buildable_pack(pack, packs_dir)
+    # The run takes the build lock itself (resources.pack_store.build_lifecycle); refusing here
+    # gives a second build the error exit before it starts a run that could only fail.
+    PackStore(packs_dir).refuse_if_building(pack)
     if instance is None:
         ensure_dagster_home()
         instance = DagsterInstance.get()
@@ -87,30 +88,22 @@ def build_pack(
     job = make_definitions(
         packs_dir, storage or settings.storage_base(), resource_overrides
     ).resolve_job_def(JOB_NAME)
-    with build_lock(folder):
-        fail_abandoned_runs(instance, pack)
-        run_config = {
-            "loggers": {"console": {"config": {"log_level": log_level}}},
-            "ops": {"fetched_pages": {"config": {"force_publish": force}}},
-        }
-        if executor is None:
-            result = job.execute_in_process(
-                partition_key=pack,
-                instance=instance,
-                tags={BUILD_TAG: build_id},
-                run_config=run_config,
-                raise_on_error=False,
-            )
-        else:
-            # Opt-in: every step a Celery task (pipelines.executors, docs/deployment.md).
-            from pipelines.executors import execute_distributed
+    run_config = {"loggers": {"console": {"config": {"log_level": log_level}}}}
+    tags = {BUILD_TAG: build_id, FORCE_TAG: str(force).lower()}
+    if executor is None:
+        result = job.execute_in_process(
+            partition_key=pack,
+            instance=instance,
+            tags=tags,
+            run_config=run_config,
+            raise_on_error=False,
+        )
+    else:
+        # Opt-in: every step a Celery task (pipelines.executors, docs/deployment.md).
+        from pipelines.executors import execute_distributed
 
-            result = execute_distributed(
-                instance, executor, run_config, {BUILD_TAG: build_id, PARTITION_TAG: pack}
-            )
-            # The launcher held the lock for the run, so it also drops an unpublished staging.
-            shutil.rmtree(PackStore(packs_dir).staging(pack, result.run_id), ignore_errors=True)
-        summary = record_outcome(instance, instance.get_run_by_id(result.run_id), packs_dir)
+        result = execute_distributed(instance, executor, run_config, {**tags, PARTITION_TAG: pack})
+    summary = record_outcome(instance, instance.get_run_by_id(result.run_id), packs_dir)
     stage_metadata = {
         event.asset_key.path[-1]: {k: getattr(v, "value", v) for k, v in metadata.items()}
         for event, metadata in [
@@ -132,6 +125,18 @@ def build_pack(
         cause=summary.get("cause"),
         stage_metadata=stage_metadata,
     )
+
+
+def buildable_pack(pack: str, packs_dir: Path) -> Path:
+    """The pack's folder, or PackError when nothing could be built: no valid URL in urls.txt,
+    or a malformed kg_config.json (checked before anything runs)."""
+    folder = pack_dir(pack, packs_dir)
+    sources, problems = read_urls(folder)
+    if not sources:
+        detail = "; ".join(str(p) for p in problems) or "the file is empty"
+        raise PackError(f"pack {pack!r} has no valid URL in urls.txt ({detail})")
+    load_config(folder)
+    return folder
 
 
 def quiet_env() -> None:

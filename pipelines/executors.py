@@ -13,9 +13,11 @@ them. What makes that work:
 * workers load the job from this module (``reconstructable(celery_build_job)``), so they need
   the project installed and the same KPACK_PACKS_DIR, KPACK_STORAGE, KPACK_EMBED_SHARDS and
   DAGSTER_HOME (a shared instance) as the launcher;
-* the pack's build lock is held by the launching process for the whole run (a step on a
-  worker cannot hold it), and the run carries ``DISTRIBUTED_TAG`` so the workers' PackStore
-  resources neither take it nor remove the run's staging folder between steps.
+* the run's build lifecycle (the pack's build lock, the cleanup of its staging folder; see
+  resources.pack_store.build_lifecycle) is held by the process that orchestrates the run, for
+  the whole run, however it was launched: ``with_build_lifecycle`` wraps the executor, and
+  every run of the job carries ``DISTRIBUTED_TAG`` so the workers' PackStore resources leave
+  the lifecycle alone (a step on a worker cannot hold a lock across steps).
 
 docs/deployment.md has the configuration: Redis, the workers, and the Kubernetes variant.
 """
@@ -36,14 +38,15 @@ from dagster_celery import celery_executor
 
 from kpack import settings
 from pipelines.jobs import build_job
-from resources.pack_store import DISTRIBUTED_TAG, PROCESS_TAG, process_identity
+from resources.pack_store import DISTRIBUTED_TAG, with_build_lifecycle
 
 CELERY_JOB_NAME = "build_pack_celery"
 
 build_pack_celery_job = build_job(
     CELERY_JOB_NAME,
-    celery_executor,
+    with_build_lifecycle(celery_executor),
     "build_pack, each step a task for dagster-celery workers (opt-in).",
+    tags={DISTRIBUTED_TAG: "celery"},
 )
 
 
@@ -69,13 +72,13 @@ def execute_distributed(
     run_config: dict[str, Any],
     tags: dict[str, str],
 ) -> ExecutionResult:
-    """Run the Celery build job for the partition in ``tags`` and wait for it.
+    """Run the Celery build job for the partition in ``tags`` and wait for it; this process
+    orchestrates the run and holds its build lifecycle.
 
-    ``executor`` is dagster-celery's executor config (``broker``, ``backend``, ...); the caller
-    holds the pack's build lock. The instance must be persistent (DAGSTER_HOME), since the
-    workers record their steps' events in it.
+    ``executor`` is dagster-celery's executor config (``broker``, ``backend``, ...). The
+    instance must be persistent (DAGSTER_HOME), since the workers record their steps' events
+    in it.
     """
-    tags = {**tags, DISTRIBUTED_TAG: "celery", PROCESS_TAG: process_identity()}
     with execute_job(
         reconstructable(celery_build_job),
         instance=instance,

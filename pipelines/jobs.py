@@ -10,15 +10,16 @@ BUILD_GROUPS = ("ingest", "parse", "extract", "embed", "graph", "publish")
 
 
 def build_job(
-    name: str, executor: ExecutorDefinition, description: str
+    name: str, executor: ExecutorDefinition, description: str, tags: dict[str, str] | None = None
 ) -> UnresolvedAssetJobDefinition:
-    """Every stage of one pack's build, run by ``executor``."""
+    """Every stage of one pack's build, run by ``executor``; ``tags`` go on every run."""
     return define_asset_job(
         name,
         selection=AssetSelection.groups(*BUILD_GROUPS),
         partitions_def=packs_partitions,
         executor_def=executor,
         description=description,
+        tags=tags,
     )
 
 

@@ -11,7 +11,7 @@ writer of the record whoever started the run:
 ``kpack build`` calls :func:`record_outcome` when its in-process run ends; runs launched
 through the Dagster daemon are recorded by :data:`build_outcome_sensor` and
 :data:`build_failure_sensor`. A run whose process died (SIGKILL, power loss) is never finished
-by Dagster; :func:`fail_abandoned_runs` marks such runs failed at the next build of the pack.
+by Dagster; the next build of the pack reports it failed (resources.pack_store.build_lifecycle).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from dagster import (
     DagsterRun,
     DagsterRunStatus,
     DefaultSensorStatus,
-    RunsFilter,
     RunStatusSensorContext,
     SensorDefinition,
     run_status_sensor,
@@ -34,10 +33,10 @@ from dagster import (
 from kpack import settings
 from kpack.packs import read_manifest
 from kpack.store import PackStore
-from pipelines.jobs import JOB_NAME, build_pack_job
+from pipelines.jobs import build_pack_job
+from resources.pack_store import PARTITION_TAG
 
 OUTCOME_TAG = "kpack/outcome"
-PARTITION_TAG = "dagster/partition"
 
 
 def _metadata(event) -> dict:
@@ -59,7 +58,7 @@ def run_summary(instance: DagsterInstance, run: DagsterRun) -> dict:
             if materialization.asset_key.path[-1] == "pack_manifest":
                 published = _metadata(materialization)
         elif event.event_type == DagsterEventType.ASSET_OBSERVATION:
-            # fetched_pages or pack_graph, whichever found nothing changed (assets.partitions)
+            # fetched_pages found nothing changed (assets.partitions.observe_unchanged)
             metadata = _metadata(event.asset_observation_data.asset_observation)
             if metadata.get("unchanged"):
                 unchanged = metadata
@@ -82,7 +81,6 @@ def run_summary(instance: DagsterInstance, run: DagsterRun) -> dict:
             **base,
             "outcome": "published",
             "version": published.get("version"),
-            "sources_fingerprint": manifest.get("sources_fingerprint"),
             "previous_version": manifest.get("previous_version"),
             "changes": manifest.get("changes"),
             "failures": manifest.get("sources", {}).get("failures", []),
@@ -92,7 +90,6 @@ def run_summary(instance: DagsterInstance, run: DagsterRun) -> dict:
             **base,
             "outcome": "unchanged",
             "version": unchanged.get("current_version"),
-            "sources_fingerprint": unchanged.get("sources_fingerprint"),
             "changes": unchanged.get("changes"),
             "failures": unchanged.get("failures", []),
         }
@@ -145,28 +142,6 @@ def record_outcome(instance: DagsterInstance, run: DagsterRun, packs_dir: Path) 
             summary["version"] = current["version"] if current else None
         store.record_build(pack, summary)
     return summary
-
-
-def fail_abandoned_runs(
-    instance: DagsterInstance, pack: str, current_run_id: str | None = None
-) -> int:
-    """Mark build runs of ``pack`` that are still STARTED but whose process is gone as failed.
-
-    Called while holding the pack's build lock, so no other build of the pack is running:
-    a started run of it can only be one whose process died.
-    """
-    runs = instance.get_runs(
-        RunsFilter(
-            job_name=JOB_NAME,
-            statuses=[DagsterRunStatus.STARTED, DagsterRunStatus.STARTING],
-            tags={PARTITION_TAG: pack},
-        )
-    )
-    abandoned = [run for run in runs if run.run_id != current_run_id]
-    for run in abandoned:
-        instance.report_run_failed(run, "the process running this build exited without finishing")
-        instance.add_run_tags(run.run_id, {OUTCOME_TAG: "failed: the build process was killed"})
-    return len(abandoned)
 
 
 def _outcome_sensor(name: str, status: DagsterRunStatus, description: str) -> SensorDefinition:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dagster import ConfigurableResource, EnvVar, InitResourceContext
 from pydantic import PrivateAttr
 
-from kpack.llm import API_KEY_ENV, ClaudeClient, Usage
+from kpack.llm import API_KEY_ENV, ClaudeClient
 
 
 class ClaudeResource(ConfigurableResource):
@@ -18,6 +18,10 @@ class ClaudeResource(ConfigurableResource):
     max_retries: int = 3
     timeout_s: float = 60.0
     max_tokens: int = 2048
+    # Polling a message batch: the first wait between polls, growing 1.5x a poll up to the
+    # second (most batches end within the hour; Anthropic ends every one within 24 hours).
+    batch_poll_s: float = 10.0
+    batch_poll_max_s: float = 120.0
 
     _client: ClaudeClient | None = PrivateAttr(default=None)
 
@@ -25,8 +29,10 @@ class ClaudeResource(ConfigurableResource):
         self._client = self._make_client()
 
     def _make_client(self) -> ClaudeClient:
+        # Outside a run (the dry run) an EnvVar is not resolved for us.
+        api_key = self.api_key.get_value() if isinstance(self.api_key, EnvVar) else self.api_key
         return ClaudeClient(
-            api_key=self.api_key,
+            api_key=api_key,
             base_url=self.base_url,
             max_retries=self.max_retries,
             timeout_s=self.timeout_s,
@@ -44,9 +50,6 @@ class ClaudeResource(ConfigurableResource):
 
     def redact(self, text: str) -> str:
         return self.client.redact(text)
-
-    def extract(self, model: str, title: str, text: str) -> tuple[dict, Usage]:
-        return self.client.extract(model, title, text, self.max_tokens)
 
 
 def claude_resource(environ: dict[str, str]) -> ClaudeResource:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import asdict
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -227,3 +228,28 @@ class ContentCacheResource(ConfigurableResource):
 
     def save(self, namespace: str, pack: str, table: pa.Table) -> None:
         self._store().write(table, *self._parts(namespace, pack))
+
+    def _record_path(self, namespace: str, pack: str, name: str) -> UPath:
+        *folder, file = self._parts(namespace, pack)
+        return self._store().path(*folder, f"{file.removesuffix('.parquet')}.{name}.json")
+
+    def load_record(self, namespace: str, pack: str, name: str) -> Any:
+        """A small JSON record kept beside the cache (a build's batch ledger), or None when
+        there is none or it is damaged (logged: a damaged record is an empty one)."""
+        path = self._record_path(namespace, pack, name)
+        try:
+            return json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            log.warning("%s is damaged (%s); treating it as empty", path, str(exc)[:200])
+            return None
+
+    def save_record(self, namespace: str, pack: str, name: str, value: Any) -> None:
+        """Write the record whole or not at all; an empty one is removed."""
+        path = self._record_path(namespace, pack, name)
+        if not value:
+            path.unlink(missing_ok=True)
+            return
+        text = json.dumps(value, indent=1)
+        write_atomically(path, lambda handle: handle.write(text.encode()))

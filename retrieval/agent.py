@@ -34,8 +34,6 @@ class KnowledgeGraphAgent:
     # (the seed's way of tuning the gate) is used in place of the calibrated or model value;
     # kg_config.json and per-call options still win over it.
     CONTEXT_CONFIDENCE_THRESHOLD: float | None = None
-    # Not applied by query(): kept for a retrieval-layer pre-filter (seed 001).
-    VECTOR_CONFIDENCE_THRESHOLD = 0.6
 
     def __init__(
         self,

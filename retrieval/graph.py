@@ -46,7 +46,7 @@ from kpack.graph import (
     second_hop,
     strongest_path,
 )
-from kpack.ingest.extraction import normalize_entity
+from kpack.text import normalize_entity
 from retrieval.candidates import RRF_K, passage
 from retrieval.quality import terms
 from retrieval.query import Candidate, Query

@@ -96,8 +96,10 @@ BALANCED_SETTINGS = {
 
 # The profiles with the graph stages (retrieval.graph) give the GraphReranker's PageRank, a
 # prior that ignores the question, no weight: on the shared benchmarks any weight on it cost
-# hit@1 (demo pack 0.938 -> 0.719 at 0.3) and recall (HotpotQA). `kpack eval PACK
-# --write-config` calibrates it per pack with the graph settings (retrieval.eval).
+# hit@1 (demo pack 0.938 -> 0.719 at 0.3) and recall (HotpotQA). At weight 0 the reranker
+# leaves the ranking as it is (and the trace says so); it stays in their lists because `kpack
+# eval PACK --write-config` calibrates the weight per pack with the graph settings
+# (retrieval.eval.graph_calibration), and a pack's weight applies there.
 GRAPH_SETTINGS = {"reranker_beta": 0.0}
 
 # Stage runs that several profiles share; a profile lists them in its own order, so a stage
@@ -105,6 +107,9 @@ GRAPH_SETTINGS = {"reranker_beta": 0.0}
 SEARCH = (embed_question, vector_search, bm25_search)
 CONTEXT_AND_ANSWER = (MultiDocSynthesizer(), QualityFilter(), FewShotManager(), synthesize)
 
+# One profile for each name of kpack.config.PROFILE_NAMES, the one list of names (kg_config.json,
+# the CLI, the HTTP API and the MCP server accept those; tests/test_retrieval.py checks that the
+# two agree). ALIASES are other names the Python API accepts.
 PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (

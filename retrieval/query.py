@@ -36,12 +36,24 @@ if TYPE_CHECKING:
     from retrieval.reader import PackReader
 
 Phase = Literal["retrieve", "gate", "rank", "context", "answer"]
+# The limits of a question, wherever it comes from (the Python API, the CLI, an eval's question
+# file, the HTTP API and the MCP server all check it here).
 MAX_QUESTION_CHARS = 8000
-MAX_K = 1000
+MAX_K = 1000  # passages one call may ask for
+# What a network client may ask for (serving/: the HTTP API and the MCP server). Retrieval's
+# work grows with k (each index returns k, the cross-encoder scores twice k pairs, the trace
+# lists every candidate), and a request holds one of the server's retrieval threads meanwhile;
+# 50 passages is more than a reader or a model reads.
+MAX_SERVED_K = 50
 # Lone surrogates: what Python makes of bytes that are not UTF-8 in argv or a decoded file.
 SURROGATES = re.compile("[\ud800-\udfff]")
 GATED = "confidence_gated_fallback"
 NOTHING_FOUND = "vector_fallback"
+
+
+class QuestionError(PackError):
+    """The question itself is unusable (empty, too long) or asks for an impossible number of
+    passages: the caller's mistake, not the pack's (the HTTP API answers it with 422)."""
 
 
 class Stage(Protocol):
@@ -267,7 +279,7 @@ def run(query: Query, stages: Sequence[Stage]) -> Query:
 
 
 def clean_question(question: object) -> str:
-    """The question with its whitespace collapsed; a clear PackError when it cannot be asked.
+    """The question with its whitespace collapsed; a QuestionError when it cannot be asked.
 
     Bytes that are not UTF-8 (a shell passes them through as surrogates) become U+FFFD, so a
     mistyped byte costs one character, not the question.
@@ -275,11 +287,12 @@ def clean_question(question: object) -> str:
     if isinstance(question, bytes):
         question = question.decode("utf-8", "replace")
     if not isinstance(question, str) or not question.strip():
-        raise PackError("the question is empty")
+        raise QuestionError("the question is empty")
     question = SURROGATES.sub("\ufffd", question)
     if len(question) > MAX_QUESTION_CHARS:
-        raise PackError(
-            f"the question is {len(question):,} characters long; the limit is {MAX_QUESTION_CHARS:,}"
+        raise QuestionError(
+            f"the question is {len(question):,} characters long; "
+            f"the limit is {MAX_QUESTION_CHARS:,}"
         )
     return " ".join(question.split())
 
@@ -287,5 +300,5 @@ def clean_question(question: object) -> str:
 def check_k(k: object) -> int:
     """How many passages to return: a whole number from 1 to MAX_K."""
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
-        raise PackError(f"k (--k) must be a whole number from 1 to {MAX_K:,}; got {k!r}")
+        raise QuestionError(f"k (--k) must be a whole number from 1 to {MAX_K:,}; got {k!r}")
     return k

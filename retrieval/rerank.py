@@ -17,6 +17,7 @@ log = logging.getLogger(__name__)
 DEFAULT_CROSS_ENCODER = "cross-encoder/ms-marco-MiniLM-L-12-v2"
 HUB_PROBE_TIMEOUT_S = 3.0
 CROSS_ENCODER_CUT = "below the cross-encoder's top k"
+NO_AUTHORITY = "reranker_beta is 0: PageRank has no weight, the passages keep relevance's order"
 
 _cross_encoders: dict[str, Any] = {}
 _load_failures: dict[str, str] = {}  # model -> why it could not be loaded (tried once)
@@ -135,6 +136,12 @@ class GraphReranker:
     PageRank is computed at build time over LINKS_TO and stored on Article, so reranking is a
     lookup. Relevance is the cross-encoder's score when it ran, else the fused rank of hybrid
     search, else the cosine similarity.
+
+    As a stage, with no weight on PageRank (``reranker_beta`` 0: the graph profiles' default,
+    retrieval.profiles.GRAPH_SETTINGS) there is nothing to blend: alpha x relevance would order
+    the passages exactly as the stages before left them (by relevance), so the stage leaves
+    them, gives no combined score, and says why in the trace. It stays in those profiles as the
+    place where a pack's own weight applies (``kpack eval --write-config`` calibrates it).
     """
 
     name, phase, toggle = "graph_rerank", "rank", "enable_reranker"
@@ -156,6 +163,9 @@ class GraphReranker:
     def __call__(self, query: Query) -> None:
         """As a stage: the weights are the query's reranker_alpha and reranker_beta."""
         settings = query.settings
+        if not settings.reranker_beta:
+            query.notes["graph_rerank"] = NO_AUTHORITY
+            return
         reranker = GraphReranker(settings.reranker_alpha, settings.reranker_beta)
         query.candidates = reranker.rerank(query.candidates)
 

@@ -17,7 +17,6 @@ import time
 from html import escape
 from typing import TYPE_CHECKING, Literal
 
-from kpack.contracts import VECTOR_INDEXES
 from retrieval.query import Query
 from retrieval.synthesis import CITATION
 
@@ -26,12 +25,6 @@ if TYPE_CHECKING:
 
     from retrieval.reader import PackReader
 
-# What the response's cypher_query reports: the Cypher that reproduces the vector search (the
-# reader scans the same vectors exactly, retrieval.reader.PackReader.nearest).
-VECTOR_CYPHER_SUMMARY = "; ".join(
-    f"CALL QUERY_VECTOR_INDEX('{label}', '{index}', $v, $k)"
-    for label, index in VECTOR_INDEXES.items()
-)
 SCORE_COLUMNS = ("similarity", "bm25", "pagerank", "cross_encoder", "quality", "combined")
 SEARCH_FIELDS = ("similarity", "bm25", "rrf", "pagerank", "cross_encoder", "passage_id")
 
@@ -214,6 +207,27 @@ def first_entities(reader: PackReader, urls: list[str], limit: int) -> list[dict
     return list(found.values())
 
 
+def passages_cypher(query: Query) -> str | None:
+    """The response's ``cypher_query``: a Cypher statement that reads, from the version's
+    pack.db, the passages this query ranked first (its top k, in rank order) by id, to look at
+    them or to start a query of your own from them. It is not a statement that ran: a query
+    runs none, the reader searches the vectors and texts it holds in memory
+    (retrieval.reader). None when no passage was ranked (the gate refused, nothing found)."""
+    ranked = sorted((c for c in query.considered if c.rank is not None), key=lambda c: c.rank)
+    if not ranked:
+        return None
+    ids = ", ".join(_cypher_string(c.passage_id) for c in ranked)
+    return (
+        f"UNWIND [{ids}] AS id MATCH (c:Chunk {{chunk_id: id}}) "
+        "RETURN c.chunk_id, c.section_id, c.content"
+    )
+
+
+def _cypher_string(value: str) -> str:
+    escaped = value.replace("\\", "\\\\").replace("'", "\\'")
+    return f"'{escaped}'"
+
+
 def query_result(query: Query, token_usage: dict[str, int]) -> QueryResult:
     """The response of a finished query (the seed's keys, then citations, timings, trace)."""
     started = time.perf_counter()
@@ -226,7 +240,7 @@ def query_result(query: Query, token_usage: dict[str, int]) -> QueryResult:
         sources=list(dict.fromkeys(s.title for s in query.cited)),
         entities=entities,
         facts=facts,
-        cypher_query=VECTOR_CYPHER_SUMMARY,
+        cypher_query=passages_cypher(query),
         query_type=query.query_type,
         token_usage=token_usage,
         # Only what the answer cites; the whole context is in the trace.
@@ -254,7 +268,8 @@ def search_results(query: Query) -> SearchResults:
             "url": c.article_url,
             "heading": c.heading,
             "text": c.text,
-            "score": c.combined if c.combined is not None else (c.rrf or c.similarity),
+            # What ordered the passages: the GraphReranker's blend when it ran, else relevance.
+            "score": c.combined if c.combined is not None else c.relevance,
             **{name: getattr(c, name) for name in SEARCH_FIELDS},
             "why": "; ".join(c.reasons),
         }

@@ -1,4 +1,9 @@
-"""What the HTTP API and the MCP server both say about packs, and how they check a question.
+"""What the HTTP API and the MCP server both say about packs, and what they accept.
+
+The limits of a question and the profile names are retrieval's and the core's, not copies:
+a question is checked by retrieval.query.clean_question (with the CLI's messages), ``k`` is
+bounded by retrieval.query.MAX_SERVED_K, and a profile is one of kpack.config.PROFILE_NAMES,
+the names kg_config.json and the CLI accept.
 
 Everything here reads the published version through its ``current`` link, resolved once per
 call, so the manifest and skill.md of one answer always belong to one version.
@@ -8,18 +13,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from kpack import settings
+from kpack.config import PROFILE_NAMES
 from kpack.packs import PackError, current_version, list_packs, pack_dir
 
-# The CLI's limit (retrieval rejects longer questions with the same words).
-MAX_QUESTION_CHARS = 8000
-MAX_K = 50
-
-
-class QuestionError(PackError):
-    """The question itself is unusable (empty, too long): the caller's mistake, not the pack's."""
+# Every profile, as a type the request models and tool signatures check (and the OpenAPI
+# schema lists); Literal takes the tuple's names as its values.
+ProfileName = Literal[PROFILE_NAMES]
 
 
 def packs_root(root: Path | None = None) -> Path:
@@ -29,17 +31,6 @@ def packs_root(root: Path | None = None) -> Path:
 def pack_folder(name: str, root: Path) -> Path:
     """The folder of a known pack; PackError (with the known names) otherwise."""
     return pack_dir(name, root)
-
-
-def clean_question(question: object, limit: int = MAX_QUESTION_CHARS) -> str:
-    """The question as the CLI accepts it, with the CLI's messages."""
-    if not isinstance(question, str) or not question.strip():
-        raise QuestionError("the question is empty")
-    if len(question) > limit:
-        raise QuestionError(
-            f"the question is {len(question):,} characters long; the limit is {limit:,}"
-        )
-    return question
 
 
 def version_of(folder: Path) -> int | None:

@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import orjson
 from fastapi import Depends, FastAPI, HTTPException, Request
@@ -49,17 +49,18 @@ from pydantic import BaseModel, ConfigDict, Field
 import retrieval
 from kpack.llm import API_KEY_ENV
 from kpack.packs import PackError
+from retrieval.query import MAX_QUESTION_CHARS, MAX_SERVED_K, QuestionError, clean_question
 from serving import catalog
+from serving.catalog import ProfileName
 
 log = logging.getLogger("kpack.serve")
 
-MAX_BODY_BYTES = 64 * 1024  # a question of 8,000 characters is at most 32 KiB of UTF-8
+MAX_BODY_BYTES = 64 * 1024  # a question of MAX_QUESTION_CHARS is at most 32 KiB of UTF-8
 LLM_THREADS = 16  # questions Claude answers at once; each mostly waits on the network
 VERSION_HEADER = "X-Kpack-Version"
 SERVER_TIMING = "Server-Timing"
 # numpy scalars and arrays natively; dict keys that are not strings as json.dumps writes them
 ENCODING_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
-Profile = Literal["baseline", "balanced", "max"]
 # Module level: annotations are strings here (postponed), and FastAPI resolves them from the
 # module's globals, never from a function's locals.
 BEARER = HTTPBearer(auto_error=False, description="the server's --token / KPACK_API_TOKEN")
@@ -69,12 +70,14 @@ Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]
 class QueryRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    question: str = Field(description=f"the question, 1 to {catalog.MAX_QUESTION_CHARS} characters")
-    profile: Profile | None = Field(None, description="query profile; the pack's default if unset")
+    question: str = Field(description=f"the question, 1 to {MAX_QUESTION_CHARS:,} characters")
+    profile: ProfileName | None = Field(
+        None, description="query profile; the pack's default if unset"
+    )
     use_llm: bool = Field(
         True, description="let Claude write the answer when the server has ANTHROPIC_API_KEY"
     )
-    k: int = Field(5, ge=1, le=catalog.MAX_K, description="passages to retrieve (max_results)")
+    k: int = Field(5, ge=1, le=MAX_SERVED_K, description="passages to retrieve (max_results)")
     stream: bool = Field(
         False,
         description="answer as server-sent events (also chosen by Accept: text/event-stream)",
@@ -84,9 +87,11 @@ class QueryRequest(BaseModel):
 class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    question: str = Field(description=f"the question, 1 to {catalog.MAX_QUESTION_CHARS} characters")
-    k: int = Field(5, ge=1, le=catalog.MAX_K, description="how many passages")
-    profile: Profile | None = Field(None, description="query profile; the pack's default if unset")
+    question: str = Field(description=f"the question, 1 to {MAX_QUESTION_CHARS:,} characters")
+    k: int = Field(5, ge=1, le=MAX_SERVED_K, description="how many passages")
+    profile: ProfileName | None = Field(
+        None, description="query profile; the pack's default if unset"
+    )
 
 
 def create_app(
@@ -212,7 +217,7 @@ def _checked(root: Path, name: str, question: str) -> tuple[Path, str, int]:
     with, in the CLI's order: an unknown pack (404), a bad question (422), a pack that was
     never built (409)."""
     folder = _known(name, root)
-    question = catalog.clean_question(question)
+    question = clean_question(question)
     version = catalog.version_of(folder)
     if version is None:
         raise PackError(f"pack {name!r} has not been built yet: run `kpack build {name}`")
@@ -374,7 +379,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
         return _error(500, "internal error; see the server log")
 
-    app.add_exception_handler(catalog.QuestionError, question_error)
+    app.add_exception_handler(QuestionError, question_error)
     app.add_exception_handler(PackError, pack_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(Exception, internal_error)
@@ -391,10 +396,6 @@ def _bearer_check(token: str) -> Callable[..., Awaitable[None]]:
             )
 
     return check
-
-
-class _BodyTooLarge(Exception):
-    pass
 
 
 class BodyLimit:

@@ -23,7 +23,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
@@ -32,7 +32,9 @@ from pydantic import Field
 
 import retrieval
 from kpack.packs import PackError
+from retrieval.query import MAX_QUESTION_CHARS, MAX_SERVED_K, clean_question
 from serving import catalog
+from serving.catalog import ProfileName
 
 SKILL_URI = "kpack://packs/{name}/skill.md"
 INSTRUCTIONS = (
@@ -43,10 +45,10 @@ INSTRUCTIONS = (
 )
 
 Question = Annotated[
-    str, Field(description=f"the question, at most {catalog.MAX_QUESTION_CHARS} characters")
+    str, Field(description=f"the question, at most {MAX_QUESTION_CHARS:,} characters")
 ]
 PackName = Annotated[str, Field(description="the pack's name, as list_packs gives it")]
-K = Annotated[int, Field(ge=1, le=catalog.MAX_K, description="how many passages")]
+K = Annotated[int, Field(ge=1, le=MAX_SERVED_K, description="how many passages")]
 
 
 class PacksServer(MCPServer):
@@ -101,12 +103,12 @@ def create_server(packs_dir: Path | None = None) -> PacksServer:
 
     @server.tool()
     def search_pack(pack: PackName, question: Question, k: K = 5) -> dict[str, Any]:
-        """Ranked passages of a pack for a question (vector search fused with BM25, graph
-        reranking): title, heading, URL, text and score of each. Answer from them and cite
+        """Ranked passages of a pack for a question (vector search fused with BM25 and the
+        pack's entity graph): title, heading, URL, text and score of each. Answer from them and cite
         them as [Source: title]."""
         with _tool_errors():
             folder = catalog.pack_folder(pack, root)
-            hits = retrieval.search(folder, catalog.clean_question(question), k=k)
+            hits = retrieval.search(folder, clean_question(question), k=k)
         return {
             "pack": pack,
             "version": catalog.version_of(folder),
@@ -126,7 +128,7 @@ def create_server(packs_dir: Path | None = None) -> PacksServer:
     def query_pack(
         pack: PackName,
         question: Question,
-        profile: Literal["baseline", "balanced", "max"] | None = None,
+        profile: ProfileName | None = None,
         use_llm: bool = True,
         k: K = 5,
     ) -> dict[str, Any]:
@@ -138,7 +140,7 @@ def create_server(packs_dir: Path | None = None) -> PacksServer:
             folder = catalog.pack_folder(pack, root)
             result = retrieval.query(
                 folder,
-                catalog.clean_question(question),
+                clean_question(question),
                 profile=profile,
                 use_llm=use_llm,
                 max_results=k,

@@ -76,3 +76,33 @@ def site_fetcher(site: LoopbackServer) -> FetcherResource:
     """A fetcher that treats the loopback site as GitHub, for the blob-URL rewrite."""
     host = site.base.removeprefix("http://")
     return FetcherResource(backoff_s=0.05, github_host=host, github_raw_base=f"{site.base}/raw")
+
+
+# The pack the archive tests export and install (tests/test_archive*.py), built once.
+ARCHIVE_PAGES = ["/docs/index.html", "/docs/guide.html", "/docs/readme.md"]
+ARCHIVE_EVAL = [
+    {"id": "q1", "question": "How do I install the toolkit?", "ground_truth": "pip install"}
+]
+# A query setting the installed pack must carry along to answer the same.
+ARCHIVE_CONFIG = {"fetch": TEST_FETCH, "query": {"context_confidence_threshold": 0.3}}
+
+
+@pytest.fixture(scope="session")
+def built(site, tmp_path_factory) -> Path:
+    """packs/widgets (built, with kg_config.json and eval questions) and packs/unbuilt."""
+    workspace = tmp_path_factory.mktemp("archive")
+    folder = write_pack(workspace, "widgets", [site.url(p) for p in ARCHIVE_PAGES], ARCHIVE_CONFIG)
+    (folder / "eval").mkdir()
+    questions = "".join(json.dumps(q) + "\n" for q in ARCHIVE_EVAL)
+    (folder / "eval" / "questions.jsonl").write_text(questions)
+    write_pack(workspace, "unbuilt", [site.url("/docs/index.html")])
+    assert build(workspace, "widgets").published
+    return workspace / "packs"
+
+
+@pytest.fixture(scope="session")
+def archive(built, tmp_path_factory) -> Path:
+    """The archive of packs/widgets (kpack export)."""
+    from kpack.archive import export_pack
+
+    return export_pack("widgets", tmp_path_factory.mktemp("out") / "widgets-v1.kpack", built).path

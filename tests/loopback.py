@@ -10,6 +10,7 @@ import json
 import re
 import threading
 import time
+from datetime import UTC, datetime
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import pairwise
@@ -188,6 +189,54 @@ class SiteHandler(BaseHTTPRequestHandler):
         return True
 
 
+# The fake's tokenizer, an approximation of a BPE tokenizer that is independent of kpack's own
+# estimate (characters / 3.5): a run of up to 6 letters, of up to 3 digits, or one other visible
+# character is a token. English prose comes to about 4 characters a token, code and JSON to
+# fewer, as with Claude's tokenizer (which is not public).
+FAKE_TOKEN = re.compile(r"[A-Za-z]{1,6}|\d{1,3}|[^\sA-Za-z\d]")
+# A section containing this marker is never extracted: its batch requests error every time and
+# its requests answer 500.
+UNEXTRACTABLE = "UNEXTRACTABLE"
+ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
+# The system prompt the API adds to a request with tools, as input tokens (Anthropic's tool-use
+# docs: 313 with tool_choice "tool" on Claude 4 models); part of the cached prefix.
+TOOL_USE_SYSTEM_TOKENS = 313
+
+
+def fake_token_count(text: str) -> int:
+    return len(FAKE_TOKEN.findall(text))
+
+
+def prompt_tokens(request: dict) -> int:
+    """The tokens of a request's tools and system prompt, with the API's tool-use prompt."""
+    tool_prompt = TOOL_USE_SYSTEM_TOKENS if request.get("tools") else 0
+    return fake_token_count(_prompt_text(request)[0]) + tool_prompt
+
+
+def _prompt_text(request: dict) -> tuple[str, bool]:
+    """The tools and system prompt of a request as the fake reads them, and whether the system
+    prompt carries a cache_control breakpoint (which covers the tools and the system)."""
+    system = request.get("system") or ""
+    blocks = [{"text": system}] if isinstance(system, str) else system
+    tools = [
+        f"{t['name']} {t.get('description', '')} {json.dumps(t.get('input_schema', {}))}"
+        for t in request.get("tools", [])
+    ]
+    marked = any("cache_control" in block for block in blocks)
+    return " ".join([*tools, *(block["text"] for block in blocks)]), marked
+
+
+def _message_text(request: dict) -> str:
+    parts = []
+    for message in request["messages"]:
+        content = message["content"]
+        if isinstance(content, str):
+            parts.append(content)
+        else:
+            parts += [part.get("text", "") for part in content]
+    return " ".join(parts)
+
+
 class FakeAnthropic(BaseHTTPRequestHandler):
     """The Messages API, answering tool calls with an extraction built from the request text.
 
@@ -195,6 +244,23 @@ class FakeAnthropic(BaseHTTPRequestHandler):
     from an offline one. ``fail_with`` makes every call answer with that HTTP status;
     ``echo_key`` puts the API key the request carried into that error message, as a careless
     server might, to test that the client never lets it through.
+
+    Usage: every answer reports 100 input and 20 output tokens, unless ``token_counting`` is
+    set: then the input is counted with fake_token_count over the request's tools, system
+    prompt and messages, plus the API's tool-use system prompt (TOOL_USE_SYSTEM_TOKENS), as
+    ``POST /v1/messages/count_tokens`` counts it. A system prompt marked
+    with cache_control whose prefix (tools and system) reaches ``cache_min_tokens`` is written
+    to the server's prompt cache by the first request and read by the next ones, and reported
+    as cache_creation_input_tokens / cache_read_input_tokens (not in input_tokens), as the API
+    does. Every answered message's usage is logged in ``server.billed``, with ``batch``.
+
+    Message Batches: ``POST /v1/messages/batches`` creates a batch (logged in
+    ``server.batches``); ``GET /v1/messages/batches/ID`` answers in_progress for
+    ``server.batch_polls`` polls (a test may change it between builds), then ends it: each
+    request is answered then, and its result served by ``GET .../results`` as JSON lines, in
+    reverse order. In the first batch, the first ``failing_batch_items`` requests end errored
+    and expired in turn; in every batch, a request for a section containing UNEXTRACTABLE
+    errors.
 
     A request with ``"stream": true`` and a text answer is answered with the Messages API's
     server-sent events (message_start, content_block_start, content_block_delta text_delta
@@ -210,32 +276,157 @@ class FakeAnthropic(BaseHTTPRequestHandler):
     delta_delay_s: float = 0.0
     fail_after_deltas: int | None = None
     reply: str | None = None  # the text answer to give instead of the default one
+    token_counting: bool = False
+    cache_min_tokens: int = 1024
+    failing_batch_items: int = 0
 
     def log_message(self, *args) -> None:
         pass
+
+    def _error(self, status: int, message: str) -> None:
+        error = {"type": ERROR_TYPES.get(status, "api_error"), "message": message}
+        self._json(status, {"type": "error", "error": error})
+
+    def do_GET(self) -> None:
+        server: LoopbackServer = self.server.owner  # type: ignore[attr-defined]
+        path = self.path.split("?")[0]
+        server.count(path)
+        if self.fail_with:
+            return self._error(self.fail_with, "fake failure")
+        parts = path.removeprefix("/v1/messages/batches/").split("/")
+        batch = server.batches.get(parts[0])  # type: ignore[attr-defined]
+        if not path.startswith("/v1/messages/batches/") or batch is None:
+            return self._error(404, f"no such batch: {parts[0]}")
+        if parts[1:] == ["results"]:
+            if batch["results"] is None:
+                return self._error(400, "the batch has not ended")
+            lines = "".join(json.dumps(line) + "\n" for line in reversed(batch["results"]))
+            return self._send_bytes(200, lines.encode(), "application/binary")
+        with server.lock:
+            batch["polls"] += 1
+            ending = batch["results"] is None and batch["polls"] > server.batch_polls  # type: ignore[attr-defined]
+        if ending:
+            self._end_batch(server, batch)
+        self._json(200, self._batch_json(server, parts[0]))
 
     def do_POST(self) -> None:
         server: LoopbackServer = self.server.owner  # type: ignore[attr-defined]
         length = int(self.headers.get("content-length", 0))
         request = json.loads(self.rfile.read(length))
-        server.count(self.path)
-        with server.lock:
-            server.requests.append(
-                {"headers": {k.lower(): v for k, v in self.headers.items()}, "body": request}
-            )  # type: ignore[attr-defined]
+        path = self.path.split("?")[0]
+        server.count(path)
+        if path == "/v1/messages":
+            with server.lock:
+                server.requests.append(
+                    {"headers": {k.lower(): v for k, v in self.headers.items()}, "body": request}
+                )  # type: ignore[attr-defined]
         if self.fail_with:
             message = "fake failure"
             if self.echo_key:
                 sent = self.headers.get("x-api-key") or self.headers.get("authorization")
                 message += f" for key {sent}"
-            body = {"type": "error", "error": {"type": "api_error", "message": message}}
-            return self._json(self.fail_with, body)
-        text = request["messages"][0]["content"]
-        if isinstance(text, list):
-            text = " ".join(part.get("text", "") for part in text)
+            return self._error(self.fail_with, message)
+        if path == "/v1/messages/count_tokens":
+            counted = prompt_tokens(request) + fake_token_count(_message_text(request))
+            return self._json(200, {"input_tokens": counted})
+        if path == "/v1/messages/batches":
+            with server.lock:
+                batch_id = f"msgbatch_fake{len(server.batches) + 1:04d}"  # type: ignore[attr-defined]
+                server.batches[batch_id] = {  # type: ignore[attr-defined]
+                    "requests": request["requests"],
+                    "first": not server.batches,  # type: ignore[attr-defined]
+                    "polls": 0,
+                    "results": None,
+                    "created_at": time.time(),
+                }
+            return self._json(200, self._batch_json(server, batch_id))
+        if UNEXTRACTABLE in _message_text(request):
+            return self._error(500, "fake failure for an unextractable section")
+        content = self._content(request)
+        if request.get("stream") and content[0]["type"] == "text":
+            return self._stream(server, request["model"], content[0]["text"])
+        self._json(200, self._message(server, request, content, batch=False))
+
+    def _end_batch(self, server: LoopbackServer, batch: dict) -> None:
+        """Answer every request of the batch (once), as the API does when a batch ends."""
+        results = []
+        for index, item in enumerate(batch["requests"]):
+            params, failing = item["params"], batch["first"] and index < self.failing_batch_items
+            if UNEXTRACTABLE in _message_text(params) or (failing and index % 2 == 0):
+                error = {"type": "api_error", "message": "fake batch failure"}
+                result = {"type": "errored", "error": {"type": "error", "error": error}}
+            elif failing:
+                result = {"type": "expired"}
+            else:
+                message = self._message(server, params, self._content(params), batch=True)
+                result = {"type": "succeeded", "message": message}
+            results.append({"custom_id": item["custom_id"], "result": result})
+        with server.lock:
+            batch["results"], batch["ended_at"] = results, time.time()
+
+    def _batch_json(self, server: LoopbackServer, batch_id: str) -> dict:
+        batch = server.batches[batch_id]  # type: ignore[attr-defined]
+        results = batch["results"]
+        counts = dict.fromkeys(("canceled", "errored", "expired", "processing", "succeeded"), 0)
+        if results is None:
+            counts["processing"] = len(batch["requests"])
+        for line in results or []:
+            counts[line["result"]["type"]] += 1
+        stamp = lambda t: datetime.fromtimestamp(t, UTC).isoformat()  # noqa: E731
+        return {
+            "id": batch_id,
+            "type": "message_batch",
+            "processing_status": "in_progress" if results is None else "ended",
+            "request_counts": counts,
+            "created_at": stamp(batch["created_at"]),
+            "expires_at": stamp(batch["created_at"] + 86_400),
+            "ended_at": None if results is None else stamp(batch["ended_at"]),
+            "archived_at": None,
+            "cancel_initiated_at": None,
+            "results_url": None
+            if results is None
+            else f"{server.base}/v1/messages/batches/{batch_id}/results",
+        }
+
+    def _usage(self, server: LoopbackServer, request: dict) -> dict:
+        if not self.token_counting:
+            return {"input_tokens": 100, "output_tokens": 20}
+        prompt, marked = _prompt_text(request)
+        prefix = prompt_tokens(request)
+        usage = {
+            "input_tokens": prefix + fake_token_count(_message_text(request)),
+            "output_tokens": 20,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        }
+        if marked and prefix >= self.cache_min_tokens:
+            with server.lock:
+                cached = prompt in server.prompt_cache  # type: ignore[attr-defined]
+                server.prompt_cache.add(prompt)  # type: ignore[attr-defined]
+            usage["cache_read_input_tokens" if cached else "cache_creation_input_tokens"] = prefix
+            usage["input_tokens"] -= prefix
+        return usage
+
+    def _message(self, server: LoopbackServer, request: dict, content: list, batch: bool) -> dict:
+        usage = self._usage(server, request)
+        with server.lock:
+            server.billed.append({**usage, "batch": batch})  # type: ignore[attr-defined]
+        return {
+            "id": "msg_fake",
+            "type": "message",
+            "role": "assistant",
+            "model": request["model"],
+            "content": content,
+            "stop_reason": "tool_use" if request.get("tools") else "end_turn",
+            "stop_sequence": None,
+            "usage": usage,
+        }
+
+    def _content(self, request: dict) -> list[dict]:
+        text = _message_text(request)
         words = sorted(set(re.findall(r"\b[A-Z][a-z]{3,}\b", text)))[:5]
         if request.get("tools"):
-            content = [
+            return [
                 {
                     "type": "tool_use",
                     "id": "toolu_fake",
@@ -267,44 +458,28 @@ class FakeAnthropic(BaseHTTPRequestHandler):
                     },
                 }
             ]
-        elif "write evaluation questions" in str(request.get("system", "")):
-            content = [
+        if "write evaluation questions" in str(request.get("system", "")):
+            return [
                 {
                     "type": "text",
                     "text": '{"question": "Which variable points at the cache?", "ground_truth": "WIDGET_HOME"}',
                 }
             ]
-        elif "grade answers" in str(request.get("system", "")):
-            content = [{"type": "text", "text": "8"}]
-        elif "alternative phrasings" in text:
-            content = [
+        if "grade answers" in str(request.get("system", "")):
+            return [{"type": "text", "text": "8"}]
+        if "alternative phrasings" in text:
+            return [
                 {
                     "type": "text",
                     "text": "1. Where is the sprocket cache kept?\n2. Which folder holds cached sprockets?",
                 }
             ]
-        else:
-            content = [
-                {
-                    "type": "text",
-                    "text": self.reply or f"Fake answer [Source: fake]. Prompt tail: {text[-200:]}",
-                }
-            ]
-        if request.get("stream") and content[0]["type"] == "text":
-            return self._stream(server, request["model"], content[0]["text"])
-        self._json(
-            200,
+        return [
             {
-                "id": "msg_fake",
-                "type": "message",
-                "role": "assistant",
-                "model": request["model"],
-                "content": content,
-                "stop_reason": "tool_use" if request.get("tools") else "end_turn",
-                "stop_sequence": None,
-                "usage": {"input_tokens": 100, "output_tokens": 20},
-            },
-        )
+                "type": "text",
+                "text": self.reply or f"Fake answer [Source: fake]. Prompt tail: {text[-200:]}",
+            }
+        ]
 
     def _stream(self, server: LoopbackServer, model: str, text: str) -> None:
         words = re.findall(r"\s*\S+", text)
@@ -367,25 +542,35 @@ class FakeAnthropic(BaseHTTPRequestHandler):
                 return
 
     def _json(self, status: int, body: dict) -> None:
-        data = json.dumps(body).encode()
+        self._send_bytes(status, json.dumps(body).encode(), "application/json")
+
+    def _send_bytes(self, status: int, data: bytes, content_type: str) -> None:
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
 
 
 def fake_anthropic_server(
-    fail_with: int | None = None, echo_key: bool = False, **stream_options: object
+    fail_with: int | None = None,
+    echo_key: bool = False,
+    batch_polls: int = 2,
+    **options: object,
 ) -> LoopbackServer:
-    """The fake Messages API; ``stream_options`` set FakeAnthropic's stream_pieces,
-    delta_delay_s, fail_after_deltas and reply (the text answer)."""
+    """The fake Messages API; ``options`` set FakeAnthropic's stream_pieces, delta_delay_s,
+    fail_after_deltas, reply (the text answer), token_counting, cache_min_tokens and
+    failing_batch_items; ``batch_polls`` is the server's (see FakeAnthropic)."""
     handler = type(
         "FakeAnthropicHandler",
         (FakeAnthropic,),
-        {"fail_with": fail_with, "echo_key": echo_key, **stream_options},
+        {"fail_with": fail_with, "echo_key": echo_key, **options},
     )
     server = LoopbackServer(handler)
     server.requests = []  # type: ignore[attr-defined]
     server.streams = []  # type: ignore[attr-defined]
+    server.batches = {}  # type: ignore[attr-defined]
+    server.batch_polls = batch_polls  # type: ignore[attr-defined]
+    server.billed = []  # type: ignore[attr-defined]
+    server.prompt_cache = set()  # type: ignore[attr-defined]
     return server

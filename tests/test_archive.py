@@ -1,7 +1,8 @@
 """Packs that travel: export, validate and install over real files (and a loopback URL).
 
-One pack is built for the module; every test exports it or installs one of its archives into
-other packs folders, and the installed pack must answer exactly as the built one.
+One pack is built for the session (tests/conftest.py: ``built`` and its ``archive``); every
+test exports it or installs one of its archives into other packs folders, and the installed
+pack must answer exactly as the built one.
 """
 
 from __future__ import annotations
@@ -21,38 +22,26 @@ from threading import Thread
 import pytest
 
 import retrieval
+from cli.main import main
 from kpack.archive import ARCHIVE_MANIFEST, export_pack, install, validate
-from kpack.cli import main
+from kpack.archive.staging import LOCK_FILE, STAGING_FOLDER
 from kpack.packs import PackError
-from tests.conftest import TEST_FETCH, build, write_pack
 
-PAGES = ["/docs/index.html", "/docs/guide.html", "/docs/readme.md"]
 QUESTIONS = [
     "Which environment variable sets where the sprocket cache lives?",
     "How do I install the toolkit?",
     "When are releases cut?",
     "Who won the football world cup in 1998?",
 ]
-EVAL = [{"id": "q1", "question": "How do I install the toolkit?", "ground_truth": "pip install"}]
-# A query setting the installed pack must carry along to answer the same.
-CONFIG = {"fetch": TEST_FETCH, "query": {"context_confidence_threshold": 0.3}}
 
 
-@pytest.fixture(scope="module")
-def built(site, tmp_path_factory) -> Path:
-    """packs/widgets (built, with kg_config.json and eval questions) and packs/unbuilt."""
-    workspace = tmp_path_factory.mktemp("archive")
-    folder = write_pack(workspace, "widgets", [site.url(p) for p in PAGES], CONFIG)
-    (folder / "eval").mkdir()
-    (folder / "eval" / "questions.jsonl").write_text("".join(json.dumps(q) + "\n" for q in EVAL))
-    write_pack(workspace, "unbuilt", [site.url("/docs/index.html")])
-    assert build(workspace, "widgets").published
-    return workspace / "packs"
-
-
-@pytest.fixture(scope="module")
-def archive(built, tmp_path_factory) -> Path:
-    return export_pack("widgets", tmp_path_factory.mktemp("out") / "widgets-v1.kpack", built).path
+def leftovers(packs: Path) -> list[str]:
+    """What an install or validate left in the packs folder's staging area (its lock file is
+    meant to stay)."""
+    staging = packs / STAGING_FOLDER
+    return (
+        sorted(p.name for p in staging.iterdir() if p.name != LOCK_FILE) if staging.exists() else []
+    )
 
 
 def sha256(path: Path) -> str:
@@ -99,7 +88,7 @@ def test_installed_pack_answers_exactly_as_the_built_one(built, archive, tmp_pat
     assert sha256(target / "pack.db") == sha256(source / "pack.db")
     manifest = json.loads((target / "manifest.json").read_text())
     assert manifest["version"] == 1 and manifest["installed_from"]["archive"] == archive.name
-    assert not list(other.glob(".install-*")) and not list(other.glob(".download-*"))
+    assert leftovers(other) == []
     for question in QUESTIONS:
         assert retrieval.search(target, question, k=5) == retrieval.search(source, question, k=5)
         here = retrieval.query(source, question, use_llm=False)
@@ -194,7 +183,7 @@ def add_member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "", data: b
     ("make", "message"),
     [
         (partial(rewrite, edit=flip_a_byte, rehash=False), "checksum mismatch for pack.db"),
-        (partial(rewrite, edit=flip_a_byte), r"database checksum: pack.db .* is not the file"),
+        (partial(rewrite, edit=flip_a_byte), r"database checksum: the version is damaged"),
         (partial(rewrite, edit=other_model), "no-such-org/no-such-model cannot be loaded"),
         (partial(rewrite, extra=add_member("../evil.txt")), "would write outside the pack folder"),
         (partial(rewrite, extra=add_member("/tmp/evil.txt")), "absolute path"),
@@ -219,9 +208,10 @@ def test_bad_archives_are_refused_and_nothing_is_written(archive, tmp_path, make
     other = tmp_path / "packs"
     with pytest.raises(PackError, match=message):
         install(bad, packs_root=other)
-    assert list(other.iterdir()) == []  # no pack, no staging, no leftovers
+    assert leftovers(other) == []  # no pack, no staging, no leftovers
+    assert not other.exists() or [p.name for p in other.iterdir()] == [STAGING_FOLDER]
     assert not (tmp_path / "evil.txt").exists() and not Path("/tmp/evil.txt").exists()
-    report = validate(bad)
+    report = validate(bad, other)
     assert not report.ok and re.search(message, report.failures()), report.checks
 
 
@@ -257,7 +247,7 @@ def test_install_from_a_url(archive, tmp_path):
         with pytest.raises(PackError, match=r"cannot download .*404"):
             install(f"{base}/missing.kpack", packs_root=other)
     assert result.version == 1 and (other / "fetched" / "pack.db").is_file()
-    assert not list(other.glob(".download-*"))
+    assert leftovers(other) == []
 
 
 def test_export_of_a_pack_never_built(built, tmp_path):

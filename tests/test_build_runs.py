@@ -11,16 +11,22 @@ import time
 from pathlib import Path
 
 from dagster import (
+    AssetKey,
+    AssetRecordsFilter,
     DagsterInstance,
     DagsterRunStatus,
     RunsFilter,
     build_run_status_sensor_context,
 )
+from dagster._core.definitions.data_version import CODE_VERSION_TAG, DATA_VERSION_TAG, StaleStatus
+from dagster._utils.test.data_versions import get_stale_status_resolver
 
-from kpack.cli import pack_status
+from assets.fetch import FORCE_TAG
+from assets.partitions import BUILD_CODE_VERSION
 from pipelines.definitions import make_definitions
-from pipelines.jobs import JOB_NAME
-from pipelines.outcomes import OUTCOME_TAG, build_failure_sensor
+from pipelines.jobs import BUILD_GROUPS, JOB_NAME
+from pipelines.outcomes import OUTCOME_TAG, build_failure_sensor, run_summary
+from pipelines.status import pack_status
 from tests.conftest import TEST_FETCH, build, write_pack
 
 PAGES = ["/docs/index.html", "/docs/guide.html"]
@@ -43,6 +49,40 @@ def test_cli_builds_are_build_pack_runs_tagged_with_their_outcome(workspace, sit
     assert (first.outcome, second.outcome) == ("published", "unchanged")
     assert outcome_tags(instance) == ["published v0001", "unchanged since v0001"]
     assert [run.job_name for run in instance.get_runs()] == [JOB_NAME, JOB_NAME]
+
+
+def test_the_ui_shows_a_no_change_build_as_fresh_stages_and_an_unchanged_data_version(
+    workspace, site, site_fetcher
+):
+    site_pack(workspace, site, "versioned")
+    instance = DagsterInstance.ephemeral()
+    first = build(workspace, "versioned", fetcher=site_fetcher, instance=instance)
+    second = build(workspace, "versioned", fetcher=site_fetcher, instance=instance)
+    assert (first.outcome, second.outcome) == ("published", "unchanged")
+
+    # fetched_pages: the sources fingerprint the version records is its data version, and the
+    # no-change build's observation carries the same one (the UI lists it with its events).
+    fetched = AssetRecordsFilter(AssetKey("fetched_pages"), asset_partitions=["versioned"])
+    [materialized] = instance.fetch_materializations(fetched, limit=5).records
+    [observed] = instance.fetch_observations(fetched, limit=5).records
+    assert observed.run_id == second.run_id
+    data_versions = {
+        materialized.asset_materialization.tags[DATA_VERSION_TAG],
+        observed.asset_observation.tags[DATA_VERSION_TAG],
+    }
+    assert data_versions == {first.manifest["sources_fingerprint"]}
+    assert materialized.asset_materialization.tags[CODE_VERSION_TAG] == BUILD_CODE_VERSION
+
+    # What the UI's asset graph shows: every stage fresh, none stale for code or data.
+    stages = [
+        asset
+        for asset in make_definitions(workspace / "packs", str(workspace / "storage")).assets
+        if set(asset.group_names_by_key.values()) <= set(BUILD_GROUPS)
+    ]
+    resolver = get_stale_status_resolver(instance, stages)
+    keys = [key for asset in stages for key in asset.keys]
+    assert len(keys) > 10
+    assert {resolver.get_status(key, "versioned") for key in keys} == {StaleStatus.FRESH}
 
 
 def test_a_failed_run_launched_through_dagster_shows_as_failed_in_status(workspace, site):
@@ -75,12 +115,40 @@ def test_a_failed_run_launched_through_dagster_shows_as_failed_in_status(workspa
     assert instance.get_run_by_id(run.run_id).tags[OUTCOME_TAG].startswith("failed: ")
 
 
+def test_a_ui_run_forced_by_its_tag_publishes_and_a_misspelt_tag_is_refused(
+    workspace, site, site_fetcher
+):
+    site_pack(workspace, site, "tagged")
+    instance = DagsterInstance.ephemeral()
+    assert build(workspace, "tagged", fetcher=site_fetcher, instance=instance).published
+    definitions = make_definitions(
+        workspace / "packs", str(workspace / "storage"), {"fetcher": site_fetcher}
+    )
+    job = definitions.resolve_job_def(JOB_NAME)
+
+    def launch(force: str) -> dict:
+        """A run as the UI's launchpad starts one, with the kpack/force tag."""
+        result = job.execute_in_process(
+            partition_key="tagged",
+            instance=instance,
+            tags={FORCE_TAG: force},
+            raise_on_error=False,
+        )
+        return run_summary(instance, instance.get_run_by_id(result.run_id))
+
+    assert launch("false")["outcome"] == "unchanged"
+    assert (launch("True")["outcome"], launch("true")["version"]) == ("published", 3)
+    refused = launch("yes")
+    assert refused["outcome"] == "failed"
+    assert refused["cause"] == "run tag kpack/force must be true or false, not 'yes'"
+
+
 def test_kpack_build_in_a_terminal_shows_progress_rows_while_it_runs(workspace, site):
     site_pack(workspace, site, "watched")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "120"}
     main, child = pty.openpty()
     process = subprocess.Popen(
-        [sys.executable, "-m", "kpack.cli", "build", "watched"],
+        [sys.executable, "-m", "cli.main", "build", "watched"],
         stdin=child,
         stdout=child,
         stderr=child,

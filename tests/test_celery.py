@@ -17,6 +17,7 @@ import retrieval
 from kpack.ingest.shards import shard_count
 from kpack.packs import current_version
 from pipelines.build import build_pack
+from resources.pack_store import DISTRIBUTED_TAG, PROCESS_TAG, process_identity
 from tests.celery_cluster import celery_workers, redis_server
 from tests.conftest import TEST_FETCH, write_pack
 from tests.docsite import DocSite, serve
@@ -75,6 +76,9 @@ def test_a_build_on_two_celery_workers_answers_like_an_in_process_build(
     instance = DagsterInstance.get()
     distributed = build_pack("widgets", instance=instance, executor=executor)
     assert distributed.outcome == "published", (distributed.cause, distributed.failed_steps)
+    # This process orchestrated the run and held its build lock throughout; the workers did not.
+    tags = instance.get_run_by_id(distributed.run_id).tags
+    assert tags[PROCESS_TAG] == process_identity() and tags[DISTRIBUTED_TAG] == "celery"
 
     # Every step ran on a worker, and both workers took some.
     records = instance.get_event_records(

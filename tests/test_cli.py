@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kpack.cli import main
+from cli.main import main
 from tests.conftest import write_pack
 
 

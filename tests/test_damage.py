@@ -58,7 +58,7 @@ def kpack(root: Path, *argv: str) -> subprocess.CompletedProcess:
         "COLUMNS": "200",
     }
     done = subprocess.run(
-        [sys.executable, "-m", "kpack.cli", *argv],
+        [sys.executable, "-m", "cli.main", *argv],
         cwd=PROJECT,
         env=env,
         capture_output=True,

@@ -10,7 +10,7 @@ import pytest
 from dagster import DagsterInstance, materialize
 
 from assets.evaluate import accuracy_not_dropped, eval_results, gate_rarely_refuses_in_domain
-from kpack.cli import main
+from cli.main import main
 from kpack.errors import PackError
 from kpack.llm import ClaudeClient
 from resources.pack_store import PackStore

@@ -300,7 +300,9 @@ def test_page_format():
     assert page_format("text/plain", "https://x.org/notes.txt") == "text"
     assert page_format(None, "file:///docs/page.html") == "html"
     assert page_format("image/png", "https://x.org/logo.png") is None
-    assert page_format("application/pdf", "https://x.org/paper.pdf") is None
+    assert page_format("application/pdf", "https://x.org/paper") == "pdf"
+    assert page_format("application/octet-stream", "https://x.org/paper.pdf") == "pdf"
+    assert page_format("application/octet-stream", "https://x.org/paper.zip") is None
 
 
 def test_decode():

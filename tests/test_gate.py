@@ -1,6 +1,7 @@
-"""The confidence gate's threshold: calibrated when a pack is built (kpack.gate), read in the
-order kg_config.json > the build's calibration > the embedding model's default, named in the
-trace and in `kpack status`; and the evaluation's count of near-miss unanswerable questions."""
+"""The confidence gate's threshold: calibrated when a pack is built
+(kpack.ingest.gate_calibration), read (kpack.gate) in the order kg_config.json > the build's
+calibration > the embedding model's default, named in the trace and in `kpack status`; and the
+evaluation's count of near-miss unanswerable questions."""
 
 from __future__ import annotations
 
@@ -13,20 +14,18 @@ import pyarrow.parquet as pq
 import pytest
 
 import retrieval
-from kpack.cli import main
+from cli.main import main
 from kpack.gate import (
     COVERAGE_TARGET,
     FALLBACK_THRESHOLD,
     FROM_CALIBRATION,
     FROM_CONFIG,
     MODEL_THRESHOLDS,
-    OUT_OF_DOMAIN_PROBES,
-    SECTION_VECTOR,
     Vocabulary,
     coverage,
     model_threshold,
-    pack_probes,
 )
+from kpack.ingest.gate_calibration import OUT_OF_DOMAIN_PROBES, SECTION_VECTOR, pack_probes
 from retrieval.agent import FROM_AGENT, KnowledgeGraphAgent
 from retrieval.bm25 import KeywordIndex
 from retrieval.eval import evaluate, load_questions, markdown_summary

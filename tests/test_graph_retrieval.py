@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import retrieval
-from kpack.cli import main
+from cli.main import main
 from kpack.config import load_config
 from kpack.contracts import section_of_chunk
 from kpack.graph import linked_entities, personalized_pagerank, second_hop

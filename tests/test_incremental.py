@@ -7,6 +7,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
+from assets import fetch
 from kpack.contracts import stable_id
 from kpack.graphdb import opened
 from resources.embedder import EmbedderResource
@@ -29,7 +30,8 @@ class CountingEmbedder(EmbedderResource):
 
 
 def probes_embedded(result) -> int:
-    """Texts the build's gate calibration embedded (kpack.gate: its probes, cached after)."""
+    """Texts the build's gate calibration embedded (kpack.ingest.gate_calibration: its probes,
+    cached after)."""
     return result.manifest["gate"].get("probes", {}).get("embedded_this_build", 0)
 
 
@@ -64,7 +66,7 @@ def claude(monkeypatch):
         yield fake, ClaudeResource(base_url=fake.base, max_retries=0)
 
 
-def test_incremental_rebuilds(workspace, site, claude):
+def test_incremental_rebuilds(workspace, site, claude, monkeypatch):
     fake, claude_resource = claude
     url = site.url
     folder = write_pack(
@@ -173,36 +175,41 @@ def test_incremental_rebuilds(workspace, site, claude):
     assert third.stage_metadata["pagerank"]["articles"] == len(ranks_after) == 4
     assert ranks_after[url("/docs/index.html")] != ranks_before[url("/docs/index.html")]
 
-    # --- 4. Nothing changed: the latest build confirmed the current version from these very
-    # sources, so the build stops after the fetch: no stage materializes, nothing is published.
+    # --- 4. Nothing changed: the current version's manifest records the sources fingerprint of
+    # this very fetch, so the build stops after the fetch: nothing else runs, nothing is published.
     fourth, fourth_calls = rebuild()
     assert fourth.outcome == "unchanged" and not fourth.published
     assert fourth_calls == 0 and EMBEDDED == []
     assert list(fourth.stage_metadata) == ["fetched_pages"]  # an observation: "unchanged"
-    assert fourth.stage_metadata["fetched_pages"]["unchanged"] is True
+    observed = fourth.stage_metadata["fetched_pages"]
+    assert observed["unchanged"] is True
+    assert observed["sources_fingerprint"] == third.manifest["sources_fingerprint"]
     assert fourth.manifest["version"] == 3
     assert sorted(p.name for p in (folder / ".versions").glob("v*")) == ["v0002", "v0003"]
     record = json.loads((folder / ".versions" / "last_build.json").read_text())
     assert record["outcome"] == "unchanged" and record["version"] == 3
     assert record["run_id"] == fourth.run_id
-    assert record["sources_fingerprint"] == third.manifest["sources_fingerprint"]
     assert record["changes"]["unchanged"] == 4 and record["changes"]["failed"] == 1
 
-    # Without that record (the last build failed, or an older kpack built the pack) every stage
-    # runs, reusing what it computed before, and pack_graph finds the graph inputs unchanged.
-    (folder / ".versions" / "last_build.json").unlink()
-    full, full_calls = rebuild()
-    assert full.outcome == "unchanged" and full_calls == 0 and EMBEDDED == []
-    assert full.stage_metadata["entities"]["reused"] is True
+    # The outcome record plays no part: after a failed build (or none recorded) the same.
+    (folder / ".versions" / "last_build.json").write_text('{"outcome": "failed"}')
+    assert list(rebuild()[0].stage_metadata) == ["fetched_pages"]
+
+    # Another build code (an upgrade of kpack) is another fingerprint: every stage runs,
+    # reusing what it computed before (no Claude call, nothing embedded), and publishes.
+    monkeypatch.setattr(fetch, "BUILD_CODE_VERSION", "the next release")
+    upgraded, upgraded_calls = rebuild()
+    assert upgraded.published and upgraded.manifest["version"] == 4
+    assert upgraded_calls == 0 and sum(EMBEDDED) == 0
+    assert upgraded.stage_metadata["entities"]["reused"] is True
     assert second.stage_metadata["entities"]["reused"] is False
-    assert full.stage_metadata["embeddings"]["embedded"] == 0
-    assert full.stage_metadata["pack_graph"]["unchanged"] is True  # observed, not staged
-    again = rebuild()[0].stage_metadata  # confirmed again: the fetch is the last step
+    assert upgraded.manifest["changes"]["unchanged"] == 4
+    again = rebuild()[0].stage_metadata  # the new version records the new fingerprint
     assert list(again) == ["fetched_pages"] and again["fetched_pages"]["unchanged"] is True
 
     # --- 5. --force runs every stage and publishes; a settings change is a change too.
     forced, _ = rebuild(force=True)
-    assert forced.published and forced.manifest["version"] == 4
+    assert forced.published and forced.manifest["version"] == 5
     assert forced.manifest["changes"]["unchanged"] == 4
     config = json.loads((folder / "kg_config.json").read_text())
     (folder / "kg_config.json").write_text(json.dumps({**config, "schedule": "0 5 * * *"}))
@@ -212,7 +219,7 @@ def test_incremental_rebuilds(workspace, site, claude):
     assert rebuild()[0].outcome == "unchanged"  # the same pages fetched with another timeout
     (folder / "kg_config.json").write_text(json.dumps({**config, "chunk_tokens": 200}))
     resized, _ = rebuild()
-    assert resized.published and resized.manifest["version"] == 5
+    assert resized.published and resized.manifest["version"] == 6
     assert resized.manifest["changes"]["unchanged"] == 4
 
 
@@ -227,4 +234,4 @@ def test_manifest_records_tokens_cost_and_previous_version(workspace, site, clau
     assert extraction["price_usd_per_mtok"] == {"input": 1.0, "output": 5.0}
     assert extraction["estimated_cost_usd"] == pytest.approx(calls * (100 * 1 + 20 * 5) / 1e6)
     assert result.manifest["previous_version"] is None
-    assert len(result.manifest["inputs_fingerprint"]) == 64
+    assert len(result.manifest["sources_fingerprint"]) == 64

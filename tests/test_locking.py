@@ -22,7 +22,7 @@ import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
 import retrieval
-from kpack.cli import main
+from cli.main import main
 from kpack.store import PackStore, build_running
 from tests.conftest import TEST_FETCH, build, write_pack
 from tests.loopback import LoopbackServer, SiteHandler
@@ -55,8 +55,7 @@ if __name__ == "__main__":  # dagster imports this file again to reconstruct the
     result = execute_job(
         reconstructable(build_pack_job),
         instance,
-        tags={"dagster/partition": pack},
-        run_config={"ops": {"fetched_pages": {"config": {"force_publish": force}}}},
+        tags={"dagster/partition": pack, "kpack/force": "true" if force else "false"},
     )
     for event in result.all_events:
         error = getattr(event.event_specific_data, "error", None)
@@ -110,7 +109,7 @@ def pack(workspace, published, held_site) -> Path:
 def start(workspace: Path, how: str, force: bool = True) -> subprocess.Popen:
     """A build of "widgets" in a child process: ``kpack build`` or the Dagster job."""
     if how == "kpack":
-        argv = ["-m", "kpack.cli", "build", "widgets", "--no-progress"]
+        argv = ["-m", "cli.main", "build", "widgets", "--no-progress"]
         argv += ["--force"] if force else []
     else:  # a file: reconstructable() refuses jobs defined in `python -c`
         script = workspace / "dagster_build.py"

@@ -13,6 +13,7 @@ import pytest
 from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
 
 import retrieval
+from kpack.config import PROFILE_NAMES
 from tests.conftest import TEST_FETCH, build, write_pack
 
 PAGES = ["/docs/index.html", "/docs/guide.html", "/docs/readme.md"]
@@ -87,6 +88,17 @@ def test_mcp_server_over_stdio(packs):
             )
             assert answer["answer"] == expected["answer"] and "[Source: " in answer["answer"]
             assert answer["citations"] == expected["citations"] and answer["llm_calls"] == 0
+            # Every profile the CLI and kg_config.json accept, and no other name.
+            profile = json.dumps(tools["query_pack"].input_schema["properties"]["profile"])
+            assert all(f'"{name}"' in profile for name in PROFILE_NAMES)
+            for name in ("latency_optimized", "coverage_optimized"):
+                asked = {"pack": "widgets", "question": QUESTION, "profile": name}
+                assert "[Source: " in payload(await client.call_tool("query_pack", asked))["answer"]
+            assert "profile" in error_text(
+                await client.call_tool(
+                    "query_pack", {"pack": "widgets", "question": QUESTION, "profile": "fast"}
+                )
+            )
 
             assert "unknown pack 'nope'" in error_text(
                 await client.call_tool("search_pack", {"pack": "nope", "question": "x"})

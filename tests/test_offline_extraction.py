@@ -13,10 +13,10 @@ from kpack.ingest.extraction import (
     TitleMatcher,
     extract_offline,
     merge_extractions,
-    normalize_entity,
 )
 from kpack.ingest.html import html_blocks, main_content, markdown_blocks
 from kpack.ingest.sections import split_sections
+from kpack.text import normalize_entity
 
 SITE = Path(__file__).parent / "site" / "docs"
 

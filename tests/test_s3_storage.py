@@ -16,8 +16,8 @@ from moto.server import ThreadedMotoServer
 from s3fs import S3FileSystem
 
 import retrieval
+from cli.main import main
 from kpack import remote
-from kpack.cli import main
 from kpack.packs import PackError, current_version
 from pipelines.build import BuildResult, build_pack
 from resources.fetcher import FetcherResource

@@ -151,20 +151,25 @@ def test_the_api_key_never_appears_in_logs_manifests_parquet_or_errors(
         headers = fake.requests[0]["headers"]
         sent = headers.get("x-api-key") or headers.get("authorization", "")
         assert sent.removeprefix("Bearer ") == key  # the key was used, and sent
-    # A server that fails and echoes the key back in its error message.
-    (folder / "urls.txt").write_text("".join(site.url(p) + "\n" for p in reversed(PAGES)))
+    # A server that fails and echoes the key back in its error message: a failing section
+    # falls back to the offline extractor (500), a refused key (401) fails the build.
     (folder / "kg_config.json").write_text(
         json.dumps({"fetch": TEST_FETCH, "extraction_model": "claude-sonnet-4-5"})
     )
-    with fake_anthropic_server(fail_with=401, echo_key=True) as failing:
-        failed = build(
-            workspace,
-            "secret",
-            instance=instance,
-            claude=ClaudeResource(base_url=failing.base, max_retries=0),
-        )
-        assert failed.success and failed.manifest["extraction"]["llm_failures"] > 0
+    for status, pages in ((500, list(reversed(PAGES))), (401, PAGES)):
+        (folder / "urls.txt").write_text("".join(site.url(p) + "\n" for p in pages))
+        with fake_anthropic_server(fail_with=status, echo_key=True) as failing:
+            failed = build(
+                workspace,
+                "secret",
+                instance=instance,
+                claude=ClaudeResource(base_url=failing.base, max_retries=0),
+            )
         runs.append(failed.run_id)
+        if status == 500:
+            assert failed.success and failed.manifest["extraction"]["llm_failures"] > 0
+        else:
+            assert not failed.success and "was refused (401)" in failed.cause
 
     logged = []
     for run_id in runs:

@@ -23,6 +23,8 @@ import pytest
 import uvicorn
 
 import retrieval
+from kpack.config import PROFILE_NAMES
+from retrieval.query import MAX_SERVED_K
 from serving.http import MAX_BODY_BYTES, create_app
 from tests.conftest import TEST_FETCH, build, write_pack
 from tests.loopback import LoopbackServer, fake_anthropic_server
@@ -122,6 +124,26 @@ def test_search_returns_the_ranked_passages(api, root):
     local = retrieval.search(root / "packs" / "widgets", QUESTION, k=3)
     assert body["results"] == json.loads(json.dumps(local))
     assert len(body["results"]) == 3 and body["results"][0]["title"] == "User Guide"
+
+
+@pytest.mark.parametrize("profile", PROFILE_NAMES)
+def test_every_profile_is_accepted(api, root, profile):
+    """The five profiles of kg_config.json and the CLI, each answered with its own stages."""
+    response = api.post(
+        "/packs/widgets/query", json={"question": QUESTION, "use_llm": False, "profile": profile}
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["trace"]["profile"] == profile and "[Source: " in body["answer"]
+    local = retrieval.agent(root / "packs" / "widgets", profile, use_llm=False)
+    assert list(body["timings_ms"])[:-2] == local.stages  # then "response" and "total"
+    found = api.post("/packs/widgets/search", json={"question": QUESTION, "profile": profile})
+    assert found.status_code == 200, found.text
+    hits = retrieval.search(root / "packs" / "widgets", QUESTION, profile=profile)
+    assert [h["passage_id"] for h in found.json()["results"]] == [h["passage_id"] for h in hits]
+    schema = api.get("/openapi.json").json()["components"]["schemas"]
+    for model in ("QueryRequest", "SearchRequest"):
+        assert profile in json.dumps(schema[model]["properties"]["profile"])
 
 
 def server_timing(response: httpx.Response) -> dict[str, float]:
@@ -333,6 +355,12 @@ def test_a_slow_claude_answer_does_not_hold_back_offline_questions(root, claude)
         ),
         ("/packs/widgets/query", {}, 422, "question: Field required"),
         ("/packs/widgets/search", {"question": "x", "k": 0}, 422, "k: Input should be greater"),
+        (
+            "/packs/widgets/query",
+            {"question": "x", "k": MAX_SERVED_K + 1},
+            422,
+            f"k: Input should be less than or equal to {MAX_SERVED_K}",
+        ),
         ("/packs/widgets/query", {"question": "x", "profile": "fast"}, 422, "profile: Input"),
         ("/packs/widgets/query", {"question": "x", "colour": 1}, 422, "colour: Extra inputs"),
         ("/packs/unbuilt/query", {"question": "x"}, 409, "has not been built yet"),

@@ -5,66 +5,111 @@ Three kinds of line (kpack.packs.parse_urls):
 * ``https://docs.example.com/api.html``: this page only (state ``listed``).
 * ``https://docs.example.com/guide/ depth=2``: a seed. The page and every page its in-content
   links reach within two hops, inside the seed's scope.
-* ``https://docs.example.com/sitemap.xml`` (any ``sitemap*.xml``; a sitemap index is followed
-  to its sitemaps): the pages it lists, in scope; ``depth=N`` follows their links N hops too.
+* ``https://docs.example.com/sitemap.xml`` (any ``sitemap*.xml`` or ``sitemap*.xml.gz``; a
+  sitemap index is followed to its sitemaps inside the line's host and folder): the pages it
+  lists, in scope; ``depth=N`` follows their links N hops too. Sitemaps are read with an XML
+  parser (kpack.ingest.sitemaps); the fetcher unpacks gzipped ones under the size cap.
 
 Scope: by default the seed's host and folder (``https://docs.example.com/guide/`` for a seed
 ``.../guide/intro.html``); ``crawl.include`` patterns replace that rule, ``crawl.exclude``
-patterns refuse pages whatever the rule (kpack.config.CrawlConfig). A discovered page is
-fetched only when the host's robots.txt allows it (``crawl.respect_robots``); the lines the
-user wrote are fetched regardless. Requests go through the pack's one Fetcher, so the per-host
-delay spaces them and, on a rebuild, each carries the validators of the page's previous fetch:
-an unchanged page answers 304 and its stored copy (with its links) is reused, so the crawl
-reaches the same pages at the cost of conditional requests only.
+patterns refuse pages whatever the rule (kpack.config.CrawlConfig).
 
-URLs are deduplicated by ``kpack.packs.page_key``: fragment dropped, host lower-cased, default
-port, trailing slash and ``index.html`` ignored; a page whose ``<link rel=canonical>`` names another
-in-scope URL is an alias: the canonical URL is fetched in its place, once. ``crawl.max_pages``
-caps the pages of the pack. Every row records the seed it came from, its link depth from the
-seed and its state: ``listed``, ``expanded`` (its links were followed), ``discovered`` (fetched
-at the depth limit, or past the cap: its links were not followed) or ``failed``. Pages come out
-in breadth-first order, which is the same on every crawl of the same site.
+robots.txt (``crawl.respect_robots``), read with Protego as RFC 9309 has it (``*`` and ``$``
+wildcards, the longest matching rule wins): a discovered page is fetched only when its host's
+robots.txt allows it for our product token; the lines the user wrote are fetched regardless. A
+``Crawl-delay`` spaces the requests to its host (at most MAX_CRAWL_DELAY_S), and the sitemaps its
+``Sitemap:`` lines name add their in-scope pages to a seed's crawl at depth 1, so pages no link
+reaches are found too. Requests go through the pack's one Fetcher, so the per-host delay spaces
+them and, on a rebuild, each carries the validators of the page's previous fetch: an unchanged
+page answers 304 and its stored copy (with its links) is reused, so the crawl reaches the same
+pages at the cost of conditional requests only.
+
+URLs are deduplicated by ``kpack.packs.page_key``: w3lib's canonical form (percent-encoding,
+dot segments, IDNA host, sorted query arguments), fragment dropped, default port, trailing
+slash and ``index.html`` ignored; a page whose ``<link rel=canonical>`` names another in-scope
+URL is an alias: the canonical URL is fetched in its place, once. ``crawl.max_pages`` caps the
+pages of the pack. Every row records the seed it came from, its link depth from the seed and
+its state: ``listed``, ``expanded`` (its links were followed), ``discovered`` (fetched at the
+depth limit, or past the cap: its links were not followed), ``failed`` or ``kept`` (below).
+Pages come out in breadth-first order, which is the same on every crawl of the same site.
+
+Outages: a sitemap or robots.txt that cannot be read is a failed row of its own, which counts
+toward ``max_failed_fraction`` like a failed page. When such a source, or a page whose links the
+crawl follows, fails for a reason that says nothing about what it leads to (is_outage: no
+answer, a 5xx, 408/429, over the size cap, unreadable), the crawl of its seed is incomplete: the
+seed's pages of the previous fetch that this crawl did not get are carried over from it (state
+``kept``) instead of leaving the pack. A robots.txt that cannot be read means "disallow
+everything" (RFC 9309): no page of its host is crawled, and the previous ones are kept. A 4xx
+answer says the source is gone: nothing is kept for it.
 """
 
 from __future__ import annotations
 
-import html
 import re
+from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from fnmatch import fnmatchcase
 from pathlib import PurePosixPath
 from urllib.parse import urljoin, urlsplit, urlunsplit
-from urllib.robotparser import RobotFileParser
 
+from protego import Protego
 from selectolax.lexbor import LexborHTMLParser
 
 from kpack.config import CrawlConfig
 from kpack.ingest.fetch import Fetcher, FetchResponse, page_format
 from kpack.ingest.html import page_links
 from kpack.ingest.pages import page_row, validators
+from kpack.ingest.sitemaps import SitemapError, parse_sitemap
 from kpack.packs import Source, normalize_url, page_key
 
-SITEMAP_NAME = re.compile(r"^sitemap[\w.-]*\.xml$", re.IGNORECASE)
-SITEMAP_LOC = re.compile(r"<loc>\s*([^<]+?)\s*</loc>", re.IGNORECASE)
+SITEMAP_NAME = re.compile(r"^sitemap[\w.-]*\.xml(\.gz)?$", re.IGNORECASE)
 MAX_SITEMAPS = 50  # sitemaps read per sitemap line, index files included
+MAX_CRAWL_DELAY_S = 30.0  # a longer Crawl-delay of a robots.txt is taken as this
+WEB_SCHEMES = ("http", "https")
 # Links to these are never pages; skipping them saves a request each.
 NOT_PAGES = re.compile(
-    r"\.(png|jpe?g|gif|svg|webp|ico|bmp|pdf|zip|t?gz|bz2|xz|tar|whl|egg|exe|dmg|css|m?js|map"
+    r"\.(png|jpe?g|gif|svg|webp|ico|bmp|zip|t?gz|bz2|xz|tar|whl|egg|exe|dmg|css|m?js|map"
     r"|json|woff2?|ttf|eot|mp[34]|webm|avi|mov)$"
 )
+# 4xx answers that say the server is busy, not that the source is gone.
+BUSY_STATUSES = (408, 429)
 
 
 def is_sitemap(url: str) -> bool:
     return bool(SITEMAP_NAME.match(PurePosixPath(urlsplit(url).path).name))
 
 
+def is_outage(status: int | None, error: str | None) -> bool:
+    """Whether a failed fetch says nothing about its source: no answer (a connection error, a
+    timeout), a server error, 408/429, or an answer that could not be used (over the size cap,
+    unreadable). Any other 4xx says the source is gone."""
+    if error is None:
+        return False
+    return status is None or status >= 500 or status in BUSY_STATUSES or status < 400
+
+
+def absolute_url(base: str, href: str) -> str | None:
+    """``href`` resolved against ``base`` and normalised (normalize_url); None when it cannot
+    be parsed (``http://[::1``): a broken link is no reason to stop a crawl."""
+    try:
+        return normalize_url(urljoin(base, href))
+    except ValueError:
+        return None
+
+
+def product_token(user_agent: str) -> str:
+    """The name robots.txt groups are matched against (RFC 9309): ``knowledge-packs`` for
+    ``knowledge-packs/0.1 (...)``."""
+    return user_agent.split("/")[0].strip()
+
+
 def canonical_link(page_html: str, base: str) -> str | None:
     """The absolute URL of a page's ``<link rel="canonical">``, if it has one."""
     node = LexborHTMLParser(page_html).css_first('link[rel~="canonical"][href]')
     href = (node.attributes.get("href") or "").strip() if node is not None else ""
-    return normalize_url(urljoin(base, href)) if href else None
+    return absolute_url(base, href) if href else None
 
 
 @dataclass(frozen=True)
@@ -112,11 +157,13 @@ class CrawlReport:
     not_modified: int = 0
     sitemaps: int = 0
     robots_refused: list[str] = field(default_factory=list)
-    off_scope: int = 0  # distinct links outside their seed's scope
+    off_scope: int = 0  # distinct links (and sitemaps) outside their seed's scope
     aliases: int = 0  # pages dropped as another URL of a page already crawled
     not_text: int = 0  # crawled links whose target is no text page
     capped: int = 0  # in-scope pages left out by crawl.max_pages
-    problems: list[str] = field(default_factory=list)  # sitemaps that could not be read
+    failed_sources: int = 0  # sitemaps and robots.txt files that could not be read
+    kept: int = 0  # pages carried over from the previous fetch after an outage
+    problems: list[str] = field(default_factory=list)  # for the build log
 
     def metadata(self) -> dict:
         return {
@@ -129,6 +176,8 @@ class CrawlReport:
             "crawl_aliases": self.aliases,
             "crawl_not_text": self.not_text,
             "crawl_capped": self.capped,
+            "crawl_failed_sources": self.failed_sources,
+            "crawl_kept": self.kept,
         }
 
 
@@ -151,7 +200,9 @@ class Crawl:
         self.rows: list[dict] = []
         self.claimed: set[str] = set()  # page keys fetched, queued or refused
         self.queued = 0  # crawled pages waiting to be fetched (for the cap)
-        self.robots: dict[str, RobotFileParser | None] = {}
+        self.robots: dict[str, Protego | None] = {}  # by origin; None: could not be read
+        self.agent = product_token(fetcher.session.headers["User-Agent"])
+        self.incomplete: set[str] = set()  # seeds whose crawl an outage cut short
 
     def run(self, sources: Iterable[Source]) -> list[dict]:
         sources = list(sources)
@@ -170,7 +221,8 @@ class Crawl:
             self.report.max_depth = depth
             level = self._fetch_level(level)
             depth += 1
-        self.report.pages = len(self.rows)
+        self._keep_previous(sources)
+        self.report.pages = len(self.rows) - self.report.failed_sources
         return self.rows
 
     # Frontier bookkeeping --------------------------------------------------------------
@@ -191,15 +243,19 @@ class Crawl:
             return None
         if not self._claim(url):
             return None
-        if self.config.respect_robots and not self._robots_allow(url):
-            self.report.robots_refused.append(url)
-            return None
+        seed = parent.url if isinstance(parent, Source) else parent.seed
+        if self.config.respect_robots and urlsplit(url).scheme in WEB_SCHEMES:
+            rules = self._robots(url, parent.line_no, seed)
+            if rules is None:  # its robots.txt could not be read: nothing of the host is crawled
+                return None
+            if not rules.can_fetch(url, self.agent):
+                self.report.robots_refused.append(url)
+                return None
         if len(self.rows) + self.queued >= self.config.max_pages:
             self.report.capped += 1
             return None
         self.queued += 1
         limit = parent.depth if isinstance(parent, Source) else parent.limit
-        seed = parent.url if isinstance(parent, Source) else parent.seed
         return Page(url, parent.line_no, seed, depth, limit or 0, scope)
 
     def _links(self, page: Page, row: dict) -> list[str]:
@@ -209,9 +265,11 @@ class Crawl:
             href = href.strip()
             if not href or href.startswith(("#", "mailto:", "javascript:", "data:", "tel:")):
                 continue
-            url = normalize_url(urljoin(row["final_url"], href))
+            url = absolute_url(row["final_url"], href)
+            if url is None:
+                continue
             scheme = urlsplit(url).scheme
-            if scheme not in ("http", "https", "file") or self._not_a_page(url):
+            if scheme not in (*WEB_SCHEMES, "file") or self._not_a_page(url):
                 continue
             urls.append(url)
         return urls
@@ -264,7 +322,10 @@ class Crawl:
             Source(page.line_no, page.url), response, self.stored.get(page.url), self.fetched_at
         )
         self.report.not_modified += response.not_modified
-        expands = row["error"] is None and page.limit is not None and page.depth < page.limit
+        follows = page.limit is not None and page.depth < page.limit
+        expands = row["error"] is None and follows
+        if follows and is_outage(row["status"], row["error"]):
+            self.incomplete.add(page.seed)  # the pages it led to last time are kept
         if row["error"] is not None:
             state = "failed"
         elif expands:
@@ -276,7 +337,9 @@ class Crawl:
         if not expands:
             return []
         scope = page.scope or Scope.of(page.url, self.config)
-        found = (self._admit(url, page, page.depth + 1, scope) for url in self._links(page, row))
+        found = [self._admit(url, page, page.depth + 1, scope) for url in self._links(page, row)]
+        if page.scope is None:  # a seed line: its host's sitemaps may name pages no link reaches
+            found += [self._admit(url, page, 1, scope) for url in self._robots_sitemap_urls(page)]
         return [p for p in found if p is not None]
 
     def _canonical(self, page: Page, response: FetchResponse) -> str | None:
@@ -290,58 +353,145 @@ class Crawl:
             return None
         return canonical
 
-    # Sitemaps and robots.txt -----------------------------------------------------------
+    # Sitemaps, robots.txt and outages --------------------------------------------------
 
     def _sitemap_pages(self, source: Source) -> list[Page]:
-        """The in-scope pages a sitemap (or sitemap index) lists, in its order."""
+        """The in-scope pages a sitemap line lists, in its order."""
         scope = Scope.of(source.url, self.config)
-        pages: list[Page] = []
-        to_read, read = [source.url], 0
+        urls = self._sitemap_urls(source.url, Scope(scope.prefix), source.line_no, source.url)
+        found = [self._admit(url, source, 0, scope) for url in urls]
+        return [p for p in found if p is not None]
+
+    def _sitemap_urls(self, top: str, within: Scope, line_no: int, seed: str) -> list[str]:
+        """The page URLs the sitemap ``top`` lists; a sitemap index is followed to the sitemaps
+        it names ``within`` scope, MAX_SITEMAPS in all. A sitemap that cannot be read is a
+        failed source of ``seed``."""
+        urls: list[str] = []
+        to_read, seen, read = [top], {top}, 0
         while to_read and read < MAX_SITEMAPS:
             url = to_read.pop(0)
             read += 1
             response = self.fetcher.fetch(url, xml=True)
             self.report.requests += 1
-            if response.text is None:
-                self.report.problems.append(f"sitemap {url}: {response.error or 'no text'}")
+            try:
+                sitemap = parse_sitemap(response.text) if response.text is not None else None
+            except SitemapError as exc:
+                response, sitemap = replace(response, text=None, error=str(exc)), None
+            if sitemap is None:
+                self._source_failed(response, "sitemap", line_no, seed)
                 continue
             self.report.sitemaps += 1
-            locations = [html.unescape(m) for m in SITEMAP_LOC.findall(response.text)]
-            if "<sitemapindex" in response.text[:2000].lower():
-                to_read += [urljoin(url, loc) for loc in locations]
+            targets = [absolute_url(url, location) for location in sitemap.locations]
+            if not sitemap.index:
+                urls += [target for target in targets if target is not None]
                 continue
-            for loc in locations:
-                page = self._admit(normalize_url(urljoin(url, loc)), source, 0, scope)
-                if page is not None:
-                    pages.append(page)
-        return pages
+            for target in targets:
+                if target is None or not within.allows(target):
+                    self.report.off_scope += 1
+                    self.report.problems.append(
+                        f"sitemap {url}: {target} is outside {within.prefix}, not read"
+                    )
+                elif target not in seen:
+                    seen.add(target)
+                    to_read.append(target)
+        if to_read:
+            self.report.problems.append(
+                f"sitemap {top}: {len(to_read)} sitemaps past the first {MAX_SITEMAPS} not read"
+            )
+        return urls
 
-    def _robots_allow(self, url: str) -> bool:
+    def _robots_sitemap_urls(self, seed: Page) -> list[str]:
+        """The page URLs of the sitemaps that the ``Sitemap:`` lines of a seed's robots.txt
+        name (on the seed's host only)."""
+        if not self.config.respect_robots or urlsplit(seed.url).scheme not in WEB_SCHEMES:
+            return []
+        rules = self._robots(seed.url, seed.line_no, seed.seed)
+        if rules is None:
+            return []
+        parts = urlsplit(normalize_url(seed.url))
+        site = Scope(urlunsplit((parts.scheme, parts.netloc, "/", "", "")))
+        urls: list[str] = []
+        for location in rules.sitemaps:
+            sitemap = absolute_url(site.prefix, location)
+            if sitemap is not None and site.allows(sitemap):
+                urls += self._sitemap_urls(sitemap, site, seed.line_no, seed.seed)
+            else:
+                self.report.off_scope += 1
+        return urls
+
+    def _robots(self, url: str, line_no: int, seed: str) -> Protego | None:
+        """The robots.txt rules of ``url``'s host, read once per crawl; None when they could not
+        be read, which leaves ``seed``'s crawl incomplete."""
         parts = urlsplit(url)
-        if parts.scheme not in ("http", "https"):
-            return True
         origin = f"{parts.scheme}://{parts.netloc}"
         if origin not in self.robots:
-            self.robots[origin] = self._read_robots(origin)
+            self.robots[origin] = self._read_robots(origin, line_no, seed)
         rules = self.robots[origin]
         if rules is None:
-            return False
-        return rules.can_fetch(self.fetcher.session.headers["User-Agent"], url)
+            self.incomplete.add(seed)
+        return rules
 
-    def _read_robots(self, origin: str) -> RobotFileParser | None:
-        """The host's robots.txt rules; allow-all when it has none (4xx), None (refuse every
-        crawled page) when it cannot be read (5xx, unreachable), as RFC 9309 asks."""
+    def _read_robots(self, origin: str, line_no: int, seed: str) -> Protego | None:
+        """The host's rules: allow-all when it has none (a 4xx answer); None, "complete
+        disallow" as RFC 9309 asks, when an outage hides them (a failed source)."""
         response = self.fetcher.fetch(f"{origin}/robots.txt")
         self.report.requests += 1
-        rules = RobotFileParser()
         if response.text is not None:
-            rules.parse(response.text.splitlines())
-        elif response.status is None or response.status >= 500:
-            self.report.problems.append(f"{origin}/robots.txt: {response.error}")
-            return None
+            rules = Protego.parse(response.text)
+        elif not is_outage(response.status, response.error):
+            rules = Protego.parse("")
         else:
-            rules.parse([])
+            self._source_failed(response, "robots.txt", line_no, seed)
+            return None
+        delay = rules.crawl_delay(self.agent)
+        if delay:
+            host = urlsplit(origin).hostname or ""
+            self.fetcher.throttle.set_delay(host, min(delay, MAX_CRAWL_DELAY_S))
         return rules
+
+    def _source_failed(self, response: FetchResponse, kind: str, line_no: int, seed: str) -> None:
+        """A sitemap or robots.txt that could not be read, as a failed row of ``seed``; an
+        outage leaves the seed's crawl incomplete."""
+        failed = replace(response, error=f"{kind}: {response.error}")
+        row = page_row(Source(line_no, response.url), failed, None, self.fetched_at)
+        row.update(seed=seed, expansion_depth=0, expansion_state="failed")
+        self.rows.append(row)
+        self.report.failed_sources += 1
+        if is_outage(response.status, response.error):
+            self.incomplete.add(seed)
+
+    def _keep_previous(self, sources: list[Source]) -> None:
+        """Carry over from the previous fetch the pages of each incomplete seed that this crawl
+        did not get (not reached, or failed by an outage), as ``kept`` rows."""
+        lines = {source.url: source.line_no for source in sources}
+        now = {page_key(row["url"]): row for row in self.rows}
+        kept: Counter[str] = Counter()
+        for url, previous in self.stored.items():
+            seed = previous["seed"]
+            if seed not in self.incomplete or seed not in lines:
+                continue
+            row = now.get(page_key(url))
+            if row is not None and not is_outage(row["status"], row["error"]):
+                continue
+            if len(self.rows) >= self.config.max_pages:
+                self.report.capped += 1
+                continue
+            self.rows.append(
+                {
+                    **previous,
+                    "line_no": lines[seed],
+                    "change": "unchanged",
+                    "fetched_at": self.fetched_at,
+                    "expansion_state": "kept",
+                }
+            )
+            kept[seed] += 1
+        self.report.kept = kept.total()
+        for seed, count in kept.items():
+            self.report.problems.append(
+                f"urls.txt line {lines[seed]}: {seed}: a source of its pages failed; "
+                f"kept {count} pages from the last good fetch"
+            )
 
 
 def crawl(

@@ -7,28 +7,31 @@ single capitalised word inside a sentence, read across the line breaks of wrappe
 relations between entities named in the same sentence, and definitional sentences as facts.
 Same input, same output, no network.
 
-``claude_extractions`` sends the sections that changed to Claude (results are cached by section
-content hash, model and prompt version); ``merge_extractions`` turns section-level results into
+Claude's extractions (kpack.ingest.claude_extraction) have the same shape.
+``merge_extractions`` turns section-level results into
 pack-level tables, entities deduplicated across the pack by normalised name
-(``normalize_entity``: aliases meet), and adds the pack's own article titles as entities of
-their sections and of every section that names them (``TitleMatcher``), for both extractors:
-the entity-passage graph of kpack.graph is built from these mentions.
+(kpack.text.normalize_entity, the key queries look names up by: aliases meet), and adds the
+pack's own article titles as entities of their sections and of every section that names them
+(``TitleMatcher``), for both extractors: the entity-passage graph (kpack.ingest.mentions
+for the build, kpack.graph for queries) is built from these mentions.
 """
 
 from __future__ import annotations
 
-import json
 import re
-import unicodedata
 from collections import Counter
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
+from collections.abc import Iterable
 from itertools import pairwise
 
 from kpack.contracts import stable_id
-from kpack.llm import EXTRACTION_PROMPT_VERSION, ClaudeClient, ExtractionFailed, Usage
-from kpack.text import STOPWORDS, fence_roles, split_sentences
+from kpack.text import (
+    NAME_WORD,
+    QUALIFIER,
+    STOPWORDS,
+    fence_roles,
+    normalize_entity,
+    split_sentences,
+)
 
 CODE_SPAN = re.compile(r"`([^`\n]{2,60})`")
 DOTTED = re.compile(r"(?<![\w/.-])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\(\))?(?![\w/])")
@@ -41,14 +44,6 @@ DEFINITION = re.compile(
     r"describes|represents|returns|defaults to)\s+\S",
     re.IGNORECASE,
 )
-# A word of prose: letters and digits, with inner apostrophes, hyphens, dots or ampersands
-# ("O'Brien", "mom-and-pop", "U.S", "AT&T").
-WORD = re.compile(r"[^\W_]+(?:['’.\-&][^\W_]+)*")
-# A name written like code (dots, underscores, options, operators): normalised as written.
-CODE_LIKE = re.compile(r"\w[._]\w|_|\(\)$|(?:^|\s)--?\w|[/\\=<>{}\[\]$@#*+|]")
-# "Lilu (mythology)", "Python (programming language)": the qualifier is not part of the name.
-QUALIFIER = re.compile(r"\s*\([^()]*\)\s*$")
-POSSESSIVE = re.compile(r"['’]s$")
 # Lower-case words that may join the capitalised words of one name ("Bank of England").
 NAME_JOINERS = frozenset(
     [
@@ -130,44 +125,6 @@ BLOCK_START = re.compile(r"([-*+>|#]|\d+[.)])\s")  # a list item, quote, table r
 OPENERS = " \t\"'“‘([-*"  # what may come before the first word of a sentence
 
 
-@lru_cache(maxsize=1 << 16)
-def fold_word(word: str) -> str:
-    """One word as a name key: accents, case and a possessive don't matter; a lower-case plural
-    is its singular ("sprockets" -> "sprocket"; capitalised words are names: "Williams")."""
-    plain = POSSESSIVE.sub("", word)
-    if not plain.isascii():
-        plain = unicodedata.normalize("NFKD", plain)
-        plain = "".join(c for c in plain if not unicodedata.combining(c))
-    key = plain.lower()
-    if plain.islower() and len(key) > 3:
-        if key.endswith("sses"):
-            key = key[:-2]
-        elif key.endswith("s") and not key.endswith(("ss", "us", "is")):
-            key = key[:-1]
-    return key
-
-
-def name_words(text: str) -> list[str]:
-    """The folded words of a name or a question, in order (see fold_word)."""
-    return [fold_word(w) for w in WORD.findall(text)]
-
-
-@lru_cache(maxsize=1 << 16)  # a pack names the same entities again and again
-def normalize_entity(name: str) -> str:
-    """The dedup key of an entity, so aliases meet: case, accents, quotes, punctuation, a
-    possessive, a lower-case plural, a qualifier in parentheses and a leading article don't
-    matter ("The Oberoi Group's" = "Oberoi Group"). Code names keep their dots and
-    underscores ("widget.frob()" -> "widget.frob")."""
-    text = name.replace("`", "").strip().strip("'\"“”‘’").removesuffix("()")
-    if CODE_LIKE.search(text):
-        key = " ".join(text.lower().split())
-    else:
-        key = " ".join(name_words(QUALIFIER.sub("", text) or text))
-    for article in ("the ", "an ", "a "):
-        key = key.removeprefix(article)
-    return key.strip()
-
-
 def _paragraphs(content: str) -> list[str]:
     """The prose of a passage as paragraphs: a hard-wrapped paragraph is one (a name or a
     sentence may run across a line break); a blank line, a list item, a table row or a
@@ -213,7 +170,7 @@ def _proper_names(sentence: str) -> list[str]:
             names.append(sentence[run[0].start() : run[-1].end()])
         run.clear()
 
-    for match in WORD.finditer(sentence):
+    for match in NAME_WORD.finditer(sentence):
         word = match.group(0)
         joined = bool(run) and sentence[run[-1].end() : match.start()].isspace()
         if run and not joined:
@@ -322,7 +279,7 @@ class TitleMatcher:
         self.by_words: dict[tuple[str, ...], str] = {}
         for title in titles:
             name = QUALIFIER.sub("", title).strip()
-            words = tuple(WORD.findall(name))
+            words = tuple(NAME_WORD.findall(name))
             if (
                 len(name) >= MIN_TITLE_CHARS
                 and 0 < len(words) <= MAX_NAME_WORDS
@@ -335,7 +292,7 @@ class TitleMatcher:
 
     def find(self, text: str) -> list[str]:
         """The titles named in a text, each once, in order of first mention."""
-        words = WORD.findall(text)
+        words = NAME_WORD.findall(text)
         found: dict[str, None] = {}
         at = 0
         while at < len(words):
@@ -366,56 +323,6 @@ def _meaningful(key: str) -> bool:
         and not key.isdigit()
         and not all(w in STOPWORDS or w == "page" for w in words)
     )
-
-
-MIN_WORDS_FOR_LLM = 20
-LLM_WORKERS = 4
-
-
-def extraction_cache_namespace(model: str) -> str:
-    """Where Claude extractions are cached: a new model or prompt never reuses old results."""
-    return f"extractions/{model}/{EXTRACTION_PROMPT_VERSION}"
-
-
-def claude_extractions(
-    client: ClaudeClient,
-    model: str,
-    max_tokens: int,
-    sections: list[dict],
-    cached: dict[str, str],
-    warn: Callable[[str], None],
-) -> tuple[dict[str, dict], dict[str, str], Usage, int]:
-    """Claude's extraction of every section long enough to send, by section content hash.
-
-    ``cached`` maps content hash to a JSON extraction from earlier builds; only the sections
-    missing from it are sent. Returns the extractions, the cache to keep (the wanted sections
-    only), the token usage and how many sections failed (those fall back to the offline
-    extractor; ``warn`` is told why).
-    """
-    wanted = {s["content_hash"]: s for s in sections if s["word_count"] >= MIN_WORDS_FOR_LLM}
-    missing = [s for h, s in wanted.items() if h not in cached]
-    fresh = dict(cached)
-    usage, failures = Usage(), 0
-
-    def run(section: dict) -> tuple[str, dict | None, Usage, str | None]:
-        try:
-            data, used = client.extract(
-                model, section["heading_path"], section["content"], max_tokens
-            )
-            return section["content_hash"], data, used, None
-        except ExtractionFailed as exc:
-            return section["content_hash"], None, Usage(), str(exc)
-
-    with ThreadPoolExecutor(max_workers=LLM_WORKERS) as pool:
-        for key, data, used, error in pool.map(run, missing):
-            usage.add(used)
-            if data is None:
-                failures += 1
-                warn(f"Claude extraction failed, offline extractor used: {error}")
-            else:
-                fresh[key] = json.dumps(data)
-    keep = {k: fresh[k] for k in wanted if k in fresh}
-    return {k: json.loads(v) for k, v in keep.items()}, keep, usage, failures
 
 
 def merge_extractions(per_section: Iterable[tuple[dict, dict]]) -> dict[str, list[dict]]:

@@ -9,12 +9,20 @@ answer comes back as ``not_modified`` with no body, for the caller to reuse its 
 ``file:`` URL is not modified when its modification time and size equal the previous ones (kept
 in the ETag slot as ``"file-<mtime_ns>-<size>"``); its status is then 304 as well.
 
-Politeness: request starts to one host are spaced by ``fetch.per_host_delay_s`` across all
-worker threads, retries and redirect hops included.
+Politeness: request starts to one host are spaced by ``fetch.per_host_delay_s`` (or the longer
+``Crawl-delay`` its robots.txt asks for, HostThrottle.set_delay) across all worker threads,
+retries and redirect hops included. Retries (tenacity) follow connection errors, timeouts and
+RETRY_STATUSES with exponential backoff, or the server's ``Retry-After`` (at most 30 s).
 
-Bounds: every read waits at most ``fetch.timeout_s``, and a whole fetch (redirects, retries and
-the body) at most ``fetch.deadline_s``: a server that trickles a byte a second has its
-connection shut when the deadline passes.
+Bounds: every read waits at most ``fetch.timeout_s``, and a whole fetch (redirects, retries,
+the body and reading a PDF) at most ``fetch.deadline_s`` from its first request: a server that
+trickles a byte a second has its connection shut when the deadline passes. Waiting for the
+host's turn before that first request is politeness, not the page's time.
+
+Text: a page's charset comes from its byte-order mark, its Content-Type, its ``<meta charset>``
+/ ``<meta http-equiv>`` or XML declaration (w3lib, as browsers read them), else UTF-8 when it
+is, else windows-1252. A PDF is read into HTML (kpack.ingest.pdf); a gzipped sitemap is
+unpacked, its unpacked size under ``fetch.max_bytes`` as well.
 
 Private networks: unless ``fetch.allow_private_hosts`` is set, a connection resolves its host
 once, refuses every address that is not globally routable (loopback, private, link-local,
@@ -33,7 +41,8 @@ import ipaddress
 import socket
 import threading
 import time
-from collections.abc import Sequence
+import zlib
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,14 +52,29 @@ from urllib.parse import unquote, urljoin, urlsplit
 import requests
 from requests.adapters import HTTPAdapter
 from requests.utils import get_environ_proxies, select_proxy
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    retry_if_result,
+    stop_after_attempt,
+    stop_any,
+    wait_exponential,
+)
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
-from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
+from urllib3.exceptions import ConnectTimeoutError, InvalidHeader, NewConnectionError
+from urllib3.util.retry import Retry
+from w3lib.encoding import html_to_unicode
 
 from kpack.config import FetchConfig
+from kpack.ingest.pdf import PdfError, pdf_html
 
 RETRY_STATUSES = {429, 500, 502, 503, 504}
-MAX_RETRY_AFTER_S = 30.0
+RETRIED_ERRORS = (requests.ConnectionError, requests.Timeout)
+MAX_RETRY_AFTER_S = 30
+# urllib3's parser of Retry-After (seconds or an HTTP date), capped at MAX_RETRY_AFTER_S.
+RETRY_AFTER = Retry(retry_after_max=MAX_RETRY_AFTER_S)
 TEXT_TYPES = {
     "text/html": "html",
     "application/xhtml+xml": "html",
@@ -59,10 +83,19 @@ TEXT_TYPES = {
     "text/plain": "text",
     "text/x-rst": "text",
 }
-# Sitemaps: fetched as text only when asked for (Fetcher.fetch(..., xml=True)); XML is no page.
-XML_TYPES = {"application/xml", "text/xml"}
+# Documents read into text: a PDF becomes HTML (kpack.ingest.pdf), its row's format "pdf".
+DOCUMENT_TYPES = {"application/pdf": "pdf"}
 MARKDOWN_SUFFIXES = (".md", ".markdown", ".mdown")
 HTML_SUFFIXES = (".html", ".htm", ".xhtml")
+# A type that says nothing: the URL's suffix decides (raw file hosts serve PDFs this way).
+UNTYPED = ("", "application/octet-stream")
+GZIP_MAGIC = b"\x1f\x8b"
+FILE_TYPES = {
+    "html": "text/html",
+    "markdown": "text/markdown",
+    "pdf": "application/pdf",
+    "xml": "application/xml",
+}
 
 
 class FetchError(Exception):
@@ -94,21 +127,29 @@ class Validators:
 
 
 class HostThrottle:
-    """Spaces request starts to one host by ``delay_s``, whichever worker thread sends them."""
+    """Spaces request starts to one host by ``delay_s``, or by the longer delay the host asked
+    for (set_delay), whichever worker thread sends them."""
 
     def __init__(self, delay_s: float):
         self.delay_s = delay_s
         self._lock = threading.Lock()
         self._next_at: dict[str, float] = {}
+        self._host_delays: dict[str, float] = {}
+
+    def set_delay(self, host: str, delay_s: float) -> None:
+        """Space the requests to ``host`` by at least ``delay_s`` from now on."""
+        with self._lock:
+            self._host_delays[host.lower()] = delay_s
 
     def wait(self, url: str) -> None:
-        if self.delay_s <= 0:
-            return
         host = (urlsplit(url).hostname or "").lower()
         with self._lock:
+            delay = max(self.delay_s, self._host_delays.get(host, 0.0))
+            if delay <= 0:
+                return
             now = time.monotonic()
             start = max(now, self._next_at.get(host, 0.0))
-            self._next_at[host] = start + self.delay_s
+            self._next_at[host] = start + delay
         if start > now:
             time.sleep(start - now)
 
@@ -120,65 +161,59 @@ def file_etag(path: Path) -> str:
 
 
 def page_format(content_type: str | None, url: str) -> str | None:
-    """html, markdown or text; None for content that is not text."""
+    """html, markdown, text or pdf; None for content that is no page."""
     path = urlsplit(url).path.lower()
     if path.endswith(MARKDOWN_SUFFIXES):
         return "markdown"
     mime = (content_type or "").split(";")[0].strip().lower()
     if mime in TEXT_TYPES:
         return TEXT_TYPES[mime]
+    if mime in DOCUMENT_TYPES:
+        return DOCUMENT_TYPES[mime]
     if not mime and path.endswith(HTML_SUFFIXES):
         return "html"
     if not mime and path.endswith((".txt", ".rst")):
         return "text"
+    if mime in UNTYPED and path.endswith(".pdf"):
+        return "pdf"
     return None
 
 
-def xml_format(content_type: str | None, url: str) -> str | None:
-    """ "xml" for an XML document (by its type, else its .xml name); None otherwise."""
-    mime = (content_type or "").split(";")[0].strip().lower()
-    if mime in XML_TYPES or (not mime and urlsplit(url).path.lower().endswith(".xml")):
-        return "xml"
-    return None
-
-
-# Byte-order marks, longest first: a UTF-32 LE mark starts with the UTF-16 LE one.
-BOMS = (
-    (codecs.BOM_UTF32_LE, "utf-32"),
-    (codecs.BOM_UTF32_BE, "utf-32"),
-    (codecs.BOM_UTF8, "utf-8-sig"),
-    (codecs.BOM_UTF16_LE, "utf-16"),
-    (codecs.BOM_UTF16_BE, "utf-16"),
-)
 # Encodings whose text is full of NUL bytes: declared, they are text, not binary.
 WIDE_ENCODINGS = ("utf-16", "utf-32")
 
 
-def decode(body: bytes, content_type: str | None) -> str:
-    """The text of a page: by its byte-order mark, else its declared charset, else UTF-8,
-    else cp1252. NUL bytes in a page that declares no UTF-16/32 mean binary content."""
-    for bom, encoding in BOMS:
-        if body.startswith(bom):
-            return body.decode(encoding, errors="replace")
-    charset = None
-    for param in (content_type or "").split(";")[1:]:
-        key, _, value = param.partition("=")
-        if key.strip().lower() == "charset":
-            charset = value.strip().strip('"')
+def _undeclared_encoding(body: bytes) -> str:
+    """A page that declares no charset: UTF-8 when it is, else windows-1252 (what browsers
+    assume for an undeclared Western page)."""
     try:
-        encoding = codecs.lookup(charset).name if charset else None
-    except LookupError:
-        encoding = None
-    if encoding and encoding.startswith(WIDE_ENCODINGS):
-        return body.decode(encoding, errors="replace")
-    if b"\x00" in body[:4096]:
-        raise FetchError("binary content (NUL bytes), not text")
-    if encoding:
-        return body.decode(encoding, errors="replace")
-    try:
-        return body.decode("utf-8")
+        body.decode("utf-8")
     except UnicodeDecodeError:
-        return body.decode("cp1252", errors="replace")
+        return "cp1252"
+    return "utf-8"
+
+
+def decode(body: bytes, content_type: str | None) -> str:
+    """The text of a page: by its byte-order mark, else the charset its Content-Type, its
+    ``<meta charset>`` / ``<meta http-equiv>`` or its XML declaration names (w3lib), else
+    UTF-8, else windows-1252. NUL bytes in a page that is not UTF-16/32 mean binary content."""
+    encoding, text = html_to_unicode(content_type, body, auto_detect_fun=_undeclared_encoding)
+    if not codecs.lookup(encoding).name.startswith(WIDE_ENCODINGS) and b"\x00" in body[:4096]:
+        raise FetchError("binary content (NUL bytes), not text")
+    return text
+
+
+def gunzip(body: bytes, max_bytes: int) -> bytes:
+    """A gzipped document unpacked; FetchError when it is damaged or unpacks past
+    ``max_bytes`` (never more than that is held in memory)."""
+    unpacker = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        data = unpacker.decompress(body, max_bytes + 1)
+    except zlib.error as exc:
+        raise FetchError(f"not a readable gzip file ({exc})") from None
+    if len(data) > max_bytes:
+        raise FetchError(f"unpacked, the file exceeds the size cap of {max_bytes} bytes")
+    return data
 
 
 # The IPv6 ranges that carry an IPv4 address in their last 32 bits (NAT64 well-known and
@@ -222,13 +257,14 @@ def public_addresses(host: str, port: int | None) -> list[str]:
 
 
 class Deadline:
-    """The end of one fetch: when it passes, the sockets the fetch reads are shut down, which
-    wakes a read blocked on a server that trickles its answer. The timer starts with the first
-    socket watched, so a fetch that opens none (a file: URL) costs no thread."""
+    """The end of one fetch, ``seconds`` after it starts (its first request, once the host's
+    turn came): when it passes, the sockets the fetch reads are shut down, which wakes a read
+    blocked on a server that trickles its answer. The timer starts with the first socket
+    watched, so a fetch that opens none (a file: URL) costs no thread."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
-        self.ends_at = time.monotonic() + seconds
+        self.ends_at: float | None = None
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
         self._timer: threading.Timer | None = None
@@ -242,7 +278,14 @@ class Deadline:
     def expired(self) -> bool:
         return self._fired or self.remaining() <= 0
 
+    def start(self) -> None:
+        """Start the clock; later calls change nothing."""
+        if self.ends_at is None:
+            self.ends_at = time.monotonic() + self.seconds
+
     def remaining(self) -> float:
+        if self.ends_at is None:
+            return self.seconds
         return max(0.0, self.ends_at - time.monotonic())
 
     def check(self) -> None:
@@ -292,6 +335,19 @@ _thread = threading.local()
 def _scope() -> _Scope:
     # Outside a Fetcher.fetch (no scope set), the strict policy applies.
     return getattr(_thread, "scope", None) or _Scope()
+
+
+@contextlib.contextmanager
+def guarded(deadline: Deadline, *, allow_private: bool) -> Iterator[None]:
+    """While it is open, the requests of a :func:`guarded_session` made on this thread have
+    their sockets shut when ``deadline`` passes, and connect only to globally routable
+    addresses unless ``allow_private``."""
+    _thread.scope = _Scope(deadline, allow_private)
+    try:
+        yield
+    finally:
+        deadline.cancel()
+        _thread.scope = None
 
 
 class _GuardedConnection:
@@ -348,6 +404,16 @@ class _GuardedAdapter(HTTPAdapter):
         }
 
 
+def guarded_session(user_agent: str, pool_size: int = 4) -> requests.Session:
+    """A requests session whose direct connections follow the rules of :func:`guarded`."""
+    session = requests.Session()
+    session.headers["User-Agent"] = user_agent
+    adapter = _GuardedAdapter(pool_connections=16, pool_maxsize=pool_size)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
 USER_AGENT = "knowledge-packs/0.1 (documentation pack builder)"
 GITHUB_HOST = "github.com"
 GITHUB_RAW_BASE = "https://raw.githubusercontent.com"
@@ -377,11 +443,7 @@ class Fetcher:
         self.github_host = github_host
         self.github_raw_base = github_raw_base
         self.throttle = HostThrottle(config.per_host_delay_s)
-        self.session = requests.Session()
-        self.session.headers["User-Agent"] = user_agent
-        adapter = _GuardedAdapter(pool_connections=16, pool_maxsize=max(config.max_workers, 4))
-        self.session.mount("http://", adapter)
-        self.session.mount("https://", adapter)
+        self.session = guarded_session(user_agent, pool_size=max(config.max_workers, 4))
 
     def __enter__(self) -> Fetcher:
         return self
@@ -409,24 +471,22 @@ class Fetcher:
     def fetch(
         self, url: str, previous: Validators | None = None, *, xml: bool = False
     ) -> FetchResponse:
-        """One URL; ``xml`` also accepts an XML document (a sitemap) as text."""
+        """One URL; ``xml``: the URL names an XML document (a sitemap, gzipped or not), read
+        as text whatever type the server gives it."""
         started = time.perf_counter()
         deadline = Deadline(self.deadline_s)
-        _thread.scope = _Scope(deadline, self.config.allow_private_hosts)
         try:
-            if urlsplit(url).scheme == "file":
-                response = self._fetch_file(url, previous, xml)
-            else:
-                response = self._fetch_http(url, previous, deadline, xml)
+            with guarded(deadline, allow_private=self.config.allow_private_hosts):
+                if urlsplit(url).scheme == "file":
+                    response = self._fetch_file(url, previous, deadline, xml)
+                else:
+                    response = self._fetch_http(url, previous, deadline, xml)
         except (FetchError, ValueError) as exc:  # ValueError: a URL urllib cannot parse
             response = FetchResponse(url=url, final_url=url, error=str(exc))
         except requests.RequestException as exc:
             # A connection shut by the deadline surfaces as whatever the read was doing.
             error = deadline.message if deadline.expired else _describe(exc)
             response = FetchResponse(url=url, final_url=url, error=error)
-        finally:
-            deadline.cancel()
-            _thread.scope = None
         response.elapsed_ms = (time.perf_counter() - started) * 1000
         return response
 
@@ -438,8 +498,11 @@ class Fetcher:
         owner, repo, _, ref, *path = segments
         return f"{self.github_raw_base.rstrip('/')}/{owner}/{repo}/{ref}/{'/'.join(path)}"
 
-    def _fetch_file(self, url: str, previous: Validators | None, xml: bool) -> FetchResponse:
+    def _fetch_file(
+        self, url: str, previous: Validators | None, deadline: Deadline, xml: bool
+    ) -> FetchResponse:
         config, roots = self.config, self.file_roots
+        deadline.start()
         path = Path(unquote(urlsplit(url).path)).resolve()
         if not any(path.is_relative_to(root.resolve()) for root in roots):
             allowed = ", ".join(str(r) for r in roots)
@@ -456,16 +519,16 @@ class Fetcher:
             )
         if path.stat().st_size > config.max_bytes:
             raise FetchError(f"page exceeds the size cap of {config.max_bytes} bytes")
-        fmt = page_format(None, url) or (xml_format(None, url) if xml else None)
+        fmt = "xml" if xml else page_format(None, url)
         if fmt is None:
-            raise FetchError(f"unsupported file type {path.suffix or '(none)'} (not text)")
+            raise FetchError(f"unsupported file type {path.suffix or '(none)'} (not text or PDF)")
         etag = file_etag(path)
         response = FetchResponse(
             url=url,
             final_url=url,
             status=200,
             format=fmt,
-            content_type={"html": "text/html", "markdown": "text/markdown"}.get(fmt, "text/plain"),
+            content_type=FILE_TYPES.get(fmt, "text/plain"),
             etag=etag,
             last_modified=time.strftime(
                 "%a, %d %b %Y %H:%M:%S GMT", time.gmtime(path.stat().st_mtime)
@@ -474,8 +537,23 @@ class Fetcher:
         if previous is not None and previous.etag == etag:
             response.status, response.not_modified = 304, True
             return response
-        response.text = decode(path.read_bytes(), None)
+        response.text = self._text(url, path.read_bytes(), fmt, None, deadline)
         return response
+
+    def _text(
+        self, url: str, body: bytes, fmt: str, content_type: str | None, deadline: Deadline
+    ) -> str:
+        """The text of a fetched body: a PDF read into HTML, a gzipped XML document unpacked,
+        anything else decoded (see decode)."""
+        config = self.config
+        if fmt == "pdf":
+            try:
+                return pdf_html(body, url, config.max_pdf_pages, config.max_bytes, deadline.check)
+            except PdfError as exc:
+                raise FetchError(str(exc)) from None
+        if fmt == "xml" and body.startswith(GZIP_MAGIC):
+            body = gunzip(body, config.max_bytes)
+        return decode(body, content_type)
 
     def _fetch_http(
         self, url: str, previous: Validators | None, deadline: Deadline, xml: bool
@@ -508,31 +586,44 @@ class Fetcher:
     def _get_with_retries(
         self, url: str, headers: dict[str, str], deadline: Deadline
     ) -> requests.Response:
+        """The answer to one request, retried (tenacity) after RETRIED_ERRORS and
+        RETRY_STATUSES up to ``fetch.retries`` times within the deadline: the last retried
+        status is returned as it is, the last error raised."""
         config = self.config
-        for attempt in range(config.retries + 1):
-            last = attempt == config.retries
+
+        def attempt() -> requests.Response:
             self.throttle.wait(url)
+            deadline.start()
             deadline.check()
-            try:
-                response = self.session.get(
-                    url,
-                    headers=headers,
-                    timeout=min(config.timeout_s, deadline.remaining()),
-                    stream=True,
-                    allow_redirects=False,
-                )
-            except (requests.ConnectionError, requests.Timeout):
-                if last or deadline.expired:
-                    raise
-                time.sleep(min(self.backoff_s * 2**attempt, deadline.remaining()))
-                continue
-            if response.status_code in RETRY_STATUSES and not last:
-                delay = _retry_after(response) or self.backoff_s * 2**attempt
-                response.close()
-                time.sleep(min(delay, MAX_RETRY_AFTER_S, deadline.remaining()))
-                continue
-            return response
-        raise AssertionError("unreachable: the last attempt returns or raises")
+            return self.session.get(
+                url,
+                headers=headers,
+                timeout=min(config.timeout_s, deadline.remaining()),
+                stream=True,
+                allow_redirects=False,
+            )
+
+        backoff = wait_exponential(multiplier=self.backoff_s, max=MAX_RETRY_AFTER_S)
+
+        def wait(state: RetryCallState) -> float:
+            answer = _answer(state)
+            delay = _retry_after(answer) if answer is not None else None
+            return min(backoff(state) if delay is None else delay, deadline.remaining())
+
+        def close_answer(state: RetryCallState) -> None:
+            answer = _answer(state)
+            if answer is not None:
+                answer.close()
+
+        retrying = Retrying(
+            retry=retry_if_exception_type(RETRIED_ERRORS)
+            | retry_if_result(lambda answer: answer.status_code in RETRY_STATUSES),
+            stop=stop_any(stop_after_attempt(config.retries + 1), lambda _: deadline.expired),
+            wait=wait,
+            before_sleep=close_answer,
+            retry_error_callback=lambda state: state.outcome.result(),  # type: ignore[union-attr]
+        )
+        return retrying(attempt)
 
     def _read(
         self,
@@ -560,11 +651,9 @@ class Fetcher:
             if response.status_code == 304:
                 result.not_modified = True
                 return result
-            result.format = page_format(result.content_type, final_url)
-            if result.format is None and xml:
-                result.format = xml_format(result.content_type, final_url)
+            result.format = "xml" if xml else page_format(result.content_type, final_url)
             if result.format is None:
-                result.error = f"unsupported content type {result.content_type!r} (not text)"
+                result.error = f"unsupported content type {result.content_type!r} (not text or PDF)"
                 return result
             declared = int(response.headers.get("content-length") or 0)
             if declared > config.max_bytes:
@@ -579,15 +668,27 @@ class Fetcher:
             # A body cut short by the deadline can end like a complete one.
             deadline.check()
             try:
-                result.text = decode(bytes(body), result.content_type)
+                result.text = self._text(
+                    final_url, bytes(body), result.format, result.content_type, deadline
+                )
             except FetchError as exc:
                 result.error = str(exc)
             return result
 
 
+def _answer(state: RetryCallState) -> requests.Response | None:
+    """The response an attempt returned; None when it raised."""
+    outcome = state.outcome
+    return None if outcome is None or outcome.failed else outcome.result()
+
+
 def _retry_after(response: requests.Response) -> float | None:
-    value = response.headers.get("retry-after", "")
-    return float(value) if value.replace(".", "", 1).isdigit() else None
+    """The seconds a ``Retry-After`` header asks for (at most MAX_RETRY_AFTER_S), if any."""
+    value = response.headers.get("retry-after")
+    try:
+        return RETRY_AFTER.parse_retry_after(value) if value else None
+    except InvalidHeader:
+        return None
 
 
 def _describe(exc: requests.RequestException) -> str:

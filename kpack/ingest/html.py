@@ -20,6 +20,8 @@ MAIN_SELECTORS = ("main", "[role=main]", "article")
 # Permalink anchors (Sphinx, MkDocs) add a pilcrow to every heading.
 PERMALINK_SELECTORS = ("a.headerlink", "a.anchor", "a.header-anchor")
 
+# Formats whose body is HTML: a PDF is kept as the HTML kpack.ingest.pdf writes of it.
+HTML_FORMATS = ("html", "pdf")
 HEADING_LEVELS = {"h1": 1, "h2": 2, "h3": 3}
 # Elements whose whole text is one paragraph (no block structure worth walking into).
 LEAF_BLOCKS = {"p", "h4", "h5", "h6", "dt", "caption", "figcaption", "summary", "address", "label"}
@@ -211,12 +213,12 @@ def markdown_blocks(text: str) -> Iterator[Block]:
 
 def page_blocks(fmt: str, body: str) -> Iterator[Block]:
     """The blocks of a fetched page: HTML, or Markdown (plain text reads as Markdown)."""
-    return html_blocks(body) if fmt == "html" else markdown_blocks(body)
+    return html_blocks(body) if fmt in HTML_FORMATS else markdown_blocks(body)
 
 
 def page_links(fmt: str, body: str) -> list[tuple[str, str]]:
     """(href, anchor text) of every link in the content."""
-    if fmt == "html":
+    if fmt in HTML_FORMATS:
         tree = LexborHTMLParser(body)
         return [
             (a.attributes.get("href") or "", squash(a.text(deep=True))) for a in tree.css("a[href]")

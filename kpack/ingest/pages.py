@@ -1,6 +1,7 @@
 """Fetch responses as rows of the fetched_pages table, compared with the previous fetch.
 
-HTML is reduced to its main content (kpack.ingest.html.main_content) so later stages and the
+HTML (and the HTML a PDF is read into) is reduced to its main content
+(kpack.ingest.html.main_content) so later stages and the
 Parquet file carry only what a reader would read. A URL that fails is a row with its error.
 A 304 reuses the stored row (body, hash, title) with status 304; each row's ``change`` says
 whether the page is new, changed, unchanged (a 304 or the same content hash) or failed.
@@ -14,7 +15,7 @@ import pyarrow as pa
 
 from kpack.contracts import PARQUET_SCHEMAS, content_hash
 from kpack.ingest.fetch import FetchResponse, Validators
-from kpack.ingest.html import main_content
+from kpack.ingest.html import HTML_FORMATS, main_content
 from kpack.packs import Source
 
 CHANGE_KINDS = ("new", "changed", "unchanged", "failed")
@@ -60,7 +61,7 @@ def page_row(
             error = "HTTP 304 Not Modified, but no stored copy to reuse"
         else:
             title_hint, body, fmt = before["title_hint"], before["body"], before["format"]
-    elif body is not None and fmt == "html":
+    elif body is not None and fmt in HTML_FORMATS:
         title_hint, body = main_content(body)
     if body is not None and not body.strip() and error is None:
         error = "no text content found (the page is empty)"

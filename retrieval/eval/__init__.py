@@ -29,9 +29,10 @@ from retrieval.eval.report import (
     summary_frame,
     write_results,
 )
-from retrieval.eval.runner import check_profiles, evaluate, leak_filter
+from retrieval.eval.runner import COMPARED_PROFILES, check_profiles, evaluate, leak_filter
 
 __all__ = [
+    "COMPARED_PROFILES",
     "Question",
     "answer_score",
     "best_threshold",

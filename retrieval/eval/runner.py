@@ -80,6 +80,11 @@ class Judge:
         return int(match.group(1)) if match else None
 
 
+# The profiles an evaluation compares unless told otherwise (`kpack eval --profiles`, the
+# eval_results asset): plain retrieval, the default, and every stage.
+COMPARED_PROFILES = ("baseline", "balanced", "max")
+
+
 def check_profiles(profiles: list[str]) -> list[str]:
     if not profiles:
         raise PackError(

@@ -1,0 +1,328 @@
+"""new, build, list, status, rollback, ui: a pack's life on this machine.
+
+Dagster and the pipelines load inside the commands that run them, so ``kpack --help`` and
+``kpack list`` start without them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+import uuid
+from functools import partial
+from pathlib import Path
+
+from rich.markup import escape
+from rich.table import Table
+
+from cli.output import console, err, print_skipped, report
+from kpack import settings
+from kpack.errors import PackError
+from kpack.packs import (
+    list_packs,
+    new_pack_folder,
+    pack_dir,
+    read_manifest,
+    read_urls_text,
+    time_ago,
+    write_urls,
+)
+
+
+def cmd_new(args: argparse.Namespace) -> int:
+    folder = new_pack_folder(args.name)
+    lines = list(args.url or [])
+    if args.urls_file:
+        lines += read_urls_text(Path(args.urls_file)).splitlines()
+    if not lines:
+        raise PackError("give at least one --url or a --urls-file")
+    sources, problems = write_urls(folder, lines)
+    print_skipped(problems)
+    if not sources:
+        raise PackError("none of the URLs is valid; nothing was created")
+    console.print(
+        f"created {folder / 'urls.txt'} with {len(sources)} URLs; build it with "
+        f"[bold]kpack build {folder.name}[/]"
+    )
+    return 0
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    if args.dry_run:  # pipelines.dry_run: fetches and estimates, sends and publishes nothing
+        from pipelines.dry_run import dry_run
+
+        return report(escape(dry_run(args.name).report()))
+    from dagster import DagsterInstance
+
+    from pipelines.build import BUILD_TAG, build_pack
+    from pipelines.instance import ensure_dagster_home
+    from pipelines.progress import BuildProgress
+
+    ensure_dagster_home()
+    build_id = uuid.uuid4().hex
+    started = time.perf_counter()
+    # Dagster's own console log only with --verbose: by default the progress rows and one
+    # line of cause say what happened, with no stack traces.
+    log_level = args.log_level or ("INFO" if args.verbose else "CRITICAL")
+    instance = DagsterInstance.get()
+    build = partial(
+        build_pack,
+        args.name,
+        instance=instance,
+        build_id=build_id,
+        log_level=log_level,
+        force=args.force,
+    )
+    if args.no_progress:
+        result = build()
+    else:
+        with BuildProgress(instance, (BUILD_TAG, build_id), console, live=console.is_terminal):
+            result = build()
+    elapsed = time.perf_counter() - started
+    manifest = result.manifest
+    if not result.success:
+        kept = f"v{manifest['version']:04d} stays current" if manifest else "nothing is published"
+        err.print(
+            f"[red]build of {escape(args.name)} failed:[/] {escape(result.cause or 'unknown cause')}"
+            f"\n{kept}; details: `kpack build {escape(args.name)} --verbose` or run "
+            f"{result.run_id} in `kpack ui`",
+            highlight=False,
+        )
+        return 1
+    if result.outcome == "unchanged":
+        return report(
+            f"{args.name}: nothing changed since v{manifest['version']:04d}, so nothing was "
+            f"published ({elapsed:.1f}s; `kpack build {args.name} --force` publishes anyway)"
+        )
+    _print_summary(manifest, elapsed)
+    return 0
+
+
+def _print_summary(manifest: dict, elapsed: float) -> None:
+    counts, sources = manifest["counts"], manifest["sources"]
+    table = Table(title=f"{manifest['name']} v{manifest['version']} published", show_edge=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    table.add_row("pages ok / failed", f"{sources['ok']} / {sources['failed']}")
+    if "changes" in manifest:
+        table.add_row("pages new / changed / unchanged / removed", _changes_text(manifest))
+    for key in ("Article", "Section", "Chunk", "Entity", "Fact", "LINKS_TO", "ENTITY_RELATION"):
+        table.add_row(key, str(counts[key]))
+    table.add_row(
+        "embedding", f"{manifest['embedding']['model']} ({manifest['embedding']['dimension']}d)"
+    )
+    table.add_row("extraction", manifest["extraction"]["method"])
+    for stage, seconds in manifest["stage_seconds"].items():
+        table.add_row(f"  {stage} s", f"{seconds}")
+    table.add_row("total s", f"{elapsed:.1f}")
+    console.print(table)
+    _print_failures(sources["failures"])
+    print_skipped(sources["invalid_lines"])
+
+
+def _print_failures(failures: list[dict]) -> None:
+    """The URLs a build could not fetch, one line each on stderr."""
+    for failure in failures:
+        err.print(
+            f"[yellow]failed[/] line {failure['line']}: "
+            + escape(f"{failure['url']}: {failure['error']}")
+        )
+
+
+def _changes_text(manifest: dict) -> str:
+    c = manifest.get("changes")
+    if not c:
+        return "-"
+    return (
+        f"{c['new']} / {c['changed']} / {c['unchanged']} ({c['not_modified']} not modified) "
+        f"/ {c['removed']}"
+    )
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    root = settings.packs_dir()
+    table = Table(show_edge=False)
+    for column in ("pack", "version", "built", "articles", "sections", "chunks", "failed URLs"):
+        # no_wrap: a build time cut to "2026-11-22T07..." tells nothing
+        table.add_column(column, no_wrap=column in ("pack", "version", "built"))
+    for name in list_packs(root):
+        manifest = read_manifest(root / name)
+        if manifest is None:
+            table.add_row(name, "-", "never built", "", "", "", "")
+            continue
+        counts = manifest["counts"]
+        table.add_row(
+            name,
+            f"v{manifest['version']:04d}",
+            f"{manifest['built_at'].replace('T', ' ')} ({time_ago(manifest['built_at'])})",
+            str(counts["Article"]),
+            str(counts["Section"]),
+            str(counts["Chunk"]),
+            str(manifest["sources"]["failed"]),
+        )
+    console.print(table)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import json
+
+    from pipelines.status import pack_status
+
+    status = pack_status(args.name)
+    if args.json:
+        print(json.dumps(status, indent=2, default=str))
+        return 0
+    lines: list[tuple[str, str]] = []
+    if not status["published"]:
+        lines.append(("published", f"never (build it with kpack build {status['pack']})"))
+    else:
+        lines.append(("version", f"v{status['version']:04d}"))
+        previous = status["previous_version"]
+        lines.append(("previous kept version", f"v{previous:04d}" if previous else "none"))
+        if status["rolled_back_from"]:
+            lines.append(("rolled back from", status["rolled_back_from"]))
+        if status["damaged"]:
+            lines.append(("damaged", status["damaged"]))
+        lines.append(("built", f"{status['built_at']} ({status['age']})"))
+        changes = _changes_text({"changes": status["changes"]})
+        lines.append(("pages new / changed / unchanged / removed", changes))
+        lines.append(("failed URLs", str(len(status["failures"]))))
+        extraction = status["extraction"]
+        cost = extraction.get("estimated_cost_usd")
+        lines.append(
+            (
+                "LLM calls / tokens in+out / est. cost",
+                f"{extraction['llm_calls']} / {extraction['llm_input_tokens']}+"
+                f"{extraction['llm_output_tokens']} / "
+                + (f"${cost:.4f}" if cost is not None else "unknown model price"),
+            )
+        )
+        gate = status["gate"]
+        lines.append(("gate threshold", f"{gate['threshold']} ({gate['source']}: {gate['why']})"))
+    if status["unpublished_versions"]:
+        unpublished = ", ".join(status["unpublished_versions"])
+        lines.append(
+            (
+                "unpublished versions",
+                f"{unpublished} (a build was stopped while publishing; "
+                "the next publish removes it)",
+            )
+        )
+    last = status["last_build"]
+    if last:
+        lines.append(("last build", f"{time_ago(last['checked_at'])}: {_last_build_text(last)}"))
+    lines.append(("build running", "yes" if status["build_running"] else "no"))
+    schedule = status["schedule"]
+    if schedule["error"]:
+        lines.append(("schedule", f"invalid: {schedule['error']}"))
+    elif schedule["cron"] and schedule["running"]:
+        lines.append(("schedule", f"{schedule['cron']} UTC, next run {schedule['next']}"))
+    elif schedule["cron"]:
+        lines.append(
+            (
+                "schedule",
+                f"{schedule['cron']} UTC, but pack_refresh_schedule is off: no scheduled "
+                "builds until it is turned on in the Dagster UI (Automation)",
+            )
+        )
+    else:
+        lines.append(("schedule", 'never (schedule is "" in kg_config.json)'))
+    console.print(f"[bold]{escape(status['pack'])}[/]")
+    width = max(len(what) for what, _ in lines)
+    for what, value in lines:  # soft_wrap: a long value is not cut into the next line
+        console.print(f"  {what.ljust(width)}  {escape(value)}", soft_wrap=True, highlight=False)
+    _print_failures(status["failures"])
+    return 0
+
+
+def _last_build_text(last: dict) -> str:
+    """One line for last_build.json; a failed first build has no version to name."""
+    version = last.get("version")
+    label = f"v{version:04d}" if isinstance(version, int) else None
+    if last["outcome"] == "published":
+        detail = f"published {label}"
+    elif last["outcome"] == "unchanged":
+        detail = f"nothing changed since {label}, nothing published"
+    elif last["outcome"] == "failed":
+        kept = f"{label} is still published" if label else "nothing is published yet"
+        cause = last.get("cause") or (
+            f"steps {last.get('failed_steps') or '-'}, checks {last.get('failed_checks') or '-'}"
+        )
+        detail = f"failed ({kept}): {cause}"
+    else:
+        detail = last["outcome"]
+    return f"{detail} (run {last.get('run_id')})"
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    from kpack.store import PackStore, version_number
+
+    folder = pack_dir(args.name)
+    old, new = PackStore(packs_dir=str(folder.parent)).rollback(folder.name)
+    console.print(
+        f"{folder.name}: rolled back from {old.name} to {new.name}; version "
+        f"{version_number(new)} is now current ({old.name} stays on disk until the next build "
+        "publishes; that build starts from the current sources again)"
+    )
+    return 0
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    from pipelines.instance import ensure_dagster_home
+
+    ensure_dagster_home()
+    command = [
+        sys.executable,
+        "-m",
+        "dagster",
+        "dev",
+        "-w",
+        str(settings.PROJECT_ROOT / "workspace.yaml"),
+        "-h",
+        args.host,
+        "-p",
+        str(args.port),
+    ]
+    return subprocess.call(command, cwd=settings.PROJECT_ROOT, env=os.environ.copy())
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    new = sub.add_parser("new", help="create packs/NAME/urls.txt")
+    new.add_argument("name")
+    new.add_argument("--url", action="append", help="a URL (repeatable)")
+    new.add_argument("--urls-file", help="a file with one URL a line")
+    new.set_defaults(run=cmd_new)
+    build = sub.add_parser("build", help="build (or rebuild) a pack in-process")
+    build.add_argument("name")
+    build.add_argument("--no-progress", action="store_true")
+    build.add_argument("--verbose", action="store_true", help="show Dagster's log and stack traces")
+    build.add_argument(
+        "--log-level", help="Dagster log level on the console (with --verbose: INFO)"
+    )
+    build.add_argument(
+        "--force", action="store_true", help="publish a new version even if nothing changed"
+    )
+    build.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the sections Claude would extract and the estimated tokens and dollars",
+    )
+    build.set_defaults(run=cmd_build)
+    sub.add_parser("list", help="packs and their manifest figures").set_defaults(run=cmd_list)
+    status = sub.add_parser(
+        "status", help="freshness, last build, what changed, failures, schedule of a pack"
+    )
+    status.add_argument("name")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(run=cmd_status)
+    rollback = sub.add_parser("rollback", help="make the previous kept version current again")
+    rollback.add_argument("name")
+    rollback.set_defaults(run=cmd_rollback)
+    ui = sub.add_parser("ui", help="start the Dagster UI (dagster dev)")
+    ui.add_argument("--host", default="127.0.0.1", help="interface to bind (0.0.0.0: all)")
+    ui.add_argument("--port", type=int, default=3000)
+    ui.set_defaults(run=cmd_ui)

@@ -1,0 +1,77 @@
+"""Where an install, validate or pull writes before anything is published, and its cleanup.
+
+Everything such an operation writes first (a download, the unpacked members of an archive, a
+new pack being assembled) lives in a folder of its own under ``<packs>/.kpack-staging``
+(hidden: never listed as a pack), removed when the operation ends, however it ends. A killed
+operation cannot remove its folder, so each operation first removes the folders of those no
+longer running: while it runs, an operation holds a shared flock on
+``.kpack-staging/.lock``, and the cleanup needs the exclusive one, which the kernel hands over
+only when no operation holds the lock (the lock of a killed process is released with it).
+
+A version installed over an existing pack is staged in the pack's own ``.versions`` folder
+instead, as a build stages it, and removed the way a killed build's staging is (see
+kpack.archive.install).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from kpack.errors import PackError, disk_errors
+
+STAGING_FOLDER = ".kpack-staging"
+LOCK_FILE = ".lock"
+# Kept free beyond what an archive unpacks to: the manifest and skill.md written afterwards,
+# and what other writers of that disk need meanwhile.
+SPACE_MARGIN_BYTES = 16 << 20
+
+
+@contextmanager
+def staging_area(packs_root: Path) -> Iterator[Path]:
+    """A new empty folder under ``packs_root/.kpack-staging``, removed when the block ends."""
+    base = Path(packs_root) / STAGING_FOLDER
+    with disk_errors(f"cannot write to {base}"):
+        base.mkdir(parents=True, exist_ok=True)
+        lock = open(base / LOCK_FILE, "a")  # noqa: SIM115 (closed below, which releases it)
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass  # another operation runs: the folders left are not all a killed one's
+        else:
+            for leftover in base.iterdir():
+                if leftover.name != LOCK_FILE:
+                    _remove(leftover)
+        # Turns the exclusive lock into a shared one, or waits for a cleanup to finish.
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        folder = base / uuid.uuid4().hex
+        with disk_errors(f"cannot write to {base}"):
+            folder.mkdir()
+        try:
+            yield folder
+        finally:
+            _remove(folder)
+    finally:
+        lock.close()
+
+
+def check_space(folder: Path, needed: int, what: str) -> None:
+    """Refuse before writing ``needed`` bytes into ``folder`` when its disk has not the room."""
+    free = shutil.disk_usage(folder).free
+    if needed + SPACE_MARGIN_BYTES > free:
+        raise PackError(
+            f"{what} unpacks to {needed:,} bytes, but the disk of {folder} has {free:,} free "
+            f"(and {SPACE_MARGIN_BYTES >> 20} MiB are kept free): free some space and try again"
+        )
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)

@@ -1,0 +1,51 @@
+"""Which passage mentions which entity: the MENTIONS edges of the entity-passage graph.
+
+Extraction (kpack.ingest.extraction) names the entities of each section; the graph joins
+entities to passages (chunks), so the build works out which chunks of a section spell each
+name. Queries read these edges from the pack database and walk them (kpack.graph).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from kpack.text import name_words
+
+
+def chunk_mentions(chunks: pa.Table, entity_mentions: pa.Table) -> pa.Table:
+    """(chunk_id, entity_id): the chunks of a section that mention each of its entities.
+
+    Extraction names a section's entities; a chunk mentions one when its words contain the
+    entity's normalised name. An entity that no chunk spells out (a name an LLM paraphrased)
+    is mentioned by every chunk of its section, so no mention is lost.
+    """
+    by_section: dict[str, list[tuple[str, str]]] = {}
+    for chunk, section, text in zip(
+        chunks["chunk_id"].to_pylist(),
+        chunks["section_id"].to_pylist(),
+        chunks["content"].to_pylist(),
+        strict=True,
+    ):
+        by_section.setdefault(section, []).append((chunk, text))
+    keys: dict[str, list[str]] = {}
+    for section, entity in zip(
+        entity_mentions["section_id"].to_pylist(),
+        entity_mentions["entity_id"].to_pylist(),
+        strict=True,
+    ):
+        keys.setdefault(section, []).append(entity)
+    rows: list[tuple[str, str]] = []
+    for section, entities in keys.items():
+        parts = by_section.get(section, [])
+        if len(parts) == 1:
+            rows += [(parts[0][0], entity) for entity in entities]
+            continue
+        spelled = [(chunk, f" {' '.join(name_words(text))} ") for chunk, text in parts]
+        for entity in entities:
+            named = [chunk for chunk, words in spelled if f" {entity} " in words]
+            rows += [(chunk, entity) for chunk in named or [chunk for chunk, _ in parts]]
+    rows.sort()
+    return pa.table(
+        {"chunk_id": [c for c, _ in rows], "entity_id": [e for _, e in rows]},
+        schema=pa.schema([("chunk_id", pa.string()), ("entity_id", pa.string())]),
+    )
