@@ -34,6 +34,7 @@ question's top 5 per retriever) in bench/out/multihop_bench.json.
     .venv/bin/python bench/multihop_bench.py --profiles baseline,balanced,graph --keep-pack
     .venv/bin/python bench/multihop_bench.py --rebuild                # cold build, then evaluate
     .venv/bin/python bench/multihop_bench.py --workdir /tmp/mh --skip-profiles
+    .venv/bin/python bench/multihop_bench.py --skip-peers --pack WS/int8/packs/hotpotqa_100
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ PACK_CONFIG = {"extraction": "offline", "embedding_model": "default"}
 RENDER_VERSION = 1
 # A pack built by other build code may hold other tables: it is rebuilt unless --keep-pack.
 BUILD_CODE = ("kpack", "assets", "resources", "pipelines")
+MANIFEST_KEYS = ("version", "sources", "counts", "embedding", "extraction", "stage_seconds")
 DEPTH = 20  # results asked of every retriever; recall needs the top 5 distinct passages
 KS = (2, 5)
 RRF_K = 60
@@ -238,14 +240,27 @@ def build_pack(
         "git_head": git_head(),
         "cpu_count": os.cpu_count(),
         "pack_dir": str(pack_dir),
-        "manifest": {
-            key: manifest.get(key)
-            for key in ("version", "sources", "counts", "embedding", "extraction", "stage_seconds")
-        },
+        "manifest": {key: manifest.get(key) for key in MANIFEST_KEYS},
     }
     record_file.write_text(json.dumps(record, indent=2) + "\n")
     print(f"built in {record['build_s']} s", flush=True)
     return {**record, "reused": False}
+
+
+def given_pack(pack_dir: Path) -> dict:
+    """A pack built elsewhere from the same rendered pages (bench/embed_bench.py keeps one per
+    precision in WS/<precision>/packs/hotpotqa_100), evaluated as it is; its build is not
+    timed here. Pages are matched by file name, so the port it was served on does not matter."""
+    manifest_file = pack_dir / "manifest.json"
+    if not manifest_file.is_file():
+        sys.exit(f"{pack_dir}: no published pack there (no manifest.json)")
+    manifest = json.loads(manifest_file.read_text())
+    return {
+        "given": True,
+        "pack_dir": str(pack_dir),
+        "cpu_count": os.cpu_count(),
+        "manifest": {key: manifest.get(key) for key in MANIFEST_KEYS},
+    }
 
 
 # --- Retrievers ----------------------------------------------------------------------------
@@ -389,12 +404,18 @@ def render(report: dict) -> str:
         lines.append(f"| {name} | {cells} |")
     links = report["links"]
     stages = pack.get("stage_seconds") or {}
-    lines += [
-        "",
-        f"Build: {build['build_s']} s for `kpack build` (process, spawn to exit"
+    embedding = pack.get("embedding") or {}
+    built = (
+        f"Evaluated {build['pack_dir']} (built elsewhere, {embedding.get('precision')} vectors)."
+        if build.get("given")
+        else f"Build: {build['build_s']} s for `kpack build` (process, spawn to exit"
         f"{'; the build of ' + build['built_at'] + ', reused' if build['reused'] else ''}; "
         f"embed stage {stages.get('embeddings')} s) on {build['cpu_count']} CPUs, "
-        f"offline extraction, {(pack.get('embedding') or {}).get('model')}.",
+        f"offline extraction, {embedding.get('model')}, {embedding.get('precision')} vectors."
+    )
+    lines += [
+        "",
+        built,
         "Pack: "
         + ", ".join(
             f"{counts[k]} {k}"
@@ -438,6 +459,11 @@ def main() -> None:
         default="fp32",
         help="the pack's embedding_precision (default fp32)",
     )
+    parser.add_argument(
+        "--pack",
+        type=Path,
+        help="evaluate this pack, built elsewhere from the same pages, instead of building one",
+    )
     parser.add_argument("--skip-peers", action="store_true")
     parser.add_argument("--skip-profiles", action="store_true")
     args = parser.parse_args()
@@ -452,8 +478,13 @@ def main() -> None:
 
     corpus_dir = workdir / "pages"
     rendered = render_hotpotqa(corpus_file, corpus_dir)
-    config = {**PACK_CONFIG, "embedding_precision": args.embedding_precision}
-    build = build_pack(workdir, corpus_dir, rendered["pages"], args.rebuild, args.keep_pack, config)
+    if args.pack is not None:
+        build = given_pack(args.pack.resolve())
+    else:
+        config = {**PACK_CONFIG, "embedding_precision": args.embedding_precision}
+        build = build_pack(
+            workdir, corpus_dir, rendered["pages"], args.rebuild, args.keep_pack, config
+        )
 
     retrievers: dict[str, Retriever] = {}
     if not args.skip_peers:
