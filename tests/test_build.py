@@ -215,16 +215,16 @@ def test_claude_errors_fall_back_to_offline_extraction(workspace, site, monkeypa
 def test_the_manifest_records_how_the_vectors_were_made(
     built, workspace, site_fetcher, monkeypatch
 ):
-    """Device, precision and throughput in the manifest; on a machine without a GPU the
-    default is int8, and its pack answers with fp32 question vectors; fp32 vectors are cached
-    apart from int8 ones; a device that cannot be had fails the build."""
+    """Device, precision and throughput in the manifest; the default is fp32, and on a machine
+    without a GPU "auto" means int8, whose pack answers with fp32 question vectors; int8
+    vectors are cached apart from fp32 ones; a device that cannot be had fails the build."""
     folder, first = built
     texts = first.manifest["embedding"]["texts"]
-    assert first.manifest["config"]["embedding_precision"] == "auto"
+    assert first.manifest["config"]["embedding_precision"] == "fp32"
     assert first.manifest["embedding"] == {
         **first.manifest["embedding"],
-        "precision": "int8",
-        "encoder": "onnxruntime",
+        "precision": "fp32",
+        "encoder": "sentence-transformers",
         "device": "cpu",
         "embedded_this_build": texts,
     }
@@ -234,14 +234,14 @@ def test_the_manifest_records_how_the_vectors_were_made(
     config = folder / "kg_config.json"
     settings = json.loads(config.read_text())
 
-    config.write_text(json.dumps({**settings, "embedding_precision": "fp32"}))
-    fp32 = build(workspace, "widgets", fetcher=site_fetcher)
-    assert fp32.published, fp32.cause
-    embedding = fp32.manifest["embedding"]
-    # No int8 vector is reused for an fp32 pack: every text was embedded again.
+    config.write_text(json.dumps({**settings, "embedding_precision": "auto"}))
+    int8 = build(workspace, "widgets", fetcher=site_fetcher)
+    assert int8.published, int8.cause
+    embedding = int8.manifest["embedding"]
+    # No fp32 vector is reused for an int8 pack: every text was embedded again.
     assert (embedding["precision"], embedding["encoder"], embedding["device"]) == (
-        "fp32",
-        "sentence-transformers",
+        "int8",
+        "onnxruntime",
         "cpu",
     )
     assert embedding["embedded_this_build"] == texts and embedding["texts_per_second"] > 0
@@ -252,7 +252,7 @@ def test_the_manifest_records_how_the_vectors_were_made(
     config.write_text(json.dumps(settings))
     again = build(workspace, "widgets", fetcher=site_fetcher)
     assert again.published and again.manifest["embedding"]["embedded_this_build"] == 0
-    assert again.manifest["embedding"]["precision"] == "int8"
+    assert again.manifest["embedding"]["precision"] == "fp32"
     assert again.manifest["embedding"]["device"] is None  # nothing was embedded
     assert again.manifest["embedding"]["texts_per_second"] is None
 

@@ -94,7 +94,7 @@ def test_without_a_gpu_the_cpu_embeds_and_a_requested_gpu_is_refused(monkeypatch
         embedding_device()
 
 
-def test_the_default_precision_is_int8_on_the_cpu(monkeypatch):
+def test_auto_precision_is_int8_on_the_cpu(monkeypatch):
     # The torch build is told from its version, without importing it: a CPU-only one can
     # never see a GPU.
     assert torch_is_cpu_only() == (torch.version.cuda is None and not torch.backends.mps.is_built())
