@@ -226,7 +226,8 @@ class PackConfig(_Settings):
         "fp32",
         description="fp32: sentence-transformers, on a GPU when there is one; int8: the "
         "model's int8 export through onnxruntime on the CPU (vectors at cosine ~0.993 of fp32; "
-        "exported once per machine, see docs/building-packs.md); auto: int8 when the build "
+        "exported once per machine; not the default until measured side by side, see "
+        "docs/building-packs.md); auto: int8 when the build "
         "embeds on the CPU, fp32 on a GPU",
     )
     extraction: Literal["auto", "claude", "offline"] = Field(
