@@ -1,5 +1,7 @@
 """Stage 5, embeddings: one vector per distinct section and chunk text (kpack.ingest.vectors),
-cached by (model, content hash) across builds, so a rebuild embeds only new text.
+cached by (model, precision, content hash) across builds, so a rebuild embeds only new text.
+The model runs on the machine's device in the pack's precision (kpack.embedding); each step
+records the device and its texts per second, and ``embeddings`` gathers them for the manifest.
 
 The texts are embedded in shards (kpack.ingest.shards): ``embeddings_shard_<i>`` embeds the
 texts whose content hash falls in range i, as its own step, so a distributed executor runs the
@@ -16,7 +18,7 @@ from dagster import AssetExecutionContext, AssetIn, AssetsDefinition, Output
 
 from assets.partitions import build_stage
 from kpack.contracts import facts_of
-from kpack.embedding import model_label
+from kpack.embedding import ENCODERS, effective_precision, model_label, vector_namespace
 from kpack.ingest.shards import embed_shard, shard_count, shard_of
 from kpack.ingest.vectors import distinct_texts
 from resources.embedder import EmbedderResource
@@ -30,23 +32,26 @@ SHARD_NAMES = [f"embeddings_shard_{index}" for index in range(SHARDS)]
 
 @dataclass(frozen=True)
 class EmbedStep:
-    """One run of an embedding step: the pack, the embedding model its config names, and when
-    the step started."""
+    """One run of an embedding step: the pack, the embedding model its config names and the
+    precision its config means on this machine, and when the step started."""
 
     pack: str
     model: str
+    precision: str
     started: float
 
     @classmethod
     def begin(cls, context: AssetExecutionContext, pack_store: PackStore) -> "EmbedStep":
         started = time.perf_counter()
         pack = context.partition_key
-        return cls(pack, pack_store.config(pack).embedding_model, started)
+        config = pack_store.config(pack)
+        precision = effective_precision(config.embedding_precision)
+        return cls(pack, config.embedding_model, precision, started)
 
     @property
     def cache_namespace(self) -> str:
-        """Vectors are cached per model, so a changed embedding_model reuses none of them."""
-        return f"embeddings/{model_label(self.model)}"
+        """Vectors are cached per model and precision: a change of either reuses none."""
+        return f"embeddings/{vector_namespace(self.model, self.precision)}"
 
     def duration_s(self) -> float:
         return round(time.perf_counter() - self.started, 3)
@@ -80,8 +85,10 @@ def shard_asset(index: int) -> AssetsDefinition:
         result = embed_shard(
             texts,
             content_cache.load(step.cache_namespace, step.pack, CACHE_COLUMNS),
-            lambda batch: embedder.embed(batch, step.model),
+            lambda batch: embedder.embed(batch, step.model, step.precision),
         )
+        # The device is known once the model is loaded, i.e. when something was embedded.
+        device = embedder.embedder(step.model, step.precision).device if result.embedded else None
         return Output(
             result.table,
             metadata={
@@ -94,6 +101,8 @@ def shard_asset(index: int) -> AssetsDefinition:
                 "texts_per_second": (
                     round(result.embedded / result.seconds, 1) if result.embedded else 0.0
                 ),
+                "precision": step.precision,
+                **({"device": device} if device else {}),
                 "duration_s": step.duration_s(),
             },
         )
@@ -108,7 +117,8 @@ embedding_shards = [shard_asset(index) for index in range(SHARDS)]
     ins={name: AssetIn() for name in SHARD_NAMES},
     group_name="embed",
     compute_kind="sentence-transformers",
-    description="Sentence-transformers vectors of every distinct section and chunk text.",
+    description="Vectors of every distinct section and chunk text (sentence-transformers "
+    "fp32, or its int8 export).",
 )
 def embeddings(
     context: AssetExecutionContext,
@@ -119,6 +129,10 @@ def embeddings(
     step = EmbedStep.begin(context, pack_store)
     gathered = pa.concat_tables([shards[name] for name in SHARD_NAMES])
     embedded = pc.sum(gathered["fresh"]).as_py() or 0
+    shard_facts = [facts_of(shards[name]) for name in SHARD_NAMES]
+    seconds = sum(facts.get("embed_seconds", 0.0) for facts in shard_facts)
+    # Several workers of a distributed executor may have embedded on different devices.
+    devices = sorted({facts["device"] for facts in shard_facts if "device" in facts})
     table = gathered.select(list(CACHE_COLUMNS))
     if embedded:
         # The cache becomes exactly this pack's texts: new vectors in, vanished texts out.
@@ -132,6 +146,12 @@ def embeddings(
             "embedded": embedded,
             "cached": table.num_rows - embedded,
             "shards": SHARDS,
+            "precision": step.precision,
+            "encoder": ENCODERS[step.precision],
+            **({"device": ", ".join(devices)} if devices else {}),
+            # Time in the model (tokenizing included), summed over the shards.
+            "embed_seconds": round(seconds, 3),
+            **({"texts_per_second": round(embedded / seconds, 1)} if embedded and seconds else {}),
             # Its shards' seconds and this merge's, so the stage times of a build add up.
             "duration_s": round(
                 step.duration_s()

@@ -43,7 +43,7 @@ from assets.partitions import (
     pack_check,
 )
 from kpack.changes import page_changes, sources_fingerprint
-from kpack.embedding import model_label
+from kpack.embedding import effective_precision, vector_namespace
 from kpack.errors import PackNotReady
 from kpack.ingest.crawl import CrawlReport, crawl
 from kpack.ingest.pages import CHANGE_KINDS, stored_pages
@@ -114,7 +114,10 @@ def fetched_pages(
         rows,
         pack_config,
         pack_config.extraction_method(claude.available),
-        model_label(pack_config.embedding_model),
+        # The model and the arithmetic its vectors come from: a precision change re-embeds.
+        vector_namespace(
+            pack_config.embedding_model, effective_precision(pack_config.embedding_precision)
+        ),
         BUILD_CODE_VERSION,
     )
     # A missing or damaged previous fetch is written again: the next conditional requests need it.

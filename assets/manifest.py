@@ -33,7 +33,7 @@ from assets.partitions import (
 )
 from kpack.config import PackConfig
 from kpack.contracts import StagedBuild
-from kpack.embedding import model_label
+from kpack.embedding import ENCODERS, model_label
 from kpack.graphdb import graph_counts, opened
 from kpack.ingest.gate_calibration import PROBE_CACHE_COLUMNS, probe_cache_namespace
 from kpack.ingest.gate_calibration import calibrate as calibrate_gate
@@ -106,6 +106,12 @@ def build_manifest(
             "dimension": staged.embedding_dimension,
             "texts": embedded.get("texts", 0),
             "embedded_this_build": embedded.get("embedded", 0),
+            # The arithmetic every vector came from (they are cached per precision), and
+            # where and how fast this build's were computed (None: all came from the cache).
+            "precision": embedded["precision"],
+            "encoder": ENCODERS[embedded["precision"]],
+            "device": embedded.get("device"),
+            "texts_per_second": embedded.get("texts_per_second"),
         },
         "extraction": {
             "method": method,
@@ -148,12 +154,13 @@ def pack_manifest(
     manifest = build_manifest(pack, version, config, counts, pack_graph, context.run_id)
     # The confidence gate's threshold for this version (kpack.ingest.gate_calibration), from
     # the build's vectors.
-    probe_cache = probe_cache_namespace(config.embedding_model)
+    precision = manifest["embedding"]["precision"]  # the probes are embedded as the passages
+    probe_cache = probe_cache_namespace(config.embedding_model, precision)
     gate = calibrate_gate(
         sections,
         chunks,
         embeddings,
-        lambda texts: embedder.embed(texts, config.embedding_model),
+        lambda texts: embedder.embed(texts, config.embedding_model, precision),
         config.embedding_model,
         content_cache.load(probe_cache, pack, PROBE_CACHE_COLUMNS),
     )

@@ -18,6 +18,8 @@
    the question files packs/demo/eval/questions.jsonl and bench/python_docs_questions.jsonl.
 
     .venv/bin/python bench/eval_bench.py --workdir /work/bench-workspace
+    .venv/bin/python bench/eval_bench.py --workdir WS/int8 --skip answers,unanswerable,demo,python \
+        --conditions 'vector (exact scan),balanced profile'
 """
 
 from __future__ import annotations
@@ -64,9 +66,9 @@ DEPTH = 10
 CITATION = re.compile(r"\s*\[Source: [^\]]*\]")
 
 
-def squad_questions() -> tuple[list[Question], list[Question]]:
+def squad_questions(squad_file: Path = DEFAULT_SQUAD) -> tuple[list[Question], list[Question]]:
     answerable, impossible = [], []
-    for article in load_squad(DEFAULT_SQUAD):
+    for article in load_squad(squad_file):
         for paragraph in article["paragraphs"]:
             for qa in paragraph["qas"]:
                 question = Question(
@@ -91,7 +93,10 @@ def ranks_for(search, questions: list[Question]) -> tuple[list[int | None], floa
     return ranks, (time.perf_counter() - started) / max(len(questions), 1) * 1000
 
 
-def retrieval_table(pack_folder: Path, questions: list[Question]) -> dict:
+def retrieval_table(
+    pack_folder: Path, questions: list[Question], only: set[str] | None = None
+) -> dict:
+    """hit@k and MRR per condition (``only``: the conditions named, all when None)."""
     import bm25s
 
     pack = open_pack(pack_folder)
@@ -134,6 +139,8 @@ def retrieval_table(pack_folder: Path, questions: list[Question]) -> dict:
     }
     table = {}
     for name, search in conditions.items():
+        if only is not None and name not in only:
+            continue
         print(f"  {name} ...", flush=True)
         ranks, ms = ranks_for(search, questions)
         table[name] = {
@@ -260,14 +267,21 @@ def main() -> None:
         default=OUT_DIR,
         help=f"folder for eval_bench.json/.md (default {OUT_DIR})",
     )
+    parser.add_argument("--squad", type=Path, default=DEFAULT_SQUAD, help="squad_wiki6.json")
+    parser.add_argument(
+        "--conditions",
+        help="comma list of the squad retrieval conditions to run (default: all), e.g. "
+        "'vector (exact scan),balanced profile'",
+    )
     args = parser.parse_args()
     skip = set(args.skip.split(","))
     packs = args.workdir.resolve() / "packs"
     report: dict = {}
-    answerable, impossible = squad_questions()
+    answerable, impossible = squad_questions(args.squad)
+    only = set(args.conditions.split(",")) if args.conditions else None
     if "squad" not in skip:
         print(f"squad_wiki6 retrieval: {len(answerable)} answerable questions", flush=True)
-        report["squad_retrieval"] = retrieval_table(packs / "squad_wiki6", answerable)
+        report["squad_retrieval"] = retrieval_table(packs / "squad_wiki6", answerable, only)
     if "answers" not in skip:
         print(f"squad_wiki6 offline answers: {len(answerable)} answerable questions", flush=True)
         report["squad_answers"] = answer_table(packs / "squad_wiki6", answerable)

@@ -34,6 +34,7 @@ question's top 5 per retriever) in bench/out/multihop_bench.json.
     .venv/bin/python bench/multihop_bench.py --profiles baseline,balanced,graph --keep-pack
     .venv/bin/python bench/multihop_bench.py --rebuild                # cold build, then evaluate
     .venv/bin/python bench/multihop_bench.py --workdir /tmp/mh --skip-profiles
+    .venv/bin/python bench/multihop_bench.py --skip-peers --pack WS/int8/packs/hotpotqa_100
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ PACK_CONFIG = {"extraction": "offline", "embedding_model": "default"}
 RENDER_VERSION = 1
 # A pack built by other build code may hold other tables: it is rebuilt unless --keep-pack.
 BUILD_CODE = ("kpack", "assets", "resources", "pipelines")
+MANIFEST_KEYS = ("version", "sources", "counts", "embedding", "extraction", "stage_seconds")
 DEPTH = 20  # results asked of every retriever; recall needs the top 5 distinct passages
 KS = (2, 5)
 RRF_K = 60
@@ -133,9 +135,9 @@ def link_diagnostics(links: dict, questions: list[dict]) -> dict[str, Any]:
 # --- Build ---------------------------------------------------------------------------------
 
 
-def fingerprint(pages: list[Path]) -> str:
+def fingerprint(pages: list[Path], config: dict) -> str:
     """What the pack is built from: the rendered pages and the pack config."""
-    digest = hashlib.sha256(json.dumps([RENDER_VERSION, PACK_CONFIG]).encode())
+    digest = hashlib.sha256(json.dumps([RENDER_VERSION, config]).encode())
     for page in pages:
         digest.update(page.name.encode() + b"\0" + page.read_bytes() + b"\0")
     return digest.hexdigest()
@@ -173,7 +175,12 @@ def git_head() -> str | None:
 
 
 def build_pack(
-    workdir: Path, corpus_dir: Path, pages: list[Path], rebuild: bool, keep_pack: bool
+    workdir: Path,
+    corpus_dir: Path,
+    pages: list[Path],
+    rebuild: bool,
+    keep_pack: bool,
+    config: dict = PACK_CONFIG,
 ) -> dict:
     """The pack built from the served pages, or the earlier build when nothing changed.
 
@@ -182,7 +189,7 @@ def build_pack(
     """
     pack_dir = workdir / "packs" / PACK
     record_file = workdir / "build_record.json"
-    wanted, code = fingerprint(pages), code_fingerprint()
+    wanted, code = fingerprint(pages, config), code_fingerprint()
     if not rebuild and record_file.is_file() and (pack_dir / "manifest.json").is_file():
         record = json.loads(record_file.read_text())
         same_code = record.get("code_fingerprint") == code
@@ -208,7 +215,7 @@ def build_pack(
     log = workdir / "build.log"
     with serve(corpus_dir) as base_url:
         urls = page_urls(base_url, corpus_dir, pages)
-        make_pack(workdir, PACK, urls, PACK_CONFIG)
+        make_pack(workdir, PACK, urls, config)
         print(f"building {PACK}: {len(urls)} pages from {base_url} (log: {log}) ...", flush=True)
         started = time.perf_counter()
         with log.open("w") as out:
@@ -233,14 +240,27 @@ def build_pack(
         "git_head": git_head(),
         "cpu_count": os.cpu_count(),
         "pack_dir": str(pack_dir),
-        "manifest": {
-            key: manifest.get(key)
-            for key in ("version", "sources", "counts", "embedding", "extraction", "stage_seconds")
-        },
+        "manifest": {key: manifest.get(key) for key in MANIFEST_KEYS},
     }
     record_file.write_text(json.dumps(record, indent=2) + "\n")
     print(f"built in {record['build_s']} s", flush=True)
     return {**record, "reused": False}
+
+
+def given_pack(pack_dir: Path) -> dict:
+    """A pack built elsewhere from the same rendered pages (bench/embed_bench.py keeps one per
+    precision in WS/<precision>/packs/hotpotqa_100), evaluated as it is; its build is not
+    timed here. Pages are matched by file name, so the port it was served on does not matter."""
+    manifest_file = pack_dir / "manifest.json"
+    if not manifest_file.is_file():
+        sys.exit(f"{pack_dir}: no published pack there (no manifest.json)")
+    manifest = json.loads(manifest_file.read_text())
+    return {
+        "given": True,
+        "pack_dir": str(pack_dir),
+        "cpu_count": os.cpu_count(),
+        "manifest": {key: manifest.get(key) for key in MANIFEST_KEYS},
+    }
 
 
 # --- Retrievers ----------------------------------------------------------------------------
@@ -384,12 +404,18 @@ def render(report: dict) -> str:
         lines.append(f"| {name} | {cells} |")
     links = report["links"]
     stages = pack.get("stage_seconds") or {}
-    lines += [
-        "",
-        f"Build: {build['build_s']} s for `kpack build` (process, spawn to exit"
+    embedding = pack.get("embedding") or {}
+    built = (
+        f"Evaluated {build['pack_dir']} (built elsewhere, {embedding.get('precision')} vectors)."
+        if build.get("given")
+        else f"Build: {build['build_s']} s for `kpack build` (process, spawn to exit"
         f"{'; the build of ' + build['built_at'] + ', reused' if build['reused'] else ''}; "
         f"embed stage {stages.get('embeddings')} s) on {build['cpu_count']} CPUs, "
-        f"offline extraction, {(pack.get('embedding') or {}).get('model')}.",
+        f"offline extraction, {embedding.get('model')}, {embedding.get('precision')} vectors."
+    )
+    lines += [
+        "",
+        built,
         "Pack: "
         + ", ".join(
             f"{counts[k]} {k}"
@@ -427,6 +453,17 @@ def main() -> None:
         action="store_true",
         help="reuse the built pack even if the build code changed since (pages must match)",
     )
+    parser.add_argument(
+        "--embedding-precision",
+        choices=("fp32", "int8"),
+        default="fp32",
+        help="the pack's embedding_precision (default fp32)",
+    )
+    parser.add_argument(
+        "--pack",
+        type=Path,
+        help="evaluate this pack, built elsewhere from the same pages, instead of building one",
+    )
     parser.add_argument("--skip-peers", action="store_true")
     parser.add_argument("--skip-profiles", action="store_true")
     args = parser.parse_args()
@@ -441,7 +478,13 @@ def main() -> None:
 
     corpus_dir = workdir / "pages"
     rendered = render_hotpotqa(corpus_file, corpus_dir)
-    build = build_pack(workdir, corpus_dir, rendered["pages"], args.rebuild, args.keep_pack)
+    if args.pack is not None:
+        build = given_pack(args.pack.resolve())
+    else:
+        config = {**PACK_CONFIG, "embedding_precision": args.embedding_precision}
+        build = build_pack(
+            workdir, corpus_dir, rendered["pages"], args.rebuild, args.keep_pack, config
+        )
 
     retrievers: dict[str, Retriever] = {}
     if not args.skip_peers:

@@ -79,11 +79,11 @@ def content_settings(config: PackConfig) -> dict:
 
 
 def sources_fingerprint(
-    pages: list[dict], config: PackConfig, extraction: str, embedding_model: str, code: str
+    pages: list[dict], config: PackConfig, extraction: str, vectors: str, code: str
 ) -> str:
     """One hash over what a build starts from: ``pages`` (fetched_pages rows), the content
-    settings, the extraction method (``claude:<model>`` or ``offline``), the embedding model and
-    ``code``, the version of the build code (a package_digest)."""
+    settings, the extraction method (``claude:<model>`` or ``offline``), ``vectors`` (the
+    embedding model and precision, kpack.embedding.vector_namespace) and ``code``, the version of the build code (a package_digest)."""
     parts = {
         "pages": [
             {
@@ -94,7 +94,7 @@ def sources_fingerprint(
         ],
         "settings": content_settings(config),
         "extraction": extraction,
-        "embedding_model": embedding_model,
+        "vectors": vectors,
         "code": code,
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()

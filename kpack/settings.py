@@ -38,3 +38,15 @@ def dagster_home() -> Path:
     home = Path(os.environ.get("DAGSTER_HOME", _beside_packs(".dagster_home"))).resolve()
     home.mkdir(parents=True, exist_ok=True)
     return home
+
+
+def model_cache_dir() -> Path:
+    """Where derived models (the int8 export of an embedding model, kpack.quantized) are kept
+    per machine: KPACK_MODEL_CACHE, else kpack/models under the user's cache folder
+    ($XDG_CACHE_HOME, else ~/.cache). Local on purpose: a model is exported for the machine
+    that runs it, and KPACK_STORAGE may be an object store."""
+    configured = os.environ.get("KPACK_MODEL_CACHE")
+    if configured:
+        return Path(configured).expanduser().resolve()
+    user_cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(user_cache, "kpack", "models").resolve()

@@ -5,14 +5,21 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 import retrieval
 from kpack.embedding import encode, load_model
+from kpack.errors import PackNotReady
 from kpack.graphdb import opened
 from resources.llm import ClaudeResource
 from resources.pack_store import PackStore
 from tests.conftest import TEST_FETCH, build, write_pack
 from tests.loopback import fake_anthropic_server
+
+
+def torch_sees_a_gpu() -> bool:
+    return torch.cuda.is_available() or torch.backends.mps.is_available()
+
 
 PAGES = ["/docs/index.html", "/docs/guide.html", "/docs/readme.md", "/docs/malformed.html"]
 
@@ -196,3 +203,68 @@ def test_claude_errors_fall_back_to_offline_extraction(workspace, site, monkeypa
     assert result.success
     assert result.manifest["extraction"]["llm_failures"] == len(fake.requests) > 0
     assert result.manifest["counts"]["Entity"] > 0
+
+
+@pytest.mark.skipif(torch_sees_a_gpu(), reason="the build would embed on this machine's GPU")
+def test_the_manifest_records_how_the_vectors_were_made(
+    built, workspace, site_fetcher, monkeypatch
+):
+    """Device, precision and throughput in the manifest; the default is fp32, and on a machine
+    without a GPU "auto" means int8, whose pack answers with fp32 question vectors; int8
+    vectors are cached apart from fp32 ones; a device that cannot be had fails the build."""
+    folder, first = built
+    texts = first.manifest["embedding"]["texts"]
+    assert first.manifest["config"]["embedding_precision"] == "fp32"
+    assert first.manifest["embedding"] == {
+        **first.manifest["embedding"],
+        "precision": "fp32",
+        "encoder": "sentence-transformers",
+        "device": "cpu",
+        "embedded_this_build": texts,
+    }
+    assert first.manifest["embedding"]["texts_per_second"] > 0
+    hits = retrieval.search(folder, "Which variable sets where the sprocket cache lives?", k=3)
+    assert "WIDGET_HOME" in hits[0]["text"]
+    config = folder / "kg_config.json"
+    settings = json.loads(config.read_text())
+
+    config.write_text(json.dumps({**settings, "embedding_precision": "auto"}))
+    int8 = build(workspace, "widgets", fetcher=site_fetcher)
+    assert int8.published, int8.cause
+    embedding = int8.manifest["embedding"]
+    # No fp32 vector is reused for an int8 pack: every text was embedded again.
+    assert (embedding["precision"], embedding["encoder"], embedding["device"]) == (
+        "int8",
+        "onnxruntime",
+        "cpu",
+    )
+    assert embedding["embedded_this_build"] == texts and embedding["texts_per_second"] > 0
+    hits = retrieval.search(folder, "Which variable sets where the sprocket cache lives?", k=3)
+    assert "WIDGET_HOME" in hits[0]["text"]
+
+    # Back to the default: its cached vectors are all still there, so no model runs.
+    config.write_text(json.dumps(settings))
+    again = build(workspace, "widgets", fetcher=site_fetcher)
+    assert again.published and again.manifest["embedding"]["embedded_this_build"] == 0
+    assert again.manifest["embedding"]["precision"] == "fp32"
+    assert again.manifest["embedding"]["device"] is None  # nothing was embedded
+    assert again.manifest["embedding"]["texts_per_second"] is None
+
+    # A device that cannot be had fails the build with its reason; the pack stays as it was.
+    monkeypatch.setenv("KPACK_EMBED_DEVICE", "cuda:7")
+    # Shorter chunks: new texts to embed.
+    config.write_text(json.dumps({**settings, "chunk_tokens": 30, "chunk_overlap_tokens": 5}))
+    failed = build(workspace, "widgets", fetcher=site_fetcher)
+    assert not failed.success and "KPACK_EMBED_DEVICE=cuda:7" in (failed.cause or "")
+    assert json.loads((folder / "manifest.json").read_text())["version"] == 3
+
+
+def test_a_reader_refuses_a_precision_it_does_not_know(built):
+    folder, _ = built
+    manifest_path = folder / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["config"]["embedding_precision"] = "int4"
+    manifest_path.write_text(json.dumps(manifest))
+    retrieval.close_all()
+    with pytest.raises(PackNotReady, match=r"records settings this kpack cannot read .*rebuild"):
+        retrieval.search(folder, "Which variable sets where the sprocket cache lives?", k=3)

@@ -24,9 +24,9 @@ EMBEDDED: list[int] = []  # texts per embed() call of CountingEmbedder
 
 
 class CountingEmbedder(EmbedderResource):
-    def embed(self, texts, name=None):
+    def embed(self, texts, name=None, precision="fp32"):
         EMBEDDED.append(len(texts))
-        return super().embed(texts, name)
+        return super().embed(texts, name, precision)
 
 
 def probes_embedded(result) -> int:

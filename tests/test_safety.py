@@ -48,7 +48,7 @@ def stop_here():
     time.sleep(600)
 
 class StuckEmbedder(EmbedderResource):
-    def embed(self, texts, name=None):
+    def embed(self, texts, name=None, precision="fp32"):
         stop_here()
 
 class StuckStore(PackStore):

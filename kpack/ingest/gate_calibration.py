@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from kpack.contracts import content_hash
-from kpack.embedding import model_label
+from kpack.embedding import model_label, vector_namespace
 from kpack.gate import model_threshold
 from kpack.ingest.shards import embed_shard
 from kpack.text import prose_lines, split_sentences
@@ -285,9 +285,9 @@ def choose_threshold(inside: np.ndarray, outside: np.ndarray) -> tuple[float, st
 PROBE_CACHE_COLUMNS = ("content_hash", "embedding")
 
 
-def probe_cache_namespace(model: str) -> str:
+def probe_cache_namespace(model: str, precision: str) -> str:
     """The content cache (resources.storage) keeping the probes' vectors between builds."""
-    return f"gate_probes/{model_label(model)}"
+    return f"gate_probes/{vector_namespace(model, precision)}"
 
 
 @dataclass

@@ -1,0 +1,370 @@
+"""The int8 embedding path: a sentence-transformers model exported to ONNX by this project's
+code, its weights quantized to int8, and run by onnxruntime on the CPU.
+
+Export (once per model and machine): ``torch.onnx.export`` of the sentence-transformers model
+itself, its Transformer, Pooling and (where it has one) Normalize modules followed by the unit
+length ``encode(normalize_embeddings=True)`` gives, so pooling and normalisation are
+sentence-transformers' own arithmetic. The fp32 export must reproduce sentence-transformers
+(cosine >= FP32_AGREEMENT on PROBE_TEXTS) before it is quantized with onnxruntime's dynamic
+quantization: int8 weights per output channel, in a 7-bit range (reduce_range), because CPUs
+without VNNI (AVX2) add u8 x s8 products in 16 bits, which saturate at the full range; the
+activations are quantized per batch at run time. The tokenizer is the model's own (its fast
+tokenizer's tokenizer.json), truncating at the model's max_seq_length.
+
+The export is kept under kpack.settings.model_cache_dir(), in a folder named by the model, its
+weights file (size and modification time) and the versions of torch, transformers,
+sentence-transformers, onnx and onnxruntime, so an upgrade exports again. An exclusive lock on
+that folder's lock file is held while exporting: parallel shards of one build wait for one
+export instead of racing.
+
+Texts are tokenized first and batched by token count, so a batch pads little (INT8_BATCH: on
+the CPU, small batches of similar length ran fastest).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from kpack.embedding import (
+    DEVICE_VARIABLE,
+    load_model,
+    model_label,
+    requested_device,
+    resolve_model_path,
+)
+from kpack.errors import PackError
+from kpack.settings import model_cache_dir
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    import onnxruntime
+
+# Bump when the export changes (graph, quantization settings), so old exports are not reused.
+EXPORT_RECIPE = 1
+EXPORT_PACKAGES = ("torch", "transformers", "sentence-transformers", "onnx", "onnxruntime")
+MODEL_FILE = "model.int8.onnx"
+TOKENIZER_FILE = "tokenizer.json"
+RECORD_FILE = "export.json"
+# onnxruntime's advice to run its pre-processing (shape inference for static quantization's
+# calibration), logged on every dynamic quantization; nothing here to act on.
+QUANTIZE_ADVICE = "Please consider to run pre-processing before quantization"
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+INT8_BATCH = 16
+FP32_AGREEMENT = 0.9999  # least cosine of the fp32 export with sentence-transformers
+INT8_AGREEMENT = 0.98  # least mean cosine of int8 with fp32: below it, not the same model
+PROBE_TEXTS = (
+    "How do I configure the cache directory?",
+    "The quick brown fox jumps over the lazy dog.",
+    "Knowledge packs turn a list of URLs into a graph of articles, sections and chunks, "
+    "with vectors for search and PageRank for authority.",
+    # Longer than any max_seq_length: the truncation is checked too.
+    " ".join(["A paragraph of documentation that goes on about parsers and exceptions."] * 60),
+)
+
+
+def export_key(name: str) -> str:
+    """The cache folder name of a model's export: what it depends on, hashed."""
+    path = Path(resolve_model_path(name))
+    weights = sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin"))
+    parts = {
+        "model": model_label(name),
+        "path": str(path),
+        "weights": [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in weights],
+        "versions": {package: version(package) for package in EXPORT_PACKAGES},
+        "recipe": EXPORT_RECIPE,
+    }
+    digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+    readable = "".join(c if c.isalnum() or c in "-_." else "_" for c in model_label(name))
+    return f"{readable[-60:]}-{digest}"
+
+
+@contextmanager
+def _exclusive(lock_path: Path) -> Iterator[None]:
+    """An exclusive flock on ``lock_path``, waited for: one exporter per model per machine."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def ensure_export(name: str) -> tuple[Path, bool]:
+    """The folder of the model's int8 export, exported first if this machine has none; and
+    whether this call exported it."""
+    root = model_cache_dir()
+    folder = root / export_key(name)
+    if (folder / RECORD_FILE).is_file():
+        return folder, False
+    with _exclusive(root / f"{folder.name}.lock"):
+        if (folder / RECORD_FILE).is_file():  # another process exported it while we waited
+            return folder, False
+        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=root))
+        try:
+            _export(name, staging)
+            shutil.rmtree(
+                folder, ignore_errors=True
+            )  # a folder left without its record (edited by hand)
+            os.replace(staging, folder)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return folder, True
+
+
+def _sentence_embedding(model: Any) -> Any:
+    """The module exported: sentence-transformers' forward, then unit length."""
+    import torch
+
+    class SentenceEmbedding(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(
+            self,
+            input_ids: torch.Tensor,
+            attention_mask: torch.Tensor,
+            token_type_ids: torch.Tensor,
+        ) -> torch.Tensor:
+            features = {
+                "input_ids": input_ids,
+                "attention_mask": attention_mask,
+                "token_type_ids": token_type_ids,
+            }
+            embedding = self.model(features)["sentence_embedding"]
+            return torch.nn.functional.normalize(embedding, p=2, dim=1)
+
+    return SentenceEmbedding().eval()
+
+
+def _export(name: str, folder: Path) -> None:
+    """Export, fuse, check, quantize and record the model into ``folder``."""
+    import torch
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.transformers.optimizer import optimize_model
+    from sentence_transformers import SentenceTransformer
+
+    from kpack.embedding import encode
+
+    model = load_model(name, "cpu")  # the build's fp32 model: the reference
+    tokenizer = model.tokenizer
+    if not getattr(tokenizer, "is_fast", False):
+        raise PackError(
+            f"embedding_precision int8 needs a model with a fast tokenizer; "
+            f"{model_label(name)} has none: use embedding_precision fp32"
+        )
+    tokenizer.backend_tokenizer.save(str(folder / TOKENIZER_FILE))
+    record = {
+        "model": model_label(name),
+        "max_seq_length": int(model.max_seq_length),
+        "pad_token_id": int(tokenizer.pad_token_id or 0),
+        "dimension": int(model.get_embedding_dimension()),
+        "versions": {package: version(package) for package in EXPORT_PACKAGES},
+        "recipe": EXPORT_RECIPE,
+    }
+    sample = _Batches(_load_tokenizer(folder, record), record["pad_token_id"])
+    example = sample.arrays(sample.tokenize(list(PROBE_TEXTS[:2])))
+    # The same weights with the attention written out as matrix products (not torch's fused
+    # scaled_dot_product_attention), which onnxruntime's optimizer recognises and fuses.
+    eager = SentenceTransformer(
+        resolve_model_path(name), device="cpu", model_kwargs={"attn_implementation": "eager"}
+    )
+    exported, fused = folder / "exported.onnx", folder / "fused.onnx"
+    with torch.inference_mode(), warnings.catch_warnings():
+        # The tracer's warnings are about Python control flow on shapes, which the dynamic
+        # axes below cover; the export is checked against sentence-transformers instead.
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            _sentence_embedding(eager),
+            tuple(torch.from_numpy(example[n]) for n in INPUTS),
+            str(exported),
+            dynamo=False,
+            input_names=list(INPUTS),
+            output_names=["sentence_embedding"],
+            dynamic_axes={
+                **{n: {0: "batch", 1: "tokens"} for n in INPUTS},
+                "sentence_embedding": {0: "batch"},
+            },
+            opset_version=17,
+        )
+    # Fused attention, embedding and layer norms, GELU: the quantizer then turns each
+    # attention into one QAttention.
+    config = eager[0].auto_model.config
+    optimize_model(
+        str(exported),
+        model_type="bert",
+        num_heads=config.num_attention_heads,
+        hidden_size=config.hidden_size,
+    ).save_model_to_file(str(fused))
+    exported.unlink()
+    reference = encode(model, list(PROBE_TEXTS))
+    fp32 = _Session(fused, sample).encode(list(PROBE_TEXTS), INT8_BATCH)
+    agreement = float((fp32 * reference).sum(1).min())
+    if agreement < FP32_AGREEMENT:
+        raise PackError(
+            f"the ONNX export of {model_label(name)} does not reproduce sentence-transformers "
+            f"(cosine {agreement:.4f}); use embedding_precision fp32 for this model"
+        )
+    with _quiet_root_warning(QUANTIZE_ADVICE):
+        quantize_dynamic(
+            fused,
+            folder / MODEL_FILE,
+            per_channel=True,
+            reduce_range=True,
+            weight_type=QuantType.QInt8,
+            # The exporter leaves some intermediate types to shape inference, which cannot
+            # always tell them: they are float.
+            extra_options={"DefaultTensorType": 1},
+        )
+    fused.unlink()
+    int8 = _Session(folder / MODEL_FILE, sample).encode(list(PROBE_TEXTS), INT8_BATCH)
+    record["int8_cosine_to_fp32"] = round(float((int8 * reference).sum(1).mean()), 5)
+    if record["int8_cosine_to_fp32"] < INT8_AGREEMENT:
+        raise PackError(
+            f"the int8 export of {model_label(name)} strays from fp32 (mean cosine "
+            f"{record['int8_cosine_to_fp32']}); use embedding_precision fp32 for this model"
+        )
+    (folder / RECORD_FILE).write_text(json.dumps(record, indent=2) + "\n")
+
+
+@contextmanager
+def _quiet_root_warning(prefix: str) -> Iterator[None]:
+    """Drop the root logger's records that start with ``prefix`` while the block runs."""
+
+    def keep(record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(prefix)
+
+    root = logging.getLogger()
+    root.addFilter(keep)
+    try:
+        yield
+    finally:
+        root.removeFilter(keep)
+
+
+def _load_tokenizer(folder: Path, record: dict) -> Any:
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
+    tokenizer.no_padding()  # batches are padded per batch, after sorting by length
+    tokenizer.enable_truncation(record["max_seq_length"])
+    return tokenizer
+
+
+@dataclass
+class _Batches:
+    """Texts to padded model inputs, batched by token count."""
+
+    tokenizer: Any
+    pad_token_id: int
+
+    def tokenize(self, texts: list[str]) -> list[Any]:
+        return self.tokenizer.encode_batch(texts, add_special_tokens=True)
+
+    def arrays(self, encodings: list[Any]) -> dict[str, np.ndarray]:
+        length = max(len(e.ids) for e in encodings)
+        ids = np.full((len(encodings), length), self.pad_token_id, dtype=np.int64)
+        mask = np.zeros((len(encodings), length), dtype=np.int64)
+        types = np.zeros((len(encodings), length), dtype=np.int64)
+        for row, encoding in enumerate(encodings):
+            size = len(encoding.ids)
+            ids[row, :size] = encoding.ids
+            mask[row, :size] = 1
+            types[row, :size] = encoding.type_ids
+        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+
+
+class _Session:
+    """An onnxruntime session of an exported model on the CPU's cores."""
+
+    def __init__(self, path: Path, batches: _Batches) -> None:
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        # Every core this process may run on (a container's share, not the host's count).
+        options.intra_op_num_threads = len(os.sched_getaffinity(0))
+        options.log_severity_level = 3  # errors only: no optimizer notes on stderr
+        self.session: onnxruntime.InferenceSession = onnxruntime.InferenceSession(
+            str(path), options, providers=["CPUExecutionProvider"]
+        )
+        self.inputs = [i.name for i in self.session.get_inputs()]
+        self.batches = batches
+        self.dimension = int(self.session.get_outputs()[0].shape[-1])
+
+    def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
+        vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        encodings = self.batches.tokenize(texts)
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            arrays = self.batches.arrays([encodings[i] for i in rows])
+            feed = {name: arrays[name] for name in self.inputs}
+            vectors[rows] = self.session.run(None, feed)[0]
+        return vectors
+
+
+_load_lock = threading.Lock()
+
+
+def _open_export(folder: Path) -> _Session:
+    record = json.loads((folder / RECORD_FILE).read_text())
+    batches = _Batches(_load_tokenizer(folder, record), record["pad_token_id"])
+    return _Session(folder / MODEL_FILE, batches)
+
+
+@dataclass
+class QuantizedEmbedder:
+    """int8: the model's int8 export, through onnxruntime on the CPU (see the module doc)."""
+
+    label: str
+    session: _Session
+    exported: bool  # whether loading it exported it (False: this machine's export was reused)
+    device: str = "cpu"
+    batch_size: int = INT8_BATCH
+    precision: str = "int8"
+
+    @classmethod
+    def load(cls, name: str) -> QuantizedEmbedder:
+        requested = requested_device()
+        if requested not in (None, "cpu"):
+            raise PackError(
+                f"embedding_precision int8 runs on the CPU (onnxruntime), but "
+                f"{DEVICE_VARIABLE}={requested} asks for another device: unset "
+                f"{DEVICE_VARIABLE}, or set the pack's embedding_precision to fp32"
+            )
+        with _load_lock:
+            folder, exported = ensure_export(name)
+            try:
+                session = _open_export(folder)
+            except Exception:  # onnxruntime and tokenizers raise bare Exceptions
+                if exported:
+                    raise
+                # A damaged export (a disk error, a file edited by hand) is made again, once.
+                with _exclusive(folder.parent / f"{folder.name}.lock"):
+                    shutil.rmtree(folder, ignore_errors=True)
+                folder, exported = ensure_export(name)
+                session = _open_export(folder)
+        return cls(model_label(name), session, exported)
+
+    def encode(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
+        return self.session.encode(texts, batch_size or self.batch_size)
+
+    def dimension(self) -> int:
+        return self.session.dimension
