@@ -16,12 +16,10 @@ from functools import lru_cache
 import numpy as np
 
 from kpack.text import search_words, stem
-from retrieval.reader import PackReader
 
 # Below this cosine two words are not taken for the same meaning (measured on pairs such as
 # folder/directory 0.63, column/field 0.38, fetch/download 0.27, folder/banana 0.06).
 MIN_CLOSENESS = 0.35
-CACHE_KEY = "word_vectors"
 
 
 class WordVectors:
@@ -62,16 +60,12 @@ class WordVectors:
         }
 
 
-def word_vectors(reader: PackReader) -> WordVectors | None:
-    """The word vectors of the reader's model, made once per reader; None when the model is
-    not held by the numpy encoder."""
-    if CACHE_KEY not in reader.cache:
-        from retrieval.encoder import NumpyBert, encoder_for
+def word_vectors_of(model_name: str) -> WordVectors | None:
+    """The word vectors of a model (a reader holds them as ``reader.word_vectors``); None when
+    the model is not held by the numpy encoder."""
+    from retrieval.encoder import NumpyBert, encoder_for
 
-        encoder = encoder_for(reader.model_name)
-        reader.cache[CACHE_KEY] = (
-            WordVectors(encoder.weights["embeddings.word_embeddings.weight"], encoder.tokenizer)
-            if isinstance(encoder, NumpyBert)
-            else None
-        )
-    return reader.cache[CACHE_KEY]  # type: ignore[return-value]
+    encoder = encoder_for(model_name)
+    if not isinstance(encoder, NumpyBert):
+        return None
+    return WordVectors(encoder.weights["embeddings.word_embeddings.weight"], encoder.tokenizer)

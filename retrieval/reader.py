@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from kpack.config import PackConfig
     from retrieval.bm25 import KeywordIndex
     from retrieval.graph import GraphIndex
+from retrieval.meaning import WordVectors
 
 log = logging.getLogger(__name__)
 
@@ -255,6 +256,7 @@ class PackReader:
         self.articles: Mapping[str, Article] = ix.RowMap(articles, Article)
         self.sections: Mapping[str, SectionInfo] = ix.RowMap(sections, SectionInfo)
         self.section_ids: Sequence[str] = ix.Column(sections["section_id"])
+        self.section_row: Mapping[str, int] = ix.RowOf(ix.SortedKeys(sections["section_id"]))
         self.sections_of: Mapping[str, list[int]] = ix.RowsOf(
             ix.SortedKeys(sections["article_url"], ix.load_array(folder, ix.SECTIONS_BY_ARTICLE))
         )
@@ -324,6 +326,22 @@ class PackReader:
         from retrieval.graph import load_graph_index
 
         return load_graph_index(self)
+
+    @cached_property
+    def word_vectors(self) -> WordVectors | None:
+        """The model's word vectors (retrieval.meaning), for how close an answer sentence's
+        words come to the question's; None when the numpy encoder does not hold the model."""
+        from retrieval.meaning import word_vectors_of
+
+        return word_vectors_of(self.model_name)
+
+    @cached_property
+    def written_identifiers(self) -> frozenset[str]:
+        """The identifiers the version's passages write (retrieval.extractive), collected on
+        first use: where an identifier a question names is looked up."""
+        from retrieval.extractive import written_identifiers
+
+        return written_identifiers(self.chunk_text.values())
 
     @cached_property
     def example_vectors(self) -> np.ndarray:

@@ -26,12 +26,9 @@ from retrieval.extractive import (
     NO_SENTENCE_ANSWER,
     extractive_answer,
     stems,
-    written_identifiers,
 )
 from retrieval.gate import pack_vocabulary
-from retrieval.meaning import word_vectors
 from retrieval.query import ContextSection, Query, stage
-from retrieval.reader import PackReader
 
 NO_CONTEXT_ANSWER = "The pack has no passage that answers this question."
 CONTEXT_WORDS_PER_SECTION = 350
@@ -121,8 +118,8 @@ def synthesize(query: Query) -> None:
             query.text,
             passages,
             pack_vocabulary(query.reader).idf,
-            word_vectors(query.reader),
-            pack_identifiers(query.reader),
+            query.reader.word_vectors,
+            query.reader.written_identifiers,
         )
         return validated(query, answer, passages, embedded=False)
 
@@ -179,13 +176,9 @@ def claude_vectors(
     """What a check of Claude's answer embeds with: the statements (one batch) and the stored
     vector of each context section."""
     reader = query.reader
-    rows = reader.cache.get("section_rows")
-    if rows is None:
-        rows = {sid: row for row, sid in enumerate(reader.section_ids)}
-        reader.cache["section_rows"] = rows
 
     def section_vector(section: ContextSection) -> np.ndarray | None:
-        row = rows.get(section.section_id)  # type: ignore[union-attr]
+        row = reader.section_row.get(section.section_id)
         return reader.section_vectors[row] if row is not None else None
 
     return reader.embed, section_vector
@@ -209,15 +202,6 @@ def validated(query: Query, answer: str, passages: list[ContextSection], embedde
         query.k,
     )
     return kept
-
-
-def pack_identifiers(reader: PackReader) -> frozenset[str]:
-    """The identifiers the version's passages write (retrieval.extractive.written_identifiers),
-    collected once per reader: where an identifier the question names is looked up."""
-    found = reader.cache.get("pack_identifiers")
-    if found is None:
-        found = reader.cache["pack_identifiers"] = written_identifiers(reader.chunk_text.values())
-    return found  # type: ignore[return-value]
 
 
 def answer_passages(query: Query) -> list[ContextSection]:
