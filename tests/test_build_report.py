@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from cli.main import main
+from kpack.packs import read_manifest
 from tests.conftest import TEST_FETCH, write_pack
 
 PAGES = ["/docs/index.html", "/docs/guide.html", "/docs/readme.md"]
@@ -39,8 +40,11 @@ def test_the_summary_times_add_up_and_count_each_page_once(workspace, site, caps
     stages = {what: float(value) for what, value in rows.items() if what.endswith(" s")}
     total = stages.pop("total s")
     assert {"ingest s", "parse s", "embed s", "graph s", "publish s"} <= set(stages)
-    # Loading the embedding model is the embed group's (the shard step), never "other".
-    assert stages["embed s"] > 0.5
+    # The shard steps that embed are the embed group's, never "other": the row holds at least
+    # the embeddings stage's own seconds, which count its shards (the model may already be
+    # loaded in this process, so no fixed minimum).
+    embedded = read_manifest(workspace / "packs" / "widgets")["stage_seconds"]["embeddings"]
+    assert stages["embed s"] >= embedded - 0.01
     assert abs(sum(stages.values()) - total) <= 0.1 * len(stages) + 0.1
     assert rows["pages new / changed / unchanged / removed"] == "3 / 0 / 0 / 0"
 
