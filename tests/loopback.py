@@ -581,3 +581,19 @@ def fake_anthropic_server(
     server.billed = []  # type: ignore[attr-defined]
     server.prompt_cache = set()  # type: ignore[attr-defined]
     return server
+
+
+def wait_until_serving(process, url: str, timeout_s: float) -> None:
+    """Wait for a ``kpack serve`` child to answer /healthz; fail if it exits or never does."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert process.poll() is None, process.communicate()
+        try:
+            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "kpack serve did not start"
+        time.sleep(0.2)

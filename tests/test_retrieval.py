@@ -35,6 +35,8 @@ IN_DOMAIN = "Which environment variable sets where the sprocket cache lives?"
 OUT_OF_DOMAIN = "Who won the football world cup in 1998?"
 PAGES = ["/docs/index.html", "/docs/guide.html", "/docs/readme.md", "/docs/malformed.html"]
 SEED_KEYS = {"answer", "sources", "entities", "facts", "cypher_query", "query_type", "token_usage"}
+# What retrieval.query() adds to the seed's keys.
+RESULT_KEYS = SEED_KEYS | {"citations", "citations_checked", "version", "timings_ms", "trace"}
 EVAL_QUESTIONS = [
     {
         "id": "q1",
@@ -78,13 +80,7 @@ def no_key(monkeypatch):
 
 def test_response_has_the_seed_schema_and_a_trace(pack, no_key):
     result = retrieval.query(pack, IN_DOMAIN)
-    assert set(result) == SEED_KEYS | {
-        "citations",
-        "citations_checked",
-        "version",
-        "timings_ms",
-        "trace",
-    }
+    assert set(result) == RESULT_KEYS
     assert result["query_type"] == "vector_search"
     assert result["token_usage"] == {"input_tokens": 0, "output_tokens": 0, "api_calls": 0}
     assert "User Guide" in result["sources"]
@@ -453,13 +449,7 @@ def test_a_profile_is_a_list_of_stages_and_each_candidate_says_why(pack, no_key)
 def test_results_are_the_seed_dict_and_render_in_a_notebook(pack, no_key):
     result = retrieval.query(pack, IN_DOMAIN)
     assert isinstance(result, QueryResult) and isinstance(result, dict)
-    assert set(result) == SEED_KEYS | {
-        "citations",
-        "citations_checked",
-        "version",
-        "timings_ms",
-        "trace",
-    }
+    assert set(result) == RESULT_KEYS
     assert json.loads(json.dumps(result)) == result
     html = result._repr_html_()
     guide_url = next(c["url"] for c in result["citations"] if c["title"] == "User Guide")

@@ -27,7 +27,7 @@ from kpack.config import PROFILE_NAMES
 from retrieval.query import MAX_SERVED_K
 from serving.http import MAX_BODY_BYTES, create_app
 from tests.conftest import TEST_FETCH, build, write_pack
-from tests.loopback import LoopbackServer, fake_anthropic_server
+from tests.loopback import LoopbackServer, fake_anthropic_server, wait_until_serving
 
 LIVE = "/live/changing/served.html"
 PAGES = ["/docs/index.html", "/docs/guide.html", LIVE]
@@ -452,16 +452,7 @@ def test_kpack_serve_command(root):
     )
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while True:
-            assert process.poll() is None, process.communicate()
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "kpack serve did not start"
-            time.sleep(0.2)
+        wait_until_serving(process, url, 120)
         assert httpx.get(f"{url}/packs").status_code == 401
         response = httpx.post(
             f"{url}/packs/widgets/search",

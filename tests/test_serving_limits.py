@@ -23,6 +23,7 @@ import pytest
 
 from kpack.packs import current_version
 from tests.conftest import TEST_FETCH, build, write_pack
+from tests.loopback import wait_until_serving
 from tests.test_serving_http import PAGES, QUESTION
 
 KPACK = Path(sys.executable).with_name("kpack")
@@ -73,16 +74,7 @@ def server(packs) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert process.poll() is None, process.communicate()
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "kpack serve did not start"
-            time.sleep(0.2)
+        wait_until_serving(process, url, 180)
         yield url
     finally:
         process.send_signal(signal.SIGINT)
