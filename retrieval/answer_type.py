@@ -1,7 +1,8 @@
 """What kind of answer a question asks for, and whether a sentence holds one.
 
 A who / which / when / how-many question is answered by a sentence that holds a name, a
-number or a date the question does not already hold; a documentation how-to ("How do I ...",
+number or a date the question does not already hold, a "which version" question by one that
+holds a version number ("New in version 3.11"); a documentation how-to ("How do I ...",
 "What should I use ...") by one that names an identifier (``DictReader``, ``json.dumps()``,
 ``indent=4``). The offline answer (retrieval.extractive) prefers such a sentence and quotes it
 first; no kind is guessed for other questions ("Why ...", "What is the difference ...").
@@ -12,12 +13,17 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-Kind = Literal["number", "name", "identifier"]
+from retrieval.key_items import NAME, NUMBER, VERSION, identifiers
 
+Kind = Literal["version", "number", "name", "identifier"]
+
+# A version is asked for: "which version", "since which release", "what Python version".
+VERSION_QUESTION = re.compile(r"\b(which|what) (\w+ )?(version|release)\b", re.IGNORECASE)
+# "When" asks for a date where it opens the question or a part of it, not as a conjunction
+# ("Which exception do I get when ...").
 NUMBER_QUESTION = re.compile(
     r"\b(how (many|much|long|old|far|big|large|often)|what (year|percentage|number|age)|"
-    r"which (year|version|release)|when\b|since (which|what) (version|release)|"
-    r"in which (year|version|release)|what (version|release)|starting with which)",
+    r"which year|in which year|(?:^|[.?!,;]\s+|\band\s+)when\b)",
     re.IGNORECASE,
 )
 NAME_QUESTION = re.compile(
@@ -31,26 +37,20 @@ HOWTO_QUESTION = re.compile(
     re.IGNORECASE,
 )
 
-NUMBER = re.compile(r"\b\d+(?:[.,]\d+)*\b")
+# Counts written out ("one" is left out: far more often a pronoun, "the old one", than a count).
 NUMBER_WORDS = frozenset(
     re.findall(
         r"\w+",
-        "one two three four five six seven eight nine ten eleven twelve twenty thirty forty "
+        "two three four five six seven eight nine ten eleven twelve twenty thirty forty "
         "fifty hundred thousand million billion first second third",
     )
-)
-# A name: a capitalised word that does not start the sentence.
-NAME = re.compile(r"(?<=[a-z,;]\s)[A-Z][\w'-]+")
-# An identifier as documentation writes one: a call, a dotted or underscored name, a keyword
-# argument, a CamelCase class or a code span.
-IDENTIFIER = re.compile(
-    r"`[^`\n]+`|\b\w+\(\)|\b[A-Za-z_]\w*\.[A-Za-z_]\w*\b|\b[a-z]+_[a-z_]+\b|\b\w+=\w*"
-    r"|\b[A-Z]+[a-z]+[A-Z]\w*\b"
 )
 
 
 def answer_kind(question: str) -> Kind | None:
     """The kind of answer a question asks for, or None."""
+    if VERSION_QUESTION.search(question):
+        return "version"
     if NUMBER_QUESTION.search(question):
         return "number"
     if NAME_QUESTION.search(question):
@@ -63,9 +63,11 @@ def answer_kind(question: str) -> Kind | None:
 def holds_answer(kind: Kind, sentence: str, question: str) -> bool:
     """True when the sentence holds a new item of the kind: one the question does not hold."""
     asked = question.lower()
+    if kind == "version":
+        return any(v not in asked for v in VERSION.findall(sentence))
     if kind == "number":
         numbers = NUMBER.findall(sentence)
         numbers += [w for w in re.findall(r"[a-z]+", sentence.lower()) if w in NUMBER_WORDS]
         return any(n.lower() not in asked for n in numbers)
-    pattern = NAME if kind == "name" else IDENTIFIER
-    return any(m.strip("`").lower() not in asked for m in pattern.findall(sentence))
+    found = NAME.findall(sentence) if kind == "name" else identifiers(sentence)
+    return any(item.lower() not in asked for item in found)

@@ -28,15 +28,12 @@ from functools import lru_cache
 import numpy as np
 
 from kpack.text import normalize_entity, search_terms, words
+from retrieval.key_items import NAME, NUMBER, identifiers
 from retrieval.query import ContextSection
 
 SUPPORT_THRESHOLD = 0.5
 MARK = " [unsupported]"
 CITATION = re.compile(r"\[Source: ([^\]]+)\]")
-NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?![\w])")
-IDENTIFIER = re.compile(r"`([^`\n]+)`|\b(\w+(?:\.\w+)+)\(?\)?|\b([a-z]+_[a-z_0-9]+)\b|\b(\w+=\w+)")
-# A capitalised word that does not start a sentence (after a lower-case word or a comma).
-NAME = re.compile(r"(?<=[a-z0-9,;)]\s)[A-Z][\w'’-]*")
 
 
 @dataclass
@@ -56,10 +53,7 @@ class StatementCheck:
 def key_items(statement: str) -> list[str]:
     """The numbers, identifiers and names a statement asserts (what its passage must hold)."""
     plain = CITATION.sub("", statement)
-    items = [n for n in NUMBER.findall(plain)]
-    for match in IDENTIFIER.finditer(plain):
-        items.append(next(g for g in match.groups() if g))
-    items += NAME.findall(plain)
+    items = NUMBER.findall(plain) + identifiers(plain) + NAME.findall(plain)
     return list(dict.fromkeys(i.strip() for i in items if i.strip()))
 
 

@@ -6,13 +6,19 @@ the pack says. Which sentences:
 1. Candidates are the units of the passages kept for the answer (the k best), never the whole
    context: a prose sentence, or a lead-in sentence ending in a colon together with the fenced
    code block that follows it ("The simplest example of reading a CSV file:" and its code),
-   quoted as a fenced block so a how-to keeps the code it needs. A lead-in whose code is not
-   in the passage (or is longer than ``MAX_CODE_LINES``) would end in nothing and is skipped.
-   Sentences that only talk about the page ("This page describes ..."), point elsewhere
-   ("... is described in [pack layout](pack-layout.md)"), are navigation (a line of links)
-   or are the tail of a sentence cut at a passage boundary are no answers either; markdown
-   links are quoted as their text. A sentence that adds at most one term to the question's
-   own (it restates the question) answers nothing.
+   quoted as a fenced block so a how-to keeps the code it needs; so is a sentence that ends
+   its paragraph and announces the code after it ("This example gets the main page and
+   displays the first 300 bytes of it."). A lead-in whose code is not in the passage (or is
+   longer than ``MAX_CODE_LINES``) would end in nothing and is skipped. A definition line of
+   API documentation (retrieval.key_items.SIGNATURE: ``json.dumps(obj, *, indent=None,
+   ...)``, ``class csv.DictReader(f, ...)``) is no sentence: the units after it explain it,
+   so each keeps it, counts its words as context and is quoted after it, as code (once per
+   answer), and the name it defines reaches the answer. Sentences that only talk about the
+   page ("This page describes ..."), point elsewhere ("... is described in [pack layout]
+   (pack-layout.md)"), are navigation (a line of links) or are the tail of a sentence cut at
+   a passage boundary are no answers either; markdown links are quoted as their text. A
+   sentence that adds at most one term to the question's own (it restates the question)
+   answers nothing.
 2. Each unit gets two scores on the same 0..1 scale: the cosine similarity of its passage to
    the question (the embedding model's, as the search computed it) and the IDF-weighted share
    of the question's terms it contains (kpack.text's terms; IDF over the pack's passages when
@@ -51,6 +57,12 @@ from functools import lru_cache
 
 from kpack.text import fence_roles, normalize_entity, search_terms, split_sentences, stem, words
 from retrieval.answer_type import answer_kind, holds_answer
+from retrieval.key_items import (
+    QUESTION_IDENTIFIER,
+    QUESTION_NAME,
+    WRITTEN_IDENTIFIER,
+    is_signature,
+)
 from retrieval.meaning import WordVectors
 from retrieval.query import ContextSection
 
@@ -100,14 +112,9 @@ LINK_RESIDUE = re.compile(r"(?<!\])\([\w./-]+\.(md|html?|rst|txt)\)")
 # A list of links: a table of contents, "Next: [x](y)".
 NAVIGATION_LINKS = 3
 
-# A name in a question: a capitalised word inside a sentence of it ("Neo4j", "Windows"), not
-# the first word of one ("What", "How" after a full stop), and not a short abbreviation ("TV",
-# "QB"), which has its spelled-out paraphrase.
-NAME = re.compile(r"(?<![.?!:;]\s)(?<=\s)(?![A-Z]{1,3}s?\b)[A-Z][A-Za-z0-9]*")
-# An identifier in a question: a dotted or underscored name ("requests.get", "wait_for").
-IDENTIFIER = re.compile(r"\b[A-Za-z_]\w+(?:\.\w{2,})+\b|\b\w+_\w+\b")
-# An identifier as a text writes it: a name with dots or underscores, not after a dot.
-WRITTEN_IDENTIFIER = re.compile(r"(?<![\w.])[a-z_]\w*(?:\.[a-z_]\w*)+|\b\w+_\w+\b")
+# A sentence that announces the code after it without a colon ("This example gets the
+# python.org main page ...", "Look at the following example, which ..."): quoted with it.
+ANNOUNCES_CODE = re.compile(r"\b(examples?|following|below|as follows|like this|snippet)\b", re.I)
 # Interactive-session lines left in prose (">>> print(row)"): code, not a sentence.
 PROMPT = ">>>"
 
@@ -119,17 +126,27 @@ class Unit:
     sentence: str  # as quoted: the passage's words, links shown as their text
     code: str | None = None  # the fenced block, fences included
     before: str = ""  # the sentence before it in its paragraph, which it may lean on
+    signature: str = ""  # the definition line it explains ("json.dumps(obj, *, ...)")
 
     @property
     def text(self) -> str:
         return f"{self.sentence}\n{self.code}" if self.code else self.sentence
 
-    def render(self, title: str) -> str:
-        """The unit and its citation; a code block is quoted before the citation, so the
+    @property
+    def subject(self) -> str:
+        """What the unit says and the definition it says it of."""
+        return f"{self.signature}\n{self.text}" if self.signature else self.text
+
+    def render(self, title: str, with_signature: bool = True) -> str:
+        """The unit and its citation, after its definition line as code (unless an earlier
+        unit of the answer showed it); a code block is quoted before the citation, so the
         statement a citation check reads is the lead-in with its code."""
+        sentence = self.sentence
+        if self.signature and with_signature:
+            sentence = f"`{self.signature}`: {sentence}"
         if self.code:
-            return f"{self.sentence}\n\n{self.code}\n[Source: {title}]\n"
-        return f"{self.sentence} [Source: {title}]"
+            return f"{sentence}\n\n{self.code}\n[Source: {title}]\n"
+        return f"{sentence} [Source: {title}]"
 
 
 @dataclass(frozen=True)
@@ -168,8 +185,10 @@ def is_boilerplate(sentence: str) -> bool:
 
 
 def _blocks(text: str) -> list[tuple[str, str]]:
-    """The passage as ("prose", paragraph) and ("code", fenced block) pieces, in order; a code
-    block the passage cuts off (no closing fence) is left out."""
+    """The passage as ("prose", paragraph), ("code", fenced block) and ("signature", definition
+    line) pieces, in order; a code block the passage cuts off (no closing fence) is left out.
+    A definition line of API documentation ends the paragraph before it: it is no sentence
+    ("contextlib.chdir(path)" is not the tail of "New in version 3.5.")."""
     blocks: list[tuple[str, str]] = []
     prose: list[str] = []
     code: list[str] = []
@@ -181,7 +200,10 @@ def _blocks(text: str) -> list[tuple[str, str]]:
 
     for line, role in fence_roles(text.split("\n")):
         if role == "text":
-            if line.strip():
+            if is_signature(line):
+                flush_prose()
+                blocks.append(("signature", line.strip()))
+            elif line.strip():
                 prose.append(line)
             else:
                 flush_prose()
@@ -200,10 +222,14 @@ def _blocks(text: str) -> list[tuple[str, str]]:
 
 @lru_cache(maxsize=16384)
 def units_of(text: str) -> tuple[Unit, ...]:
-    """The units of a passage that could answer (module docstring, point 1)."""
+    """The units of a passage that could answer (module docstring, point 1), each with the
+    definition line it explains: the last one before it in the passage."""
     units: list[Unit] = []
     blocks = _blocks(text)
+    signature = ""
     for index, (kind, body) in enumerate(blocks):
+        if kind == "signature":
+            signature = body
         if kind != "prose":
             continue
         sentences = split_sentences(body)
@@ -215,24 +241,20 @@ def units_of(text: str) -> tuple[Unit, ...]:
             if is_boilerplate(sentence) or PROMPT in sentence:
                 continue
             quoted = MARKDOWN_LINK.sub(r"\1", sentence)
-            if not quoted.rstrip().endswith(":"):
-                units.append(Unit(quoted, before=before))
-                continue
-            introduces_code = (
-                number == len(sentences) - 1
+            code_after = (
+                following[1]
+                if number == len(sentences) - 1
                 and following is not None
                 and following[0] == "code"
                 and following[1].count("\n") - 1 <= MAX_CODE_LINES
+                else None
             )
-            if introduces_code:
-                units.append(Unit(quoted, following[1], before))
-            # else: a lead-in with nothing after it in the passage
+            lead_in = quoted.rstrip().endswith(":")
+            if code_after is not None and (lead_in or ANNOUNCES_CODE.search(quoted)):
+                units.append(Unit(quoted, code_after, before, signature))
+            elif not lead_in:  # a lead-in with nothing after it in the passage is no unit
+                units.append(Unit(quoted, before=before, signature=signature))
     return tuple(units)
-
-
-def sentences_of(text: str) -> tuple[str, ...]:
-    """The quotable text of each unit of a passage (what a citation check compares)."""
-    return tuple(unit.text for unit in units_of(text))
 
 
 @lru_cache(maxsize=16384)
@@ -262,11 +284,11 @@ def missing_names(
     Neo4j is not answered by a passage about Kuzu), so a passage that does not name it does
     not answer the question, however close its words are."""
     mentioned = frozenset().union(*(word_stems(p.text) for p in passages))
-    names = dict.fromkeys(m.group(0) for m in NAME.finditer(question))
+    names = dict.fromkeys(m.group(0) for m in QUESTION_NAME.finditer(question))
     missing = [name for name in names if not word_stems(name) <= mentioned]
     if known is None:
         known = written_identifiers(p.text for p in passages)
-    for identifier in dict.fromkeys(m.group(0) for m in IDENTIFIER.finditer(question)):
+    for identifier in dict.fromkeys(m.group(0) for m in QUESTION_IDENTIFIER.finditer(question)):
         if identifier.lower() not in known:
             missing.append(identifier)
     return missing
@@ -279,10 +301,15 @@ def score_sentences(
     meaning: WordVectors | None = None,
 ) -> list[ScoredSentence]:
     """Every candidate unit of the passages with its scores, best first (module docstring)."""
-    seen: dict[Unit, ContextSection] = {}
+    # A unit of two passages (chunks overlap) is the better one's, unless only the other
+    # holds the definition line it explains.
+    by_text: dict[str, tuple[Unit, ContextSection]] = {}
     for passage in passages:
         for unit in units_of(passage.text):
-            seen.setdefault(unit, passage)  # a unit of two passages: the better one's
+            held = by_text.get(unit.text)
+            if held is None or (unit.signature and not held[0].signature):
+                by_text[unit.text] = (unit, passage)
+    seen = dict(by_text.values())
     wanted = stems(question)
     if not seen or not wanted:
         return []
@@ -299,12 +326,15 @@ def score_sentences(
     kind = answer_kind(question)
     scored = []
     for position, (unit, matched, lead) in enumerate(zip(units, found, led, strict=True)):
-        if len(stems(unit.text) - wanted) <= MIN_NEW_TERMS:
-            continue  # it restates the question
+        if len(stems(unit.text) - wanted) <= MIN_NEW_TERMS and not (
+            kind is not None and holds_answer(kind, unit.text, question)
+        ):
+            continue  # it restates the question (what it asks for is new: "3.6")
+        typed = kind is not None and holds_answer(kind, unit.subject, question)
         coverage = sum(weight[t] * (1.0 if t in lead else 0.5) for t in matched)
-        # The sentence before it says what it is about ("These methods will raise ..."),
-        # its terms at half weight.
-        context = stems(unit.before) & wanted - matched
+        # The sentence before it ("These methods will raise ...") and the definition it
+        # explains say what it is about: their terms at half weight.
+        context = (stems(unit.before) | stems(unit.signature)) & wanted - matched
         coverage += CONTEXT_SHARE * sum(weight[t] for t in context)
         unmatched = wanted - matched - context
         if meaning is not None and unmatched:
@@ -312,7 +342,6 @@ def score_sentences(
             coverage += sum(MEANING_SHARE * weight[t] * c for t, c in closeness.items())
         coverage /= total
         similarity = seen[unit].similarity
-        typed = kind is not None and holds_answer(kind, unit.text, question)
         score = (
             (1 - COVERAGE_WEIGHT) * similarity
             + COVERAGE_WEIGHT * coverage
@@ -328,8 +357,11 @@ def answering_sentences(scored: list[ScoredSentence], parts: int = 1) -> list[Sc
     """The units to quote, at most three: the best, if it answers, and those close to it,
     each followed by the unit after it in its passage when that one answers too; then, for a
     question of several ``parts``, one more unit per further part: the one that holds most of
-    the question's terms not quoted yet; a unit that holds the kind of answer asked for goes
-    first.
+    the question's terms not quoted yet (on a tie, one explaining the same definition as the
+    best unit: "since which version" of ``contextlib.chdir`` is its own "New in version
+    3.11", not the one of the entry before). When none of these holds the kind of answer
+    asked for (a version, a name, an identifier), the best unit that does is added (one of
+    the same definition first); a unit that holds it goes first.
 
     The sentence that matches a question best often restates its situation ("A rebuild in
     which no page changed publishes nothing") and the next one says what to do about it ("To
@@ -354,14 +386,27 @@ def answering_sentences(scored: list[ScoredSentence], parts: int = 1) -> list[Sc
             break
     picked = list(chosen.values())[:EXTRACTIVE_SENTENCES]
     covered = frozenset().union(*(s.matched for s in picked))
+    anchor = picked[0]
     for _ in range(parts - 1):
         fresh = [s for s in scored if s.score >= ANSWER_THRESHOLD and s.matched - covered]
         if not fresh:
             break
-        best = max(fresh, key=lambda s: (len(s.matched - covered), s.score))
+        best = max(
+            fresh, key=lambda s: (len(s.matched - covered), _same_definition(s, anchor), s.score)
+        )
         picked.append(best)
         covered |= best.matched
+    typed = [s for s in scored if s.typed and s.score >= ANSWER_THRESHOLD]
+    if typed and not any(s.typed for s in picked):
+        picked.append(max(typed, key=lambda s: (_same_definition(s, anchor), s.score)))
     return sorted(picked, key=lambda s: not s.typed)
+
+
+def _same_definition(unit: ScoredSentence, anchor: ScoredSentence) -> bool:
+    """True when both units explain the same definition line of the same passage."""
+    return bool(anchor.unit.signature) and (
+        unit.passage is anchor.passage and unit.unit.signature == anchor.unit.signature
+    )
 
 
 # Where a question asks a further thing: a second question mark, or "..., and what/how ...".
@@ -449,5 +494,10 @@ def extractive_answer(
     )
     if not chosen:
         return NO_SENTENCE_ANSWER, []
-    answer = " ".join(s.unit.render(s.passage.title) for s in chosen).strip()
+    shown: set[str] = set()
+    rendered = []
+    for s in chosen:
+        rendered.append(s.unit.render(s.passage.title, s.unit.signature not in shown))
+        shown.add(s.unit.signature)
+    answer = " ".join(rendered).strip()
     return answer, list({id(s.passage): s.passage for s in chosen}.values())
