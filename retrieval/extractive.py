@@ -29,10 +29,13 @@ the pack says. Which sentences:
    measure of meaning, but it costs about 18 ms per sentence on one core (measured: 155 ms
    for a batch of 8, 630 ms for 32), several times the query's latency budget for the few
    dozen sentences of five passages. The answer score is the mean of similarity and coverage,
-   plus ``ANSWER_TYPE_BONUS`` when the unit holds what the question asks for (retrieval.
-   answer_type: a number or date for how many / when / which version, a name for who /
-   which, an identifier for a how-to) that the question does not already hold; those units
-   are quoted first.
+   plus ``ANSWER_TYPE_BONUS`` when the unit (with its definition line) holds what the
+   question asks for (retrieval.answer_type: a version for which version, a number or date
+   for how many / when, a name for who / which, an identifier for a how-to) that the
+   question does not already hold; those units are quoted first, and when none of the
+   chosen ones holds it, the best that does is added (:func:`answering_sentences`). A
+   question that names API names ("time.perf_counter or time.process_time?") is answered
+   from each definition it names as well (:func:`with_named_definitions`).
 3. The answer says plainly that the passages do not answer, instead of quoting weak matches,
    when the question names something (a capitalised name: "Neo4j", "Windows", or an
    identifier: "requests.get") that none of the passages mentions, or when even the best unit
@@ -61,7 +64,10 @@ from retrieval.key_items import (
     QUESTION_IDENTIFIER,
     QUESTION_NAME,
     WRITTEN_IDENTIFIER,
+    defined_name,
+    identifiers,
     is_signature,
+    same_name,
 )
 from retrieval.meaning import WordVectors
 from retrieval.query import ContextSection
@@ -470,6 +476,30 @@ def chain(
     return result[:MAX_CHAINED]
 
 
+def with_named_definitions(
+    chosen: list[ScoredSentence], scored: list[ScoredSentence], question: str
+) -> list[ScoredSentence]:
+    """The chosen units after the best unit of each definition the question names and none
+    of them explains: "should I use time.perf_counter or time.process_time?" is answered by
+    what each of the two definitions says, not by the best two sentences of one of them."""
+    if not chosen:
+        return chosen
+    asked = [name.lower() for name in identifiers(question)]
+    quoted = {defined_name(s.unit.signature) for s in chosen}
+    named: dict[str, ScoredSentence] = {}
+    for s in scored:  # best first
+        name = defined_name(s.unit.signature)
+        if (
+            name
+            and name not in quoted
+            and name not in named
+            and s.score >= ANSWER_THRESHOLD
+            and any(same_name(name, a) for a in asked)
+        ):
+            named[name] = s
+    return [*named.values(), *chosen]
+
+
 def _names(text: str, title: str) -> bool:
     """True when ``text`` names the article ``title`` (its name without a qualifier)."""
     name = normalize_entity(title)
@@ -492,6 +522,7 @@ def extractive_answer(
     chosen = chain(
         answering_sentences(scored, question_parts(question)), scored, passages, question
     )
+    chosen = with_named_definitions(chosen, scored, question)
     if not chosen:
         return NO_SENTENCE_ANSWER, []
     shown: set[str] = set()

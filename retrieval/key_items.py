@@ -41,13 +41,18 @@ WRITTEN_IDENTIFIER = re.compile(r"(?<![\w.])[a-z_]\w*(?:\.[a-z_]\w*)+|\b\w+_\w+\
 # perhaps a kind before it and a return type after it ("class csv.DictReader(f, ...)",
 # "time.process_time() → float", "exception ValueError"), or a dotted attribute
 # ("csv.QUOTE_ALL"), alone on its line.
+SIGNATURE_KINDS = (
+    "class|exception|async|awaitable|coroutine|abstractmethod|classmethod|staticmethod|property"
+)
 SIGNATURE = re.compile(
-    r"^(?:(?:class|exception|async|awaitable|coroutine|abstractmethod|classmethod|"
-    r"staticmethod|property)\s+)*"
+    rf"^(?:(?:{SIGNATURE_KINDS})\s+)*"
     r"(?:@?[A-Za-z_][\w.]*\([^()]*(?:\([^()]*\)[^()]*)*\)(?:\s*(?:→|->)\s*[\w.\[\], |]+)?"
     r"|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)$"
     r"|^(?:class|exception)\s+[A-Za-z_][\w.]*$"
 )
+
+# The name a definition line defines: "csv.DictReader" of "class csv.DictReader(f, ...)".
+DEFINED_NAME = re.compile(rf"^(?:(?:{SIGNATURE_KINDS})\s+)*@?([A-Za-z_][\w.]*)")
 
 
 def identifiers(text: str) -> list[str]:
@@ -58,3 +63,15 @@ def identifiers(text: str) -> list[str]:
 def is_signature(line: str) -> bool:
     """True for a line that defines an API name (see SIGNATURE)."""
     return bool(SIGNATURE.match(line.strip()))
+
+
+def defined_name(signature: str) -> str:
+    """The name a definition line defines, lower case ("" for no line)."""
+    match = DEFINED_NAME.match(signature)
+    return match.group(1).lower() if match else ""
+
+
+def same_name(defined: str, asked: str) -> bool:
+    """True when a defined name is the one asked about, written in full or without the
+    module or class before it ("time.perf_counter" and "perf_counter"; "list.sort", "sort")."""
+    return defined == asked or defined.endswith(f".{asked}") or asked.endswith(f".{defined}")

@@ -122,3 +122,11 @@ def test_a_version_note_is_not_taken_for_the_next_definition(docs):
     answer = docs.query("Since which version does jsonlite have loads?")["answer"]
     assert answer.startswith("`jsonlite.loads(s, *, object_hook=None)`: New in version 3.6.")
     assert "3.2. jsonlite.loads" not in answer
+
+
+def test_a_question_naming_two_definitions_is_answered_from_both(docs):
+    answer = docs.query("Should I use jsonlite.dump or jsonlite.loads to read a document?")[
+        "answer"
+    ]
+    assert "`jsonlite.dump(obj, fp, *, indent=None, sort_keys=False)`: " in answer
+    assert "`jsonlite.loads(s, *, object_hook=None)`: " in answer
