@@ -58,7 +58,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
-from kpack.text import fence_roles, normalize_entity, search_terms, split_sentences, stem, words
+from kpack.text import (
+    fence_roles,
+    fold_word,
+    normalize_entity,
+    search_terms,
+    split_sentences,
+    stem,
+    words,
+)
 from retrieval.answer_type import answer_kind, holds_answer
 from retrieval.key_items import (
     QUESTION_IDENTIFIER,
@@ -79,6 +87,8 @@ MAX_CODE_LINES = 20
 ANSWER_THRESHOLD = 0.3
 # What a unit holding the kind of answer asked for gains (module docstring, point 2).
 ANSWER_TYPE_BONUS = 0.1
+# A question's name is taken for a misspelled passage word from this many letters on.
+MIN_TYPO_NAME = 5
 # A multi-hop answer: at most this many units, from at most this many passages.
 MAX_CHAINED, MAX_SOURCES = 4, 3
 # Coverage's weight against passage similarity in a unit's score (module docstring).
@@ -265,8 +275,39 @@ def units_of(text: str) -> tuple[Unit, ...]:
 
 @lru_cache(maxsize=16384)
 def word_stems(text: str) -> frozenset[str]:
-    """Every word of a text (stop words too), stemmed: what a name is looked up in."""
-    return frozenset(map(stem, set(words(text))))
+    """Every word of a text (stop words too), as a name key (kpack.text.fold_word: accents
+    folded, so "Beyonce" is "Beyoncé") and stemmed: what a name is looked up in."""
+    return frozenset(stem(fold_word(w)) for w in set(words(text)))
+
+
+def misspelled(name: str, mentioned: frozenset[str]) -> bool:
+    """True when a name of the question is a passage's word misspelled: one letter added,
+    dropped or changed ("Hatmanis" for "Hartmanis"), or the word with up to two letters more
+    or fewer at its end ("Californian", "California"). Names of fewer than ``MIN_TYPO_NAME``
+    letters are not guessed at."""
+    key = stem(fold_word(name.lower()))
+    if len(key) < MIN_TYPO_NAME:
+        return False
+    return any(
+        _one_edit(key, word)
+        or (
+            abs(len(word) - len(key)) <= 2
+            and min(len(word), len(key)) >= MIN_TYPO_NAME
+            and (word.startswith(key) or key.startswith(word))
+        )
+        for word in mentioned
+        if abs(len(word) - len(key)) <= 2
+    )
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """True when a and b differ by one inserted, deleted or replaced letter."""
+    if len(a) > len(b):
+        a, b = b, a
+    if len(b) - len(a) > 1:
+        return False
+    at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), len(a))
+    return a[at + (len(a) == len(b)) :] == b[at + 1 :] and a != b
 
 
 def written_identifiers(texts: Iterable[str]) -> frozenset[str]:
@@ -288,10 +329,15 @@ def missing_names(
     identifiers ("requests.get") that the pack (``known``: written_identifiers of all its
     passages; else of the passages) never writes. A name has no paraphrase (a question about
     Neo4j is not answered by a passage about Kuzu), so a passage that does not name it does
-    not answer the question, however close its words are."""
+    not answer the question, however close its words are; a name one typing slip away from
+    a passage's word is taken for that word (:func:`misspelled`)."""
     mentioned = frozenset().union(*(word_stems(p.text) for p in passages))
     names = dict.fromkeys(m.group(0) for m in QUESTION_NAME.finditer(question))
-    missing = [name for name in names if not word_stems(name) <= mentioned]
+    missing = [
+        name
+        for name in names
+        if not word_stems(name) <= mentioned and not misspelled(name, mentioned)
+    ]
     if known is None:
         known = written_identifiers(p.text for p in passages)
     for identifier in dict.fromkeys(m.group(0) for m in QUESTION_IDENTIFIER.finditer(question)):
