@@ -141,6 +141,13 @@ def test_offline_answer_says_plainly_when_no_sentence_answers(offline):
     assert unnamed["sources"] == unnamed["citations"] == []
 
 
+def test_a_misspelled_name_is_answered_and_an_unknown_one_still_refused(offline):
+    # "Gizmmo" is one typing slip from the pages' "Gizmo"; "WordPress" is near no word of them.
+    logs = offline.query("How long does a Gizmmo site keep its build logs?")["answer"]
+    assert "thirty days" in logs and not logs.startswith(DECLINED)
+    assert offline.query("Can Gizmo publish to WordPress?")["answer"].startswith(DECLINED)
+
+
 def test_offline_sources_are_only_the_passages_the_answer_quotes(offline):
     result = offline.query("Where does the deploy command read the SFTP password from?", 3)
     assert "GIZMO_SFTP_PASSWORD" in result["answer"]
