@@ -28,6 +28,7 @@ from dagster._core.scheduler.instigation import InstigatorType
 import retrieval
 from cli.main import main
 from kpack.store import PackStore, build_running
+from pipelines.instance import ensure_dagster_home
 from pipelines.outcomes import OUTCOME_TAG, run_summary
 from tests.conftest import TEST_FETCH, build, write_pack
 from tests.dagster_ui import kpack_ui
@@ -208,6 +209,7 @@ def test_a_build_the_sensor_starts_waits_for_the_running_build_of_the_pack(
     """urls.txt edited while `kpack ui` runs and a build of the pack holds its lock: the
     sensor's build waits in the run queue (one run per pack) instead of failing on the lock,
     then builds the edited sources."""
+    ensure_dagster_home()  # the dagster.yaml `kpack ui` reads, written as kpack writes it
     instance = DagsterInstance.get()
     with kpack_ui(workspace / "ui.log"):
         wait_for("the sensor's first evaluation", lambda: sensor_cursor(instance))
