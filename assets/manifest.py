@@ -148,7 +148,7 @@ def pack_manifest(
     staging = pack_store.staging(pack, context.run_id)
     with opened(staging / "pack.db", read_only=True) as conn:
         counts = graph_counts(conn)
-        top_articles, top_entities = skill_inputs(conn)
+        skill = skill_inputs(conn)
     version = pack_store.next_version(pack)
     config = pack_store.config(pack)
     manifest = build_manifest(pack, version, config, counts, pack_graph, context.run_id)
@@ -169,7 +169,7 @@ def pack_manifest(
     manifest["gate"] = gate.record
     manifest["stage_seconds"]["pack_manifest"] = round(time.perf_counter() - started, 3)
     (staging / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    (staging / "skill.md").write_text(skill_markdown(manifest, top_articles, top_entities))
+    (staging / "skill.md").write_text(skill_markdown(manifest, skill))
     published = pack_store.publish(pack, version, staging)
     context.log.info(f"published {pack} version {version} at {published}")
     return Output(

@@ -7,7 +7,9 @@ Dagster and the pipelines load inside the commands that run them, so ``kpack --h
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -15,6 +17,7 @@ import uuid
 from functools import partial
 from pathlib import Path
 
+from rich import box
 from rich.markup import escape
 from rich.table import Table
 
@@ -22,11 +25,13 @@ from cli.output import console, err, print_skipped, report
 from kpack import settings
 from kpack.errors import PackError
 from kpack.packs import (
+    WEB,
     list_packs,
     new_pack_folder,
     pack_dir,
     read_manifest,
     read_urls_text,
+    sources_location,
     time_ago,
     write_urls,
 )
@@ -92,6 +97,8 @@ def cmd_build(args: argparse.Namespace) -> int:
             result = build()
     elapsed = time.perf_counter() - started
     manifest = result.manifest
+    if result.not_recorded:
+        err.print(f"[yellow]warning:[/] {escape(result.not_recorded)}", soft_wrap=True)
     if result.outcome == "interrupted":  # recorded for `kpack status`; main() says the rest
         raise KeyboardInterrupt
     if not result.success:
@@ -172,26 +179,37 @@ def _changes_text(manifest: dict) -> str:
 
 def cmd_list(args: argparse.Namespace) -> int:
     root = settings.packs_dir()
-    table = Table(show_edge=False)
-    for column in ("pack", "version", "built", "articles", "sections", "chunks", "failed URLs"):
-        # no_wrap: a build time cut to "2026-11-22T07..." tells nothing
-        table.add_column(column, no_wrap=column in ("pack", "version", "built"))
+    # Fits 80 columns: no rules between the columns, figures that never wrap, and the age of
+    # the build for its time (`kpack status` gives the time).
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+    table.add_column("pack", overflow="fold")
+    table.add_column("version", no_wrap=True)
+    table.add_column("built")
+    for column in ("articles", "sections", "chunks", "failed"):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("sources", no_wrap=True)
+    fetched_from_the_web = False
     for name in list_packs(root):
+        sources = sources_location(root / name) or "?"
+        fetched_from_the_web |= sources == WEB
         manifest = read_manifest(root / name)
         if manifest is None:
-            table.add_row(name, "-", "never built", "", "", "", "")
+            table.add_row(name, "-", "never built", "", "", "", "", sources)
             continue
         counts = manifest["counts"]
         table.add_row(
             name,
             f"v{manifest['version']:04d}",
-            f"{manifest['built_at'].replace('T', ' ')} ({time_ago(manifest['built_at'])})",
+            time_ago(manifest["built_at"]),
             str(counts["Article"]),
             str(counts["Section"]),
             str(counts["Chunk"]),
             str(manifest["sources"]["failed"]),
+            sources,
         )
     console.print(table)
+    if fetched_from_the_web:
+        console.print(f"[dim]{WEB}: building the pack fetches its pages from the internet[/]")
     return 0
 
 
@@ -321,7 +339,51 @@ def cmd_ui(args: argparse.Namespace) -> int:
         "-p",
         str(args.port),
     ]
-    return subprocess.call(command, cwd=settings.PROJECT_ROOT, env=os.environ.copy())
+    return run_process_group(command)
+
+
+# Seconds `dagster dev` has to stop its webserver, daemon and code server after kpack ui is
+# told to stop; what of its process group still runs then is killed.
+UI_STOP_GRACE_S = 20.0
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def run_process_group(command: list[str]) -> int:
+    """Run ``command`` (``dagster dev``) as the leader of a process group of its own, and end
+    the whole group with this process. Ctrl-C, SIGTERM and SIGHUP (a closed terminal) are
+    passed on to the leader (``dagster dev`` stops its webserver and daemon on SIGINT or
+    SIGTERM); whatever of the group runs UI_STOP_GRACE_S later, or after the leader exited,
+    is killed, so nothing is left holding the port. Its exit status, or 0 when it stopped
+    because it was asked to."""
+    leader = subprocess.Popen(
+        command, cwd=settings.PROJECT_ROOT, env=os.environ.copy(), process_group=0
+    )
+    stop_requested: list[float] = []
+
+    def pass_on(signum: int, _frame: object) -> None:
+        stop_requested.append(time.monotonic())
+        with contextlib.suppress(ProcessLookupError):
+            leader.send_signal(signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
+
+    previous = {signum: signal.signal(signum, pass_on) for signum in STOP_SIGNALS}
+    try:
+        while True:
+            try:
+                code = leader.wait(timeout=1.0)
+                break
+            except subprocess.TimeoutExpired:
+                if stop_requested and time.monotonic() - stop_requested[0] > UI_STOP_GRACE_S:
+                    _kill_group(leader.pid)
+    finally:
+        _kill_group(leader.pid)  # the leader's children it left behind
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return 0 if stop_requested else code
+
+
+def _kill_group(group: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGKILL)
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:

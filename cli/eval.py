@@ -28,12 +28,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return _eval_generate(args)
     profiles = check_profiles([p.strip() for p in args.profiles.split(",") if p.strip()])
     folder = resolve_folder(args.target)
-    questions, problems = load_questions(
-        Path(args.questions) if args.questions else folder / QUESTIONS_FILE, folder
-    )
+    path = Path(args.questions) if args.questions else folder / QUESTIONS_FILE
+    if not path.is_file():
+        raise PackError(f"no question file at {path}; {questions_hint(folder.name)}")
+    questions, problems = load_questions(path, folder)
     print_skipped(problems)
     if not questions:
-        raise PackError("no valid question to evaluate")
+        raise PackError(f"no valid question to evaluate in {path}; {questions_hint(folder.name)}")
     results = evaluate(
         folder,
         questions,
@@ -63,6 +64,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(markdown_summary(results))
     console.print(f"results: {paths['json']}\nchart:   {paths['png']}")
     return 0
+
+
+# One line of eval/questions.jsonl, as docs/evaluating-packs.md describes the format.
+EXAMPLE_QUESTION = (
+    '{"question": "How do I install it?", "answers": ["pip install"], '
+    '"gold_urls": ["https://docs.example.org/install"]}'
+)
+
+
+def questions_hint(pack: str) -> str:
+    """How to start a question file: its format by example, and the offline generator."""
+    return (
+        f"write one JSON object a line, such as {EXAMPLE_QUESTION} "
+        "(the fields: docs/evaluating-packs.md), or let `kpack eval generate "
+        f"{pack} --offline` write candidate questions from the pack's headings for you to review"
+    )
 
 
 def _eval_progress(condition: str, number: int, total: int, record: dict) -> None:

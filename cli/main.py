@@ -36,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(args)
     except PackError as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}")
+        # soft_wrap: the terminal wraps a long message; Rich would break a path inside it
+        err.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         return 2
     except KeyboardInterrupt:
         err.print("interrupted; the published pack is unchanged")

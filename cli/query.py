@@ -81,11 +81,13 @@ def _explain(result: dict, related: list[dict]) -> None:
             f"[dim]gate threshold from {trace['threshold_source']}: "
             f"{escape(trace['threshold_why'])}[/]"
         )
+    # Readable at 80 columns: the scores never wrap; the passage and the reason it was dropped
+    # wrap between words when the terminal is narrow.
     table = Table(show_edge=False)
-    table.add_column("passage", max_width=48, no_wrap=True, overflow="ellipsis")
+    table.add_column("passage", max_width=48)
     for column in ("sim", "bm25", "pr", "xenc", "qual", "comb"):
-        table.add_column(column, justify="right")
-    table.add_column("dropped", max_width=20, no_wrap=True, overflow="ellipsis")
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("dropped", max_width=20)
     fmt = lambda v: "" if v is None else f"{v:.3f}"  # noqa: E731
     for c in trace.get("candidates", []):
         table.add_row(
@@ -110,8 +112,9 @@ def _explain(result: dict, related: list[dict]) -> None:
     console.print(f"[dim]timings ms: {timings}[/]")
     console.print("\n[bold]Context pack[/]")
     pack_table = Table(show_edge=False)
-    for column in ("article", "score", "why"):
-        pack_table.add_column(column)
+    pack_table.add_column("article")
+    pack_table.add_column("score", justify="right", no_wrap=True)
+    pack_table.add_column("why")
     for row in related:
         pack_table.add_row(Text(row["title"]), str(row["score"]), Text(row["why"]))
     console.print(pack_table)

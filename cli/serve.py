@@ -14,10 +14,11 @@ from rich.table import Table
 from cli.output import console, err, report
 from kpack import settings
 from kpack.errors import PackError
+from kpack.packs import is_loopback
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from serving.http import is_loopback, serve
+    from serving.http import serve
 
     token = args.token or os.environ.get("KPACK_API_TOKEN") or None
     if not 0 < args.port < 65536:

@@ -7,6 +7,7 @@ through symlinks, so a reader that resolves a path once sees one consistent vers
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from dataclasses import dataclass
@@ -234,6 +235,35 @@ def resolve_url(line: str, base_dir: Path) -> tuple[str, str | None]:
     if not parts.hostname:
         return line, "URL has no host"
     return line, None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address) is this machine's loopback interface."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+WEB, LOCAL = "web", "local"
+
+
+def sources_location(folder: Path) -> str | None:
+    """Where a build of the pack reads its pages: WEB when its urls.txt names an http(s) page
+    on another machine (building it needs internet access), LOCAL for file: pages and servers
+    on this machine; None when urls.txt cannot be read."""
+    try:
+        sources, _ = read_urls(folder)
+    except PackError:
+        return None
+    remote = any(
+        urlsplit(source.url).scheme in ("http", "https")
+        and not is_loopback(urlsplit(source.url).hostname or "")
+        for source in sources
+    )
+    return WEB if remote else LOCAL
 
 
 def versions_dir(folder: Path) -> Path:

@@ -8,42 +8,111 @@ so both can produce the same text without the installer importing Dagster.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import json
+import math
+import re
+from collections import defaultdict
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     import kuzu
 
 TOP_ARTICLES = 10
-TOP_ENTITIES = 20
+TOP_TOPICS = 20
+DESCRIPTION_TOPICS = 8
+TOP_TERMS = 20
+# A heading or term found in more than this share of the articles (of a pack of
+# MIN_ARTICLES_FOR_SHARE or more) is the pack's common vocabulary ("Examples", "None", "True",
+# "Python" in the Python docs), not what sets one part of it apart.
+MAX_SHARE = 0.5
+MIN_ARTICLES_FOR_SHARE = 4
+# "5.1. More on Lists" -> "More on Lists"
+HEADING_NUMBER = re.compile(r"^\s*(?:\d+(?:\.\d+)*\.?|[A-Z]\.)\s+")
 
 
-def skill_inputs(conn: kuzu.Connection) -> tuple[list[tuple[str, str]], list[str]]:
-    """The most central articles (title, url) by PageRank and the most frequent entities."""
-    top_articles = [
+class SkillInputs(NamedTuple):
+    articles: list[tuple[str, str]]  # the most central (title, url) by PageRank
+    topics: list[str]  # distinctive section headings, most distinctive first
+    terms: list[str]  # distinctive entities, most distinctive first
+
+
+def skill_inputs(conn: kuzu.Connection) -> SkillInputs:
+    """What skill.md names: the most central articles, and the pack's topics and terms ranked
+    by how distinctive they are (idf over the articles): a heading or a name found in every
+    article says nothing of what the pack covers."""
+    articles = [
         (title, url)
         for title, url in conn.execute(
             "MATCH (a:Article) RETURN a.title, a.url ORDER BY a.pagerank DESC, a.title "
             f"LIMIT {TOP_ARTICLES}"
         ).get_all()
     ]
-    top_entities = [
-        row[0]
-        for row in conn.execute(
-            "MATCH (e:Entity) WHERE e.type <> 'topic' "
-            f"RETURN e.name ORDER BY e.mention_count DESC, e.name LIMIT {TOP_ENTITIES}"
-        ).get_all()
-    ]
-    return top_articles, top_entities
+    total = conn.execute("MATCH (a:Article) RETURN count(a)").get_all()[0][0]
+    return SkillInputs(articles, _topics(conn, total), _terms(conn, total))
 
 
-def skill_markdown(
-    manifest: dict, top_articles: list[tuple[str, str]], top_entities: list[str]
-) -> str:
+def _idf(articles: int, total: int) -> float:
+    return math.log((total + 1) / articles)
+
+
+def _most_articles(total: int) -> float:
+    """In how many articles a heading or term may be found and still be distinctive."""
+    return total * MAX_SHARE if total >= MIN_ARTICLES_FOR_SHARE else total
+
+
+def _topics(conn: kuzu.Connection, total: int) -> list[str]:
+    """Section headings (an article's introduction is titled with the article), weighted by
+    the words under them and their idf; one in more than MAX_SHARE of the articles is left
+    out."""
+    shown: dict[str, str] = {}
+    articles: dict[str, set[str]] = defaultdict(set)
+    words: dict[str, int] = defaultdict(int)
+    rows = conn.execute("MATCH (s:Section) RETURN s.title, s.article_url, s.word_count")
+    for title, url, word_count in rows.get_all():
+        heading = HEADING_NUMBER.sub("", title or "").strip()
+        key = heading.casefold()
+        if len(key) < 3 or not any(c.isalpha() for c in key):
+            continue
+        shown.setdefault(key, heading)
+        articles[key].add(url)
+        words[key] += word_count or 0
+    score = {
+        k: _idf(len(articles[k]), total) * math.log1p(words[k])
+        for k in shown
+        if len(articles[k]) <= _most_articles(total)
+    }
+    return [shown[k] for k in sorted(score, key=lambda k: (-score[k], k))[:TOP_TOPICS]]
+
+
+def _terms(conn: kuzu.Connection, total: int) -> list[str]:
+    """Entities (not the headings: those are topics), weighted by their damped mention count
+    and their idf; one in more than MAX_SHARE of the articles is left out."""
+    rows = conn.execute(
+        "MATCH (a:Article)-[:HAS_ENTITY]->(e:Entity) WHERE e.type <> 'topic' "
+        "RETURN e.name, e.mention_count, count(DISTINCT a)"
+    ).get_all()
+    score = {
+        name: (1 + math.log(max(mentions, 1))) * _idf(articles, total)
+        for name, mentions, articles in rows
+        if articles <= _most_articles(total)
+    }
+    return sorted(score, key=lambda name: (-score[name], name))[:TOP_TERMS]
+
+
+def skill_markdown(manifest: dict, inputs: SkillInputs) -> str:
     name, counts = manifest["name"], manifest["counts"]
-    articles = "\n".join(f"- [{title}]({url})" for title, url in top_articles)
+    articles = "\n".join(f"- [{title}]({url})" for title, url in inputs.articles)
+    topics = ", ".join(inputs.topics[:DESCRIPTION_TOPICS]) or name
+    description = (
+        f"Answers questions about the {name} knowledge pack's documentation "
+        f"({counts['Article']} articles, {counts['Section']} sections), citing its sources. "
+        f"Use for questions on {topics}."
+    )
+    # Quoted (a JSON string is a YAML one): a heading such as "Errors: a guide" would end a
+    # plain YAML value at its colon.
     return f"""---
 name: {name}-pack
-description: Answers questions about the {name} knowledge pack's documentation ({counts["Article"]} articles, {counts["Section"]} sections), citing its sources. Use for questions on {", ".join(top_entities[:8]) or name}.
+description: {json.dumps(description, ensure_ascii=False)}
 ---
 
 # {name} knowledge pack
@@ -103,7 +172,11 @@ curl -s http://127.0.0.1:8000/packs/{name}/search -H 'content-type: application/
 
 {articles}
 
-## Frequent entities
+## Topics (the most distinctive section headings)
 
-{", ".join(top_entities)}
+{", ".join(inputs.topics)}
+
+## Distinctive terms
+
+{", ".join(inputs.terms)}
 """

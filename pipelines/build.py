@@ -50,6 +50,8 @@ class BuildResult:
     # Seconds the run's steps took, summed by stage group (ingest, parse, embed, ...), in the
     # order the groups started: see stage_seconds.
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    # Why last_build.json could not be written (a full disk), if it could not.
+    not_recorded: str | None = None
 
     def failures(self) -> list[dict]:
         """The URLs this build could not fetch (the first 200; fetched_pages' metadata)."""
@@ -134,6 +136,7 @@ def build_pack(
         cause=summary.get("cause"),
         stage_metadata=stage_metadata,
         stage_seconds=stage_seconds(instance, result.run_id, definitions),
+        not_recorded=summary.get("not_recorded"),
     )
 
 

@@ -15,8 +15,9 @@ Python watcher process per step, whose output would land in the middle of ``kpac
 progress table, and which print a traceback of their own on Ctrl-C. ``kpack build --verbose``
 mirrors them as Dagster does (:data:`MIRROR_ENV`).
 
-``ensure_dagster_home`` writes a ``dagster.yaml`` that selects both (and a run queue checked
-every second), unless the user wrote their own (Postgres, say), which is left as it is.
+``ensure_dagster_home`` writes a ``dagster.yaml`` that selects both, and a run queue checked
+every second that starts one run of a pack at a time, unless the user wrote their own
+(Postgres, say), which is left as it is.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from dagster._core.storage.local_compute_log_manager import (
     LocalComputeLogManager,
 )
 from dagster._core.storage.sql import create_engine
+from dagster._core.storage.tags import PARTITION_NAME_TAG
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import QueuePool
@@ -70,12 +72,20 @@ compute_logs:
   config:
     base_dir: {{logs_dir}}
 # Runs launched from the UI, the sensor or the schedule wait in the daemon's queue: looking
-# every second instead of every 5 keeps a UI build within seconds of `kpack build`.
+# every second instead of every 5 keeps a UI build within seconds of `kpack build`. One run
+# per pack at a time ({PARTITION_NAME_TAG}: the pack): a build the sensor requests while a
+# Materialize click or `kpack build` builds the same pack waits for it instead of failing on
+# the pack's build lock.
 run_coordinator:
   module: dagster._core.run_coordinator
   class: QueuedRunCoordinator
   config:
     dequeue_interval_seconds: 1
+    tag_concurrency_limits:
+      - key: {PARTITION_NAME_TAG}
+        value:
+          applyLimitPerUniqueValue: true
+        limit: 1
 """
 # Open databases kept per process: the index and the few runs in flight; older runs' are closed.
 MAX_OPEN_SHARDS = 8

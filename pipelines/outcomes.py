@@ -32,14 +32,16 @@ from dagster import (
 )
 
 from kpack import settings
+from kpack.errors import PackError, disk_errors
 from kpack.packs import read_manifest
-from kpack.store import PackStore
+from kpack.store import LAST_BUILD, PackStore
 from pipelines.jobs import build_pack_job
 from resources.pack_store import PARTITION_TAG
 
 OUTCOME_TAG = "kpack/outcome"
 # Errors Dagster records for a run stopped by SIGINT (Ctrl-C) or a terminate request.
 INTERRUPTS = ("KeyboardInterrupt", "DagsterExecutionInterruptedError")
+RUN_ERRORS = (DagsterEventType.RESOURCE_INIT_FAILURE, DagsterEventType.RUN_FAILURE)
 
 
 def _metadata(event) -> dict:
@@ -51,6 +53,9 @@ def run_summary(instance: DagsterInstance, run: DagsterRun) -> dict:
     published = unchanged = None
     failed_steps: list[str] = []
     causes: list[str] = []
+    # Errors of the run before or around its steps: a resource that could not be set up (the
+    # pack's build lock held by another build), the run's own failure.
+    run_causes: list[str] = []
     failed_checks: list[str] = []
     interrupted = False
     for record in instance.all_logs(run.run_id):
@@ -72,8 +77,11 @@ def run_summary(instance: DagsterInstance, run: DagsterRun) -> dict:
             interrupted |= _interrupt(error)
             if error is not None and not _interrupt(error):
                 causes.append(_cause(error))
-        elif event.event_type == DagsterEventType.RUN_FAILURE:
-            interrupted |= _interrupt(getattr(event.event_specific_data, "error", None))
+        elif event.event_type in RUN_ERRORS:
+            error = getattr(event.event_specific_data, "error", None)
+            interrupted |= _interrupt(error)
+            if error is not None and not _interrupt(error):
+                run_causes.append(_cause(error))
         elif event.event_type == DagsterEventType.ASSET_CHECK_EVALUATION:
             evaluation = event.event_specific_data
             if not evaluation.passed:
@@ -107,7 +115,7 @@ def run_summary(instance: DagsterInstance, run: DagsterRun) -> dict:
         "outcome": "failed",
         "failed_steps": failed_steps,
         "failed_checks": failed_checks,
-        "cause": causes[0] if causes else "the run did not finish",
+        "cause": next(iter(causes + run_causes), "the run did not finish"),
     }
 
 
@@ -149,7 +157,9 @@ def outcome_label(summary: dict) -> str:
 
 
 def record_outcome(instance: DagsterInstance, run: DagsterRun, packs_dir: Path) -> dict:
-    """Tag the run with its outcome and write the pack's last_build.json; returns the record."""
+    """Tag the run with its outcome and write the pack's last_build.json; returns the record.
+    When the file cannot be written (a full disk), the record says why under
+    ``not_recorded``: the build's outcome stands, and the run's tag still tells it."""
     pack = run.tags.get(PARTITION_TAG)
     summary = run_summary(instance, run)
     instance.add_run_tags(run.run_id, {OUTCOME_TAG: outcome_label(summary)})
@@ -162,7 +172,11 @@ def record_outcome(instance: DagsterInstance, run: DagsterRun, packs_dir: Path) 
         if summary["outcome"] in ("failed", "interrupted"):
             current = read_manifest(folder)
             summary["version"] = current["version"] if current else None
-        store.record_build(pack, summary)
+        try:
+            with disk_errors(f"the outcome was not written to {pack}/.versions/{LAST_BUILD}"):
+                store.record_build(pack, summary)
+        except PackError as exc:  # a full disk, say: the run's outcome tag still records it
+            summary["not_recorded"] = f"{exc} (kpack status reads it from the run)"
     return summary
 
 
@@ -179,7 +193,9 @@ def _outcome_sensor(name: str, status: DagsterRunStatus, description: str) -> Se
     )
     def record_unless_recorded(context: RunStatusSensorContext) -> None:
         if OUTCOME_TAG not in context.dagster_run.tags:
-            record_outcome(context.instance, context.dagster_run, settings.packs_dir())
+            summary = record_outcome(context.instance, context.dagster_run, settings.packs_dir())
+            if "not_recorded" in summary:
+                context.log.warning(summary["not_recorded"])
 
     return record_unless_recorded
 

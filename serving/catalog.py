@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from kpack import settings
 from kpack.config import PROFILE_NAMES
-from kpack.packs import PackError, current_version, list_packs, pack_dir
+from kpack.packs import WEB, PackError, current_version, list_packs, pack_dir, sources_location
 
 # Every profile, as a type the request models and tool signatures check (and the OpenAPI
 # schema lists); Literal takes the tuple's names as its values.
@@ -53,13 +53,16 @@ def summary(name: str, root: Path) -> dict[str, Any]:
     """One line of the pack list: whether it is published, and the manifest's main figures."""
     folder = pack_folder(name, root)
     version, manifest, error = _published(folder)
-    row: dict[str, Any] = {"name": name, "published": manifest is not None}
+    # "web": building the pack fetches its pages from the internet (kpack.packs.sources_location)
+    sources = sources_location(folder)
+    row: dict[str, Any] = {"name": name, "published": manifest is not None, "sources": sources}
     if error:
         row["error"] = error
     if manifest is None:
         row["version"] = int(version.name[1:]) if version else None
         if version is None:
-            row["error"] = f"never built: run `kpack build {name}`"
+            needs = " (its pages are on the web: the build needs internet access)"
+            row["error"] = f"never built: run `kpack build {name}`{needs * (sources == WEB)}"
         return row
     counts = manifest.get("counts", {})
     row |= {

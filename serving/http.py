@@ -6,7 +6,8 @@
     POST /packs/{name}/query        {"question": ...} -> the `kpack query --json` response;
                                     with "stream": true, server-sent events (see _events)
     POST /packs/{name}/search       {"question": ..., "k": 5} -> ranked passages
-    GET  /openapi.json, /docs       the schema and its browsable page
+    GET  /openapi.json, /docs       the schema and its browsable page (Swagger UI, served
+                                    offline: no CDN)
 
 Errors are JSON ``{"detail": "..."}`` with the CLI's messages: 404 unknown pack, 422 a bad
 request (empty or too long question, wrong field), 409 a pack that cannot answer (never built,
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import ipaddress
 import logging
 import os
 import threading
@@ -45,6 +45,7 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -126,11 +127,14 @@ def create_app(
         for executor in (pool, llm_pool):
             executor.shutdown(wait=False, cancel_futures=True)
 
-    app = FastAPI(
+    # /docs is Swagger UI with its script and stylesheet served from the fastapi-offline
+    # package (under /static-offline-docs), not from a CDN: the page works offline.
+    app = FastAPIOffline(
         title="Knowledge Packs",
         summary="Answers with citations from published knowledge packs.",
         version="1",
         lifespan=lifespan,
+        redoc_url=None,
     )
     app.state.packs_dir = root
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
@@ -516,15 +520,6 @@ def _warm_up(root: Path) -> None:
             retrieval.search(root / row["name"], "warm up", k=1)
         except PackError as exc:
             log.warning("pack %s cannot answer yet: %s", row["name"], exc)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def serve(

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -197,6 +200,68 @@ def test_list_with_no_packs(workspace, capsys):
     code, out, _ = run(capsys, "list")
     assert code == 0
     assert "pack" in out and "never built" not in out
+
+
+def kpack_at(columns: int, *argv: str) -> subprocess.CompletedProcess:
+    """kpack in a child process whose terminal is ``columns`` wide (COLUMNS, as a shell sets
+    it), over the packs folder of the environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "cli.main", *argv],
+        env={**os.environ, "COLUMNS": str(columns), "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_list_is_readable_at_80_columns_and_marks_packs_that_need_the_internet(workspace):
+    write_pack(workspace, "python-expert", ["https://docs.python.org/3/tutorial/"])
+    publish_fake_version(
+        workspace, "python-expert", counts={"Article": 1, "Section": 0, "Chunk": 0}
+    )
+    write_pack(workspace, "local-notes", ["file:notes.md", "http://127.0.0.1:8000/guide.html"])
+    done = kpack_at(80, "list")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert max(map(len, lines)) <= 80, done.stdout
+    header = lines[0].split()
+    assert header[:3] == ["pack", "version", "built"] and header[-1] == "sources", lines[0]
+    rows = {line.split()[0]: line for line in lines if line.split()[:1] != ["pack"]}
+    published = rows["python-expert"].split()
+    # every figure whole on the pack's first line: 1 article, 0 sections, 0 chunks, 1 failed
+    assert published[1] == "v0001" and published[-5:] == ["1", "0", "0", "1", "web"], lines
+    assert rows["local-notes"].split()[-1] == "local"
+    assert "web: building the pack fetches its pages from the internet" in done.stdout
+
+
+def test_query_explain_is_readable_at_80_columns(built, monkeypatch):
+    monkeypatch.setenv("KPACK_PACKS_DIR", str(built))
+    question = "How do I install the toolkit?"
+    done = kpack_at(80, "query", "widgets", question, "--explain", "--no-llm", "--k", "8")
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [re.sub(r"[│┃]", " ", line) for line in done.stdout.splitlines()]
+    assert max(map(len, lines)) <= 80, done.stdout
+    at = next(i for i, line in enumerate(lines) if line.split()[:1] == ["passage"])
+    assert lines[at].split() == ["passage", "sim", "bm25", "pr", "xenc", "qual", "comb", "dropped"]
+    end = next(i for i, line in enumerate(lines) if line.startswith(("Why", "timings ms")))
+    rows = lines[at + 2 : end]
+    scores = [word for row in rows for word in row.split() if re.fullmatch(r"[-\d.]+", word)]
+    assert scores and all(re.fullmatch(r"-?\d+\.\d{3}", word) for word in scores), rows
+
+
+def test_eval_without_questions_shows_the_format_and_the_offline_start(workspace, capsys):
+    write_pack(workspace, "widgets", ["https://docs.example.org/a"])
+    code, _, err = run(capsys, "eval", "widgets", "--no-llm")
+    assert code == 2
+    path = workspace / "packs" / "widgets" / "eval" / "questions.jsonl"
+    assert f"no question file at {path}" in err
+    example = err[err.index("{") : err.index("}") + 1]
+    assert json.loads(example)["question"]  # a line of the format, as it is written
+    assert "kpack eval generate widgets --offline" in err
+    path.parent.mkdir()
+    path.write_text("\n")
+    code, _, err = run(capsys, "eval", "widgets", "--no-llm")
+    assert code == 2 and "no valid question to evaluate" in err and '{"question": ' in err
 
 
 def publish_fake_version(workspace: Path, name: str, **manifest) -> int:

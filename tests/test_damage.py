@@ -203,6 +203,27 @@ def test_a_full_disk_fails_the_build_cleanly_and_keeps_the_published_pack(
     assert again.success and again.outcome == "unchanged"
 
 
+def test_a_build_on_a_full_disk_reports_its_outcome_in_one_line(small_disk, site, tmp_path):
+    """Not a byte left where the packs live: a rebuild that finds nothing changed still says
+    so, and that its outcome could not be written for `kpack status`, with no traceback."""
+    folder = write_pack(tmp_path, "full", [site.url(p) for p in PAGES], {"fetch": TEST_FETCH})
+    assert build(tmp_path, "full").published
+    fill(small_disk, leave_bytes=0)
+
+    done = kpack(tmp_path, "build", "full", "--no-progress")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stdout + done.stderr, done.stderr[-3000:]
+    assert "nothing changed since v0001" in done.stdout
+    warning = " ".join(done.stderr.split())
+    not_written = "the outcome was not written to full/.versions/last_build.json: no space left"
+    assert f"warning: {not_written} on the device" in warning, warning
+    assert os.readlink(folder / ".versions" / "current") == "v0001"
+    assert not list(small_disk.glob("full/.versions/.last_build.json.*"))  # no half a file
+    status = kpack(tmp_path, "status", "full")
+    assert "nothing changed since v0001" in " ".join(status.stdout.split()), status.stderr
+    assert ANSWER in retrieval.query(folder, QUESTION, use_llm=False)["answer"]
+
+
 def index_file(root: Path, name: str) -> Path:
     return current_db(root).parent / "indexes" / name
 

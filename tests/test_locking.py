@@ -23,11 +23,15 @@ from pathlib import Path
 
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster._core.scheduler.instigation import InstigatorType
 
 import retrieval
 from cli.main import main
 from kpack.store import PackStore, build_running
+from pipelines.instance import ensure_dagster_home
+from pipelines.outcomes import OUTCOME_TAG, run_summary
 from tests.conftest import TEST_FETCH, build, write_pack
+from tests.dagster_ui import kpack_ui
 from tests.loopback import LoopbackServer, SiteHandler
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -163,8 +167,14 @@ def test_a_second_build_of_a_pack_fails_fast_whoever_started_either(pack, held_s
     assert "Traceback" not in output
     if second == "kpack":
         assert code == 2
-    else:  # the run failed setting up its resources, before any step
+    else:  # the run failed setting up its resources, before any step, and says why
         assert (code, last) == (0, "failed")
+        instance = DagsterInstance.get()
+        [lost] = instance.get_runs(
+            RunsFilter(statuses=[DagsterRunStatus.FAILURE], tags={"dagster/partition": "widgets"})
+        )
+        cause = run_summary(instance, lost)["cause"]
+        assert "pack 'widgets' is already being built" in cause, cause
     assert running.poll() is None  # it gave up while the first still held the lock
 
     held_site.release.set()
@@ -174,6 +184,58 @@ def test_a_second_build_of_a_pack_fails_fast_whoever_started_either(pack, held_s
     assert not list((pack / ".versions").glob("staging*"))
     assert ANSWER in answer(pack)
     assert not build_running(pack)
+
+
+def sensor_cursor(instance: DagsterInstance) -> str | None:
+    """pack_sources_sensor's cursor: set once the daemon evaluated it the first time."""
+    for state in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR):
+        if state.name == "pack_sources_sensor" and state.instigator_data:
+            return state.instigator_data.cursor
+    return None
+
+
+def wait_for(what: str, found, timeout_s: float = 240):
+    """``found()``'s first true value, polled every second."""
+    deadline = time.monotonic() + timeout_s
+    while not (value := found()):
+        assert time.monotonic() < deadline, f"waited {timeout_s:.0f}s for {what}"
+        time.sleep(1)
+    return value
+
+
+def test_a_build_the_sensor_starts_waits_for_the_running_build_of_the_pack(
+    pack, held_site, workspace
+):
+    """urls.txt edited while `kpack ui` runs and a build of the pack holds its lock: the
+    sensor's build waits in the run queue (one run per pack) instead of failing on the lock,
+    then builds the edited sources."""
+    ensure_dagster_home()  # the dagster.yaml `kpack ui` reads, written as kpack writes it
+    instance = DagsterInstance.get()
+    with kpack_ui(workspace / "ui.log"):
+        wait_for("the sensor's first evaluation", lambda: sensor_cursor(instance))
+        running = start_held(workspace, "kpack", held_site)
+        with open(pack / "urls.txt", "a") as urls:
+            urls.write(held_site.url("/docs/malformed.html") + "\n")
+        queued = RunsFilter(
+            statuses=[DagsterRunStatus.QUEUED], tags={"dagster/partition": "widgets"}
+        )
+        [waiting] = wait_for("the sensor's run", lambda: instance.get_runs(queued))
+        time.sleep(5)  # the queue is looked at every second
+        assert instance.get_run_by_id(waiting.run_id).status == DagsterRunStatus.QUEUED
+
+        held_site.release.set()
+        code, _, output = finish(running)
+        assert code == 0, output[-3000:]
+        ended = wait_for(
+            "the sensor's run to end",
+            lambda: OUTCOME_TAG in (run := instance.get_run_by_id(waiting.run_id)).tags and run,
+            timeout_s=400,
+        )
+    assert ended.status == DagsterRunStatus.SUCCESS, ended.tags
+    assert ended.tags[OUTCOME_TAG] == "published v0003"
+    assert os.readlink(pack / ".versions" / "current") == "v0003"
+    manifest = json.loads((pack / "manifest.json").read_text())
+    assert manifest["counts"]["Article"] == len(PAGES) + 2  # the held page and the new one
 
 
 def test_a_killed_build_is_marked_failed_and_its_leftovers_removed_by_the_next(

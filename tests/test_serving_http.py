@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -25,6 +26,7 @@ import uvicorn
 import retrieval
 from kpack.config import PROFILE_NAMES
 from retrieval.query import MAX_SERVED_K
+from serving import catalog
 from serving.http import MAX_BODY_BYTES, create_app
 from tests.conftest import TEST_FETCH, build, write_pack
 from tests.loopback import LoopbackServer, fake_anthropic_server, wait_until_serving
@@ -94,6 +96,24 @@ def test_health_and_openapi(api):
     assert api.get("/docs").status_code == 200
 
 
+def test_a_pack_whose_pages_are_on_the_web_says_its_build_needs_the_internet(tmp_path):
+    write_pack(tmp_path, "go-docs", ["# the Go docs", "https://go.dev/doc/effective_go"])
+    row = catalog.summary("go-docs", tmp_path / "packs")  # what /packs and MCP list_packs say
+    assert row["sources"] == "web" and "the build needs internet access" in row["error"]
+
+
+def test_the_docs_page_needs_nothing_but_the_server(api):
+    """/docs offline: Swagger UI's script and stylesheet come from the server itself."""
+    page = api.get("/docs")
+    assert page.status_code == 200 and "SwaggerUIBundle" in page.text
+    assets = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+    assert assets and all(a.startswith("/") and not a.startswith("//") for a in assets), assets
+    for asset in assets:
+        served = api.get(asset)
+        assert served.status_code == 200 and len(served.content) > 1000, asset
+    assert "url: '/openapi.json'" in page.text
+
+
 def test_lists_packs_and_describes_one(api, root):
     packs = {p["name"]: p for p in api.get("/packs").json()["packs"]}
     assert packs["widgets"]["published"] and packs["widgets"]["version"] == 1
@@ -101,6 +121,7 @@ def test_lists_packs_and_describes_one(api, root):
     assert packs["unbuilt"] == {
         "name": "unbuilt",
         "published": False,
+        "sources": "local",  # the loopback site: no internet needed to build it
         "version": None,
         "error": "never built: run `kpack build unbuilt`",
     }

@@ -175,9 +175,9 @@ def _stage(
     (staging / "manifest.json").unlink()
     (staging / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     with opened(staging / "pack.db", read_only=True) as conn:
-        top_articles, top_entities = skill_inputs(conn)
+        skill = skill_inputs(conn)
     (staging / "skill.md").unlink()
-    (staging / "skill.md").write_text(skill_markdown(manifest, top_articles, top_entities))
+    (staging / "skill.md").write_text(skill_markdown(manifest, skill))
 
 
 def _record(
