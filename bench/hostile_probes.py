@@ -49,8 +49,10 @@ from tests.loopback import LoopbackServer, fake_anthropic_server, wait_until_ser
 from tests.sources_site import OUTAGE, Answer, SourcesSite, article_html, serve  # noqa: E402
 from tests.test_archive_limits import (  # noqa: E402
     GIB,
+    MEASURE,
     MIB,
     HostileArchives,
+    Run,
     expansion_bomb,
     lowest_free_space,
     pax_bomb,
@@ -80,13 +82,8 @@ class Outcome:
     observed: str
 
 
-@dataclass
-class Done:
-    code: int
-    out: str
-    err: str
-    seconds: float
-    peak_rss_mib: float
+class Done(Run):
+    """A `kpack` command's exit status, output, seconds and peak RSS, and what it said."""
 
     @property
     def said(self) -> str:
@@ -98,17 +95,8 @@ class Done:
         return "Traceback" not in self.out + self.err and len(self.err.strip().splitlines()) <= 1
 
 
-# Runs a command, then writes its exit status, peak RSS (KiB) and seconds to the file named
-# first. A process of its own: Linux keeps a process's peak RSS across exec, so a child forked
-# from this (large) script would report this script's RSS.
-MEASURE = """
-import json, resource, subprocess, sys, time
-started = time.perf_counter()
-code = subprocess.call(sys.argv[2:])
-usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-record = {"code": code, "kib": usage.ru_maxrss, "seconds": time.perf_counter() - started}
-open(sys.argv[1], "w").write(json.dumps(record))
-"""
+# Where kpack keeps its state when these are unset: beside the packs folder.
+STATE_VARIABLES = ("KPACK_STORAGE", "DAGSTER_HOME")
 
 
 class Lab:
@@ -121,9 +109,9 @@ class Lab:
         self.packs.mkdir(parents=True, exist_ok=True)
         # For what runs in this process or inherits its environment (kpack ui, the Dagster
         # instance read here): the state beside this packs folder.
-        os.environ.update(self.env())
-        for name in ("ANTHROPIC_API_KEY", "KPACK_STORAGE", "DAGSTER_HOME"):
-            os.environ.pop(name, None)
+        environment = self.env()
+        os.environ.clear()
+        os.environ.update(environment)
         self.site = site
         self.archives = archives
         self.mounted: list[Path] = []
@@ -134,8 +122,8 @@ class Lab:
     def env(self, packs: Path | None = None, **extra: str) -> dict[str, str]:
         env = {**os.environ, "KPACK_PACKS_DIR": str(packs or self.packs), "COLUMNS": "200"}
         env |= {"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(PROJECT)}
-        for name in ("ANTHROPIC_API_KEY", "KPACK_STORAGE", "DAGSTER_HOME"):
-            env.pop(name, None)  # the state lands beside the packs folder
+        for name in ("ANTHROPIC_API_KEY", *STATE_VARIABLES):
+            env.pop(name, None)
         return env | extra
 
     def state_in_project(self) -> set[Path]:
@@ -164,11 +152,7 @@ class Lab:
             )
             measured = json.loads(record.read_text())
         return Done(
-            measured["code"],
-            done.stdout,
-            done.stderr,
-            measured["seconds"],
-            measured["kib"] / 1024,
+            measured["code"], done.stdout, done.stderr, measured["kib"] / 1024, measured["seconds"]
         )
 
     def write_pack(self, name: str, lines: list[str], config: dict) -> Path:
