@@ -49,16 +49,21 @@ from tests.loopback import LoopbackServer, fake_anthropic_server, wait_until_ser
 from tests.sources_site import OUTAGE, Answer, SourcesSite, article_html, serve  # noqa: E402
 from tests.test_archive_limits import (  # noqa: E402
     GIB,
-    MEASURE,
     MIB,
     HostileArchives,
     Run,
     expansion_bomb,
     lowest_free_space,
     pax_bomb,
+    run_kpack,
 )
 from tests.test_damage import fill  # noqa: E402
-from tests.test_serving_limits import SlowClient  # noqa: E402
+from tests.test_serving_limits import (  # noqa: E402
+    INITIALIZE,
+    NOT_JSON_RPC,
+    NOT_JSON_RPC_REPLIES,
+    SlowClient,
+)
 
 KPACK = Path(sys.executable).with_name("kpack")
 FETCH = {
@@ -117,6 +122,7 @@ class Lab:
         self.mounted: list[Path] = []
         self.cwd = root / "cwd"  # where the commands run: any folder but the project's
         self.cwd.mkdir(exist_ok=True)
+        os.chdir(self.cwd)
         self.state_before = self.state_in_project()
 
     def env(self, packs: Path | None = None, **extra: str) -> dict[str, str]:
@@ -137,23 +143,11 @@ class Lab:
         """The state folders this run created where KPACK_PACKS_DIR says they do not belong."""
         return sorted(str(p) for p in self.state_in_project() - self.state_before)
 
-    def kpack(
-        self, *args: str, packs: Path | None = None, timeout: float = 1200, **extra: str
-    ) -> Done:
-        with tempfile.TemporaryDirectory() as scratch:
-            record = Path(scratch) / "record.json"
-            done = subprocess.run(
-                [sys.executable, "-c", MEASURE, str(record), str(KPACK), *args],
-                capture_output=True,
-                text=True,
-                env=self.env(packs, **extra),
-                timeout=timeout,
-                cwd=self.cwd,
-            )
-            measured = json.loads(record.read_text())
-        return Done(
-            measured["code"], done.stdout, done.stderr, measured["kib"] / 1024, measured["seconds"]
-        )
+    def kpack(self, *args: str, packs: Path | None = None, **extra: str) -> Done:
+        """`kpack ARGS` over ``packs`` (the lab's by default) in a process of its own, with
+        ``extra`` in its environment: exit status, output, peak RSS and seconds."""
+        run = run_kpack(*args, packs=packs or self.packs, env={"COLUMNS": "200", **extra})
+        return Done(**asdict(run))
 
     def write_pack(self, name: str, lines: list[str], config: dict) -> Path:
         folder = self.packs / name
@@ -628,7 +622,6 @@ def ctrl_c(lab: Lab) -> list[Outcome]:
     with page_held(lab) as requested:
         pid, terminal = pty.fork()
         if pid == 0:  # the child: `kpack build` on the pty, the terminal's foreground job
-            os.chdir(lab.root)
             env = lab.env(COLUMNS="100")
             os.execve(str(KPACK), ["kpack", "build", "held", "--force"], env)
         deadline = time.monotonic() + 300
@@ -875,18 +868,6 @@ def mcp_session(lab: Lab, lines: list[str], answers: int) -> list[dict]:
     return replies
 
 
-INITIALIZE = json.dumps(
-    {
-        "jsonrpc": "2.0",
-        "id": 8,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "probe", "version": "1"},
-        },
-    }
-)
 INITIALIZED = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
 
@@ -961,17 +942,12 @@ def unclear_messages(lab: Lab) -> list[Outcome]:
             + " (documented in docs/serving.md)",
         ),
     ]
-    lines = [
-        "hello, is this thing on?",
-        json.dumps({"question": "not a JSON-RPC message"}),
-        json.dumps({"jsonrpc": "2.0", "id": 7, "method": 42}),
-        INITIALIZE,
-    ]
-    replies = [(r.get("id"), r.get("error", {}).get("code")) for r in mcp_session(lab, lines, 4)]
+    replied = mcp_session(lab, NOT_JSON_RPC, len(NOT_JSON_RPC_REPLIES))
+    replies = [(r.get("id"), r.get("error", {}).get("code")) for r in replied]
     outcomes.append(
         Outcome(
             "11 MCP lines that are not JSON-RPC",
-            replies == [(None, -32700), (None, -32600), (7, -32600), (8, None)],
+            replies == NOT_JSON_RPC_REPLIES,
             f"replies (id, error code): {replies}",
         )
     )
@@ -1134,9 +1110,14 @@ def first_hour(lab: Lab) -> list[Outcome]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", type=Path, required=True, help="emptied first")
-    parser.add_argument("--only", help="comma-separated probe groups (1 to 12)")
+    parser.add_argument(
+        "--only", help="comma-separated probe groups, the issue's items (9 also runs item 10)"
+    )
     args = parser.parse_args(argv)
     groups = args.only.split(",") if args.only else list(PROBES)
+    if unknown := set(groups) - set(PROBES):
+        parser.error(f"no probe group {', '.join(sorted(unknown))} (groups: {', '.join(PROBES)})")
+    args.workdir = args.workdir.resolve()  # the commands run in a folder of their own
     shutil.rmtree(args.workdir, ignore_errors=True)
     args.workdir.mkdir(parents=True)
     outcomes: list[Outcome] = []
