@@ -46,6 +46,7 @@ from kpack.changes import page_changes, sources_fingerprint
 from kpack.embedding import effective_precision, vector_namespace
 from kpack.errors import PackNotReady
 from kpack.ingest.crawl import CrawlReport, crawl
+from kpack.ingest.fetch import unreachable
 from kpack.ingest.pages import CHANGE_KINDS, stored_pages
 from kpack.packs import Source
 from resources.fetcher import FetcherResource
@@ -194,6 +195,11 @@ def failed_url_share(
     limit = pack_store.config(context.partition_key).max_failed_fraction
     # The first failure names the cause a user can fix ("no such file", "404", a hint).
     first = f"; first: {failed[0]['url']}: {failed[0]['error']}" if failed else ""
+    if failed and len(failed) == len(rows) and all(unreachable(r["error"]) for r in failed):
+        first += (
+            "; no host of this pack could be reached: is this machine offline? Building a pack "
+            "whose pages are on the web needs internet access"
+        )
     return AssetCheckResult(
         passed=share <= limit,
         severity=AssetCheckSeverity.ERROR,

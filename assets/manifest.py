@@ -138,10 +138,10 @@ def pack_manifest(
     pack_store: PackStore,
     embedder: EmbedderResource,
     content_cache: ContentCacheResource,
-    pack_graph: StagedBuild,
-    sections: pa.Table,
+    sections: pa.Table,  # these three: what the gate is calibrated from
     chunks: pa.Table,
     embeddings: pa.Table,
+    pack_graph: StagedBuild,  # what is published
 ) -> Output[None]:
     started = time.perf_counter()
     pack = context.partition_key

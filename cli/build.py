@@ -67,13 +67,10 @@ def cmd_build(args: argparse.Namespace) -> int:
         from pipelines.dry_run import dry_run
 
         return report(escape(dry_run(args.name).report()))
-    from dagster import DagsterInstance
-
     from pipelines.build import BUILD_TAG, build_pack
-    from pipelines.instance import MIRROR_ENV, ensure_dagster_home
+    from pipelines.instance import MIRROR_ENV, open_instance, storage_errors
     from pipelines.progress import BuildProgress
 
-    ensure_dagster_home()
     if args.verbose:  # the steps' own output on the terminal too, as Dagster prints it
         os.environ[MIRROR_ENV] = "1"
     build_id = uuid.uuid4().hex
@@ -81,7 +78,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     # Dagster's own console log only with --verbose: by default the progress rows and one
     # line of cause say what happened, with no stack traces.
     log_level = args.log_level or ("INFO" if args.verbose else "CRITICAL")
-    instance = DagsterInstance.get()
+    instance = open_instance()
     build = partial(
         build_pack,
         args.name,
@@ -90,11 +87,12 @@ def cmd_build(args: argparse.Namespace) -> int:
         log_level=log_level,
         force=args.force,
     )
-    if args.no_progress:
-        result = build()
-    else:
-        with BuildProgress(instance, (BUILD_TAG, build_id), console, live=console.is_terminal):
+    with storage_errors():
+        if args.no_progress:
             result = build()
+        else:
+            with BuildProgress(instance, (BUILD_TAG, build_id), console, live=console.is_terminal):
+                result = build()
     elapsed = time.perf_counter() - started
     manifest = result.manifest
     if result.not_recorded:

@@ -12,6 +12,10 @@ Bounds:
 - **size**: an answer that declares its length (``Content-Length``, the store's recorded size)
   may bring that many bytes and no more; one that declares none is cut at the cap the caller
   gives (kpack.archive: ``KPACK_MAX_ARCHIVE_BYTES``), so an endless answer ends there;
+- **disk**: never more than the disk of the file has room for, less the margin kept free for
+  other writers (kpack.errors.SPACE_MARGIN_BYTES): a declared length beyond that is refused
+  before the first byte, and an endless answer stops before it fills the disk (the cap alone,
+  64 GiB by default, would let it fill most disks first);
 - **time**: the whole download, from connecting to the last byte, must end within
   ``KPACK_DOWNLOAD_DEADLINE_S`` seconds (900 by default). Over HTTP the deadline shuts the
   socket (kpack.ingest.fetch.guarded), which also ends a read blocked on a server that sends a
@@ -27,7 +31,7 @@ from typing import BinaryIO
 import requests
 import urllib3
 
-from kpack.errors import PackError, disk_errors
+from kpack.errors import SPACE_MARGIN_BYTES, PackError, check_space, disk_errors, room_on_disk
 from kpack.ingest.fetch import Deadline, guarded, guarded_session
 
 DEADLINE_VARIABLE = "KPACK_DOWNLOAD_DEADLINE_S"
@@ -54,12 +58,13 @@ def copy_bounded(
 ) -> int:
     """Copy ``source`` to the new file ``dest`` until its end; the bytes copied.
 
-    PackError once more than ``max_bytes`` arrive or the deadline passes; the partial file is
-    removed then, as on any other failure.
+    PackError once more than ``max_bytes`` arrive, more than the disk has room for, or the
+    deadline passes; the partial file is removed then, as on any other failure.
     """
     written = 0
     try:
         with disk_errors(f"{what}: cannot write {dest}"):
+            room = room_on_disk(dest.parent)
             out = dest.open("xb")
         with out:
             while chunk := source.read(CHUNK):
@@ -68,6 +73,12 @@ def copy_bounded(
                     raise PackError(
                         f"{what} is larger than {max_bytes:,} bytes: stopped there "
                         "(not a kpack archive of the size it declares, or endless)"
+                    )
+                if written > room:
+                    raise PackError(
+                        f"{what} stopped at {written - len(chunk):,} bytes, before it filled the "
+                        f"disk of {dest.parent} ({SPACE_MARGIN_BYTES >> 20} MiB are kept free): "
+                        "free some space and try again"
                     )
                 if deadline.expired:
                     raise _late(what, deadline)
@@ -115,6 +126,8 @@ def download_url(url: str, dest: Path, *, max_bytes: int) -> int:
                     "serve .kpack files as they are (application/octet-stream)"
                 )
             cap = _declared_length(response.headers.get("content-length"), url, max_bytes)
+            if cap < max_bytes:  # a declared length: known to fit, or not, before it comes
+                check_space(dest.parent, cap, f"cannot download {url}: it is")
             return copy_bounded(
                 response.raw, dest, max_bytes=cap, deadline=deadline, what=f"download of {url}"
             )

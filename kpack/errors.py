@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import errno
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+
+# What a writer of a large file (an archive unpacked or downloaded) leaves free on its disk: room
+# for the manifest and skill.md written afterwards, and for what other writers need meanwhile.
+SPACE_MARGIN_BYTES = 16 << 20
 
 
 class PackError(ValueError):
@@ -28,3 +34,19 @@ def disk_errors(what: str) -> Iterator[None]:
                 f"{what}: no space left on the device{where}; free some space and try again"
             ) from None
         raise PackError(f"{what}: {exc.strerror or exc}{where}") from None
+
+
+def room_on_disk(folder: Path) -> int:
+    """The bytes a writer may put on the disk of ``folder``: its free space less the margin."""
+    return shutil.disk_usage(folder).free - SPACE_MARGIN_BYTES
+
+
+def check_space(folder: Path, needed: int, what: str) -> None:
+    """Refuse before writing ``needed`` bytes into ``folder`` when its disk has not the room;
+    ``what`` starts the message ("x.kpack unpacks to")."""
+    if needed > room_on_disk(folder):
+        free = shutil.disk_usage(folder).free
+        raise PackError(
+            f"{what} {needed:,} bytes, but the disk of {folder} has {free:,} free (and "
+            f"{SPACE_MARGIN_BYTES >> 20} MiB are kept free): free some space and try again"
+        )

@@ -25,7 +25,7 @@ from kpack.config import load_config
 from kpack.packs import PackError, pack_dir, read_manifest, read_urls
 from kpack.store import PackStore
 from pipelines.definitions import make_definitions
-from pipelines.instance import ensure_dagster_home
+from pipelines.instance import open_instance
 from pipelines.jobs import JOB_NAME
 from pipelines.outcomes import record_outcome
 from resources.pack_store import PARTITION_TAG
@@ -90,8 +90,7 @@ def build_pack(
     # gives a second build the error exit before it starts a run that could only fail.
     PackStore(packs_dir).refuse_if_building(pack)
     if instance is None:
-        ensure_dagster_home()
-        instance = DagsterInstance.get()
+        instance = open_instance()
     if not instance.has_dynamic_partition(packs_partitions.name, pack):
         instance.add_dynamic_partitions(packs_partitions.name, [pack])
     build_id = build_id or uuid.uuid4().hex

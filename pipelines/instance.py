@@ -23,6 +23,7 @@ every second that starts one run of a pack at a time, unless the user wrote thei
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 import sys
 from collections import OrderedDict
@@ -31,6 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from dagster import DagsterInstance
 from dagster._core.execution.compute_logs import redirect_to_file
 from dagster._core.storage.compute_log_manager import CapturedLogContext, ComputeIOType
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import (
@@ -45,10 +47,12 @@ from dagster._core.storage.sql import create_engine
 from dagster._core.storage.tags import PARTITION_NAME_TAG
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import QueuePool
 from watchdog.observers import Observer
 
 from kpack import settings
+from kpack.errors import SPACE_MARGIN_BYTES, PackError
 
 # What settings.dagster_home() wrote before this module existed: safe to upgrade.
 PLAIN_CONFIG = "telemetry:\n  enabled: false\n"
@@ -111,6 +115,30 @@ def ensure_dagster_home(home: Path | None = None) -> Path:
     ):
         config.write_text(wanted)
     return home
+
+
+def open_instance() -> DagsterInstance:
+    """The instance of settings.dagster_home() (see ensure_dagster_home), opened under
+    :func:`storage_errors`."""
+    ensure_dagster_home()
+    with storage_errors():
+        return DagsterInstance.get()
+
+
+@contextmanager
+def storage_errors() -> Iterator[None]:
+    """A failure of the instance's SQLite storage in the block as one PackError line. On a
+    full disk SQLite cannot even open its files ("disk I/O error"), so where the packs, the
+    storage and DAGSTER_HOME share a full disk, this is what a command meets first."""
+    try:
+        yield
+    except DBAPIError as exc:
+        home = Path(os.environ.get("DAGSTER_HOME") or settings.dagster_home())
+        free = shutil.disk_usage(home).free
+        problem = f"Dagster's storage in {home} failed: {exc.orig}"
+        if free < SPACE_MARGIN_BYTES:
+            problem += f"; its disk is full ({free:,} bytes free): free some space and try again"
+        raise PackError(problem) from None
 
 
 # Set (to "1") by `kpack build --verbose`: steps' output is mirrored to the terminal too.

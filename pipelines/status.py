@@ -20,7 +20,7 @@ from kpack.errors import PackError, PackNotReady
 from kpack.gate import configured_threshold
 from kpack.packs import pack_dir, read_manifest, time_ago
 from kpack.store import PackStore, build_running, verify_version, version_number
-from pipelines.instance import ensure_dagster_home
+from pipelines.instance import open_instance
 from pipelines.jobs import JOB_NAME
 from pipelines.outcomes import run_summary
 from pipelines.schedules import TIMEZONE, next_tick, schedule_running
@@ -39,8 +39,7 @@ def pack_status(name: str) -> dict:
         cron, schedule_error = load_config(folder).schedule, None
     except PackError as exc:
         cron, schedule_error = None, str(exc)
-    ensure_dagster_home()
-    instance = DagsterInstance.get()
+    instance = open_instance()
     running = schedule_running(instance)
     upcoming = next_tick(cron, datetime.now(UTC)) if cron and running else None
     rolled_back_from = store.rolled_back_from(name)

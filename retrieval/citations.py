@@ -33,6 +33,7 @@ from retrieval.query import ContextSection
 
 SUPPORT_THRESHOLD = 0.5
 MARK = " [unsupported]"
+# How an answer cites a passage, offline and as retrieval.synthesis asks Claude to.
 CITATION = re.compile(r"\[Source: ([^\]]+)\]")
 
 

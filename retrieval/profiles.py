@@ -112,6 +112,16 @@ SEARCH = (embed_question, vector_search, bm25_search)
 DECOMPOSE = QueryDecomposer()
 KEEP_PARTS = SubQuestionCoverage()
 CONTEXT_AND_ANSWER = (MultiDocSynthesizer(), QualityFilter(), FewShotManager(), synthesize)
+# Fused, gated and ranked by the graph's authority, then answered: the tail of the profiles
+# that tune balanced's context without the graph retrieval stages.
+RANKED_ANSWER = (
+    fuse,
+    ConfidenceGate(),
+    GraphReranker(),
+    top_k,
+    KEEP_PARTS,
+    *CONTEXT_AND_ANSWER,
+)
 
 # One profile for each name of kpack.config.PROFILE_NAMES, the one list of names (kg_config.json,
 # the CLI, the HTTP API and the MCP server accept those; tests/test_retrieval.py checks that the
@@ -165,33 +175,14 @@ PROFILES: dict[str, Profile] = {
         ),
         Profile(
             "latency_optimized",
-            (
-                DECOMPOSE,
-                *SEARCH,
-                fuse,
-                ConfidenceGate(),
-                GraphReranker(),
-                top_k,
-                KEEP_PARTS,
-                *CONTEXT_AND_ANSWER,
-            ),
+            (DECOMPOSE, *SEARCH, *RANKED_ANSWER),
             BALANCED_SETTINGS
             | {"num_docs": 3, "reranker_alpha": 0.8, "reranker_beta": 0.2, "few_shot_examples": 2},
             "balanced's stages over a smaller context: 3 articles, 2 examples",
         ),
         Profile(
             "coverage_optimized",
-            (
-                DECOMPOSE,
-                MultiQueryExpander(),
-                *SEARCH,
-                fuse,
-                ConfidenceGate(),
-                GraphReranker(),
-                top_k,
-                KEEP_PARTS,
-                *CONTEXT_AND_ANSWER,
-            ),
+            (DECOMPOSE, MultiQueryExpander(), *SEARCH, *RANKED_ANSWER),
             BALANCED_SETTINGS
             | {"num_docs": 7, "reranker_alpha": 0.6, "reranker_beta": 0.4, "few_shot_examples": 5},
             "multi-query expansion and a wider context: 7 articles, 5 examples, more authority",

@@ -19,8 +19,8 @@ import time
 from html import escape
 from typing import TYPE_CHECKING, Literal
 
+from retrieval.citations import CITATION
 from retrieval.query import Query
-from retrieval.synthesis import CITATION
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -21,7 +21,14 @@ from html import escape
 import numpy as np
 
 from kpack.llm import ClaudeClient, LLMError
-from retrieval.citations import StatementCheck, apply_checks, check_answer, summary, trace_rows
+from retrieval.citations import (
+    CITATION,
+    StatementCheck,
+    apply_checks,
+    check_answer,
+    summary,
+    trace_rows,
+)
 from retrieval.extractive import (
     NO_SENTENCE_ANSWER,
     extractive_answer,
@@ -32,8 +39,6 @@ from retrieval.query import ContextSection, Query, stage
 
 NO_CONTEXT_ANSWER = "The pack has no passage that answers this question."
 CONTEXT_WORDS_PER_SECTION = 350
-# How an answer cites a passage, offline and as SYNTHESIS_SYSTEM asks Claude to.
-CITATION = re.compile(r"\[Source: ([^\]]+)\]")
 # A candidate's reason that says it came in through another passage (retrieval.graph).
 BRIDGED = re.compile(r"^second hop|via entity .* from passage")
 

@@ -3,9 +3,9 @@
 ``/docs/`` links to ``/docs/article-N.html`` (N from 1 to ``articles``); ``/docs/sitemap.xml``
 lists the same articles (``/docs/sitemap.xml.gz`` gzipped); ``/robots.txt`` serves
 ``site.robots``. A test replaces any path's answer with ``site.answers[path] = Answer(...)``:
-a 503 for an outage, a slow answer, an oversized or unreadable sitemap, another robots.txt, a
-PDF. Every
-request is counted in ``site.hits`` and its start time kept in ``site.started``.
+a 503 for an outage, a slow or held answer, an oversized or unreadable sitemap, another
+robots.txt, a PDF. Every request is counted in ``site.hits`` and its start time kept in
+``site.started``.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ class Answer:
     body: bytes = b""
     headers: tuple[tuple[str, str], ...] = ()
     delay_s: float = 0.0  # waited before answering
+    hold: threading.Event | None = None  # answered once set (a page held back for a while)
 
 
 OUTAGE = Answer(503, "text/plain", b"down for maintenance")
@@ -103,6 +104,8 @@ def handler_for(site: SourcesSite) -> type[BaseHTTPRequestHandler]:
                 site.started.setdefault(path, []).append(time.monotonic())
             answer = site.answer(path)
             time.sleep(answer.delay_s)
+            if answer.hold is not None:
+                answer.hold.wait(timeout=600)
             try:
                 self.send_response(answer.status)
                 self.send_header("Content-Type", answer.content_type)

@@ -13,11 +13,13 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -30,8 +32,8 @@ from kpack import remote
 from kpack.archive import ARCHIVE_MANIFEST, install, validate
 from kpack.archive.format import MAX_ARCHIVE_VARIABLE
 from kpack.archive.staging import STAGING_FOLDER
-from kpack.download import DEADLINE_VARIABLE
-from kpack.errors import PackError
+from kpack.download import CHUNK, DEADLINE_VARIABLE
+from kpack.errors import SPACE_MARGIN_BYTES, PackError
 from tests.hostile_site import HostileHandler
 from tests.loopback import LoopbackServer
 from tests.test_archive import leftovers, sha256
@@ -434,11 +436,45 @@ def test_a_killed_download_is_removed_by_the_next_install_and_not_before(hostile
     assert leftovers(packs) == []
 
 
-def test_no_space_left_while_downloading_is_one_clear_line(hostile, small_disk):
-    packs = small_disk("size=20m")
-    run = run_kpack("install", hostile.url("/endless.kpack"), packs=packs)
+def lowest_free_space(folder: Path, while_running: Callable[[], Run]) -> tuple[Run, int]:
+    """What ``while_running`` returned, and the least free space its disk had meanwhile."""
+    lowest, done = shutil.disk_usage(folder).free, threading.Event()
+
+    def sample() -> None:
+        nonlocal lowest
+        while not done.is_set():
+            lowest = min(lowest, shutil.disk_usage(folder).free)
+            time.sleep(0.002)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        return while_running(), lowest
+    finally:
+        done.set()
+        sampler.join()
+
+
+def test_a_download_never_fills_the_disk(hostile, small_disk):
+    """An endless answer under the default cap (64 GiB) on a 20 MiB disk stops before the disk
+    is full, and an answer that declares more than the disk holds is refused before it comes:
+    one line each, nothing left, the margin for other writers never touched."""
+    disk = small_disk("size=20m")
+    packs = disk / "packs"
+    run, lowest = lowest_free_space(
+        disk, lambda: run_kpack("install", hostile.url("/endless.kpack"), packs=packs)
+    )
     message = one_line_error(run)
-    assert re.search(r"download of .*endless.kpack: cannot write .*: no space left on the", message)
+    assert re.search(
+        r"download of .*endless.kpack stopped at [\d,]+ bytes, before it filled", message
+    )
+    assert lowest >= SPACE_MARGIN_BYTES - CHUNK, lowest
+    assert leftovers(packs) == []
+
+    over_the_disk = {MAX_ARCHIVE_VARIABLE: str(200 * GIB)}  # /huge.kpack declares 100 GiB
+    run = run_kpack("install", hostile.url("/huge.kpack"), packs=packs, env=over_the_disk)
+    message = one_line_error(run)
+    assert re.search(r"/huge.kpack: it is 107,374,182,400 bytes, but the disk of .* free", message)
     assert leftovers(packs) == []
 
 

@@ -13,6 +13,8 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -154,20 +156,37 @@ def test_the_full_hash_runs_once_per_file_state(pack_copy):
     assert json.loads(marker.read_text())["pack.db"]["inode"] != remembered["pack.db"]["inode"]
 
 
-@pytest.fixture
-def small_disk(tmp_path) -> Path:
-    """tmp_path/packs on its own 64 MiB tmpfs (needs root; skipped with the reason if not)."""
-    mount = tmp_path / "packs"
+@contextmanager
+def tmpfs(mount: Path, size: str) -> Iterator[Path]:
+    """``mount``, a new folder, on its own tmpfs of ``size`` (needs root; the test is skipped
+    with the reason if not)."""
     mount.mkdir()
     mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)],
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
         capture_output=True,
         text=True,
     )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs for the full-disk test: {mounted.stderr.strip()}")
-    yield mount
-    subprocess.run(["umount", "--lazy", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "--lazy", str(mount)], check=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Iterator[Path]:
+    """tmp_path/packs on its own 64 MiB disk; the storage and the Dagster home elsewhere."""
+    with tmpfs(tmp_path / "packs", "64m") as mount:
+        yield mount
+
+
+@pytest.fixture
+def small_project_disk(tmp_path) -> Iterator[Path]:
+    """A workspace whose packs, storage and Dagster home share one 128 MiB disk, as they do
+    in a project folder."""
+    with tmpfs(tmp_path / "project", "128m") as mount:
+        yield mount
 
 
 def fill(folder: Path, leave_bytes: int) -> Path:
@@ -222,6 +241,33 @@ def test_a_build_on_a_full_disk_reports_its_outcome_in_one_line(small_disk, site
     status = kpack(tmp_path, "status", "full")
     assert "nothing changed since v0001" in " ".join(status.stdout.split()), status.stderr
     assert ANSWER in retrieval.query(folder, QUESTION, use_llm=False)["answer"]
+
+
+def test_a_full_disk_under_the_whole_workspace_is_one_line_and_loses_nothing(
+    small_project_disk, site
+):
+    """Not a byte left on the disk of the packs, their storage and the Dagster home: SQLite
+    cannot even open Dagster's files, so no build can run; each command says so in one line,
+    the published pack still answers, and a build once there is room again publishes."""
+    root = small_project_disk
+    folder = write_pack(root, "full", [site.url(p) for p in PAGES], {"fetch": TEST_FETCH})
+    assert kpack(root, "build", "full", "--no-progress").returncode == 0
+    filler = fill(root, leave_bytes=0)
+
+    for argv in (["build", "full"], ["build", "full", "--force"], ["status", "full"]):
+        done = kpack(root, *argv)
+        said = " ".join(done.stderr.split())
+        assert done.returncode == 2 and "Traceback" not in said, done.stderr[-3000:]
+        assert said.startswith(f"error: Dagster's storage in {root / 'dagster_home'} failed:")
+        assert said.endswith("its disk is full (0 bytes free): free some space and try again")
+    assert os.readlink(folder / ".versions" / "current") == "v0001"
+    searched = kpack(root, "search", "full", QUESTION, "--k", "3")
+    assert searched.returncode == 0 and ANSWER in searched.stdout
+
+    filler.unlink()
+    again = kpack(root, "build", "full", "--force", "--no-progress")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert os.readlink(folder / ".versions" / "current") == "v0002"
 
 
 def index_file(root: Path, name: str) -> Path:

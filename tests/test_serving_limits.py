@@ -212,37 +212,39 @@ def test_unparseable_bodies_get_a_documented_400(server, body, detail):
     assert detail in response.json()["detail"]
 
 
+# An MCP client's first message.
+INITIALIZE = json.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": 8,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"},
+        },
+    }
+)
+# Lines that are not JSON-RPC messages, then a message; the (id, error code) of each reply.
+NOT_JSON_RPC = [
+    "hello, is this thing on?",
+    json.dumps({"question": "not a JSON-RPC message"}),
+    json.dumps({"jsonrpc": "2.0", "id": 7, "method": 42}),
+    INITIALIZE,
+]
+NOT_JSON_RPC_REPLIES = [(None, -32700), (None, -32600), (7, -32600), (8, None)]
+
+
 def test_mcp_answers_lines_that_are_not_json_rpc(packs):
-    lines = [
-        "hello, is this thing on?",
-        json.dumps({"question": "not a JSON-RPC message"}),
-        json.dumps({"jsonrpc": "2.0", "id": 7, "method": 42}),
-        json.dumps(
-            {
-                "jsonrpc": "2.0",
-                "id": 8,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-06-18",
-                    "capabilities": {},
-                    "clientInfo": {"name": "test", "version": "1"},
-                },
-            }
-        ),
-    ]
     process = subprocess.run(
         [str(KPACK), "mcp"],
-        input="\n".join(lines) + "\n",
+        input="\n".join(NOT_JSON_RPC) + "\n",
         env=environment(packs),
         capture_output=True,
         text=True,
         timeout=120,
     )
     replies = [json.loads(line) for line in process.stdout.splitlines()]
-    assert [(r["id"], r.get("error", {}).get("code")) for r in replies] == [
-        (None, -32700),
-        (None, -32600),
-        (7, -32600),
-        (8, None),
-    ], replies
+    replied = [(r["id"], r.get("error", {}).get("code")) for r in replies]
+    assert replied == NOT_JSON_RPC_REPLIES, replies
     assert replies[-1]["result"]["serverInfo"]["name"] == "kpack"

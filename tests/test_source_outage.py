@@ -3,6 +3,7 @@ seed brought in last time are kept from the last good fetch, and the failure is 
 
 from __future__ import annotations
 
+import socket
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -151,3 +152,24 @@ def test_a_sitemap_that_times_out_keeps_its_pages_and_one_that_is_gone_does_not(
     gone = crawl_states(site, "/docs/sitemap.xml", list(first.values()))
     assert list(gone) == ["/docs/sitemap.xml"]
     assert gone["/docs/sitemap.xml"]["error"] == "sitemap: HTTP 404 Not Found"
+
+
+def test_a_pack_none_of_whose_hosts_answer_says_the_build_needs_the_internet(workspace, site):
+    """What a new user meets building go-expert offline: every host unreachable (a name that
+    does not resolve, a port where nothing listens) is named as that, once."""
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        nothing_there = f"http://127.0.0.1:{closed.getsockname()[1]}/docs/"
+    urls = ["https://docs.invalid/guide.html", nothing_there, site.url("/docs/sitemap.xml")]
+    site.answers["/docs/sitemap.xml"] = Answer(404, "text/plain", b"not found")
+    write_pack(workspace, "offline", urls[:2], {"fetch": TEST_FETCH})
+    result = build(workspace, "offline")
+    assert result.outcome == "failed"
+    assert result.cause.startswith("check failed_url_share failed 2/2 URLs failed")
+    assert result.cause.endswith(
+        "no host of this pack could be reached: is this machine offline? Building a pack whose "
+        "pages are on the web needs internet access"
+    )
+    # A host that answers, even with an error, is no sign of an offline machine.
+    write_pack(workspace, "offline", urls, {"fetch": TEST_FETCH})
+    result = build(workspace, "offline")
+    assert result.outcome == "failed" and "offline" not in result.cause

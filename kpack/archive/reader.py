@@ -44,8 +44,7 @@ from kpack.archive.format import (
     parse_header,
     read_seconds,
 )
-from kpack.archive.staging import check_space
-from kpack.errors import PackError
+from kpack.errors import PackError, check_space
 
 BLOCK = tarfile.BLOCKSIZE
 END_OF_ARCHIVE = bytes(BLOCK)
@@ -79,7 +78,7 @@ class Archive:
         or at the first member that is not a file the header lists with that size, or whose
         SHA-256 differs; the caller removes what was written (it is all under ``staging``).
         """
-        check_space(staging, self.unpacked, self.path.name)
+        check_space(staging, self.unpacked, f"{self.path.name} unpacks to")
         name, seen = self.path.name, set()
         while (member := self._stream.next_member()) is not None:
             problem = member_problem(member)

@@ -22,13 +22,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from kpack.errors import PackError, disk_errors
+from kpack.errors import disk_errors
 
 STAGING_FOLDER = ".kpack-staging"
 LOCK_FILE = ".lock"
-# Kept free beyond what an archive unpacks to: the manifest and skill.md written afterwards,
-# and what other writers of that disk need meanwhile.
-SPACE_MARGIN_BYTES = 16 << 20
 
 
 @contextmanager
@@ -58,16 +55,6 @@ def staging_area(packs_root: Path) -> Iterator[Path]:
             _remove(folder)
     finally:
         lock.close()
-
-
-def check_space(folder: Path, needed: int, what: str) -> None:
-    """Refuse before writing ``needed`` bytes into ``folder`` when its disk has not the room."""
-    free = shutil.disk_usage(folder).free
-    if needed + SPACE_MARGIN_BYTES > free:
-        raise PackError(
-            f"{what} unpacks to {needed:,} bytes, but the disk of {folder} has {free:,} free "
-            f"(and {SPACE_MARGIN_BYTES >> 20} MiB are kept free): free some space and try again"
-        )
 
 
 def _remove(path: Path) -> None:
