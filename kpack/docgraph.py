@@ -8,8 +8,11 @@ entry defines an identifier that other pages write. The parse stage finds both
 beside the other retrieval indexes (kpack.indexes), in the version's ``indexes/`` folder:
 
 - ``doc_links.arrow``: per section row (sections.arrow's order, by section id) the sections it
-  links to and, marked ``incoming``, those that link to it, with the link's anchor; sorted by
-  section row, with ``doc_link_offsets.npy`` (CSR offsets over section rows);
+  links to and, marked ``incoming``, those that link to it, with the link's anchor, the chunk
+  row of the passage that defines the anchor in the linked section (-1 when it defines none
+  there) and the linked section's chunk rows (its first and how many: chunks.arrow is sorted
+  by id, so a section's chunks are one run); sorted by section row, with
+  ``doc_link_offsets.npy`` (CSR offsets over section rows);
 - ``definitions.arrow``: per API identifier (its key, kpack.text.normalize_entity, sorted) the
   chunk row of the passage that defines it (the first passage of its defining section that
   writes its name, else the section's first passage), its section row and its name as written.
@@ -35,7 +38,16 @@ DOC_LINK_OFFSETS = "doc_link_offsets.npy"
 DEFINITIONS = "definitions.arrow"
 DOC_GRAPH_FILES = (DOC_LINKS, DOC_LINK_OFFSETS, DEFINITIONS)
 
-LINK_SCHEMA = pa.schema([("target", pa.int32()), ("anchor", pa.string()), ("incoming", pa.bool_())])
+LINK_SCHEMA = pa.schema(
+    [
+        ("target", pa.int32()),
+        ("anchor", pa.string()),
+        ("incoming", pa.bool_()),
+        ("defined", pa.int32()),
+        ("first_chunk", pa.int32()),
+        ("chunks", pa.int32()),
+    ]
+)
 DEFINITION_SCHEMA = pa.schema(
     [
         ("entity_id", pa.string()),
@@ -49,11 +61,32 @@ DEFINITION_SCHEMA = pa.schema(
 # -- writing ---------------------------------------------------------------------------------
 
 
-def link_rows(section_ids: list[str], section_links: pa.Table) -> tuple[np.ndarray, pa.Table]:
-    """(offsets over section rows, the rows: target section row, anchor, incoming): each link
-    once from its source and once, marked incoming, from its target."""
+def _chunk_runs(section_ids: list[str], chunk_ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Per section row, its first chunk row and its number of chunks (chunk ids sort by section,
+    kpack.contracts.chunk_id)."""
     row_of = {sid: row for row, sid in enumerate(section_ids)}
-    edges: list[tuple[int, int, str, bool]] = []
+    first = np.full(len(section_ids), -1, dtype=np.int64)
+    count = np.zeros(len(section_ids), dtype=np.int64)
+    for row, chunk in enumerate(chunk_ids):
+        at = row_of.get(section_of_chunk(chunk))
+        if at is not None:
+            first[at] = row if first[at] < 0 else first[at]
+            count[at] += 1
+    return first, count
+
+
+def link_rows(
+    section_ids: list[str],
+    section_links: pa.Table,
+    runs: tuple[np.ndarray, np.ndarray],
+    defined: dict[tuple[int, str], int],
+) -> tuple[np.ndarray, pa.Table]:
+    """(offsets over section rows, the rows of doc_links.arrow): each link once from its
+    source and once, marked incoming, from its target; ``runs``: each section's chunk rows
+    (_chunk_runs), ``defined``: (section row, key) -> the chunk row defining it there."""
+    row_of = {sid: row for row, sid in enumerate(section_ids)}
+    first, count = runs
+    edges: list[tuple[int, int, str, bool, int]] = []
     for source, target, anchor in zip(
         section_links["source_section_id"].to_pylist(),
         section_links["target_section_id"].to_pylist(),
@@ -61,18 +94,21 @@ def link_rows(section_ids: list[str], section_links: pa.Table) -> tuple[np.ndarr
         strict=True,
     ):
         if source in row_of and target in row_of:
-            edges.append((row_of[source], row_of[target], anchor or "", False))
-            edges.append((row_of[target], row_of[source], anchor or "", True))
+            at, to, anchor = row_of[source], row_of[target], anchor or ""
+            edges.append((at, to, anchor, False, defined.get((to, normalize_entity(anchor)), -1)))
+            edges.append((to, at, anchor, True, -1))
     edges.sort()
-    counts = np.bincount(
-        np.array([e[0] for e in edges], dtype=np.int64), minlength=len(section_ids)
-    )
-    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    offsets = np.concatenate(
+        [[0], np.cumsum(np.bincount([e[0] for e in edges], minlength=len(section_ids)))]
+    ).astype(np.int64)
     table = pa.table(
         {
             "target": [e[1] for e in edges],
             "anchor": [e[2] for e in edges],
             "incoming": [e[3] for e in edges],
+            "defined": [e[4] for e in edges],
+            "first_chunk": [int(first[e[1]]) for e in edges],
+            "chunks": [int(count[e[1]]) for e in edges],
         },
         schema=LINK_SCHEMA,
     )
@@ -80,25 +116,24 @@ def link_rows(section_ids: list[str], section_links: pa.Table) -> tuple[np.ndarr
 
 
 def definition_rows(
-    section_ids: list[str], defines: list[list[str] | None], chunk_ids: list[str], texts: list[str]
+    section_ids: list[str],
+    defines: list[list[str] | None],
+    runs: tuple[np.ndarray, np.ndarray],
+    texts: list[str],
 ) -> pa.Table:
     """definitions.arrow's rows (see the module docstring), sorted by key; an identifier
     defined in several sections has a row for each."""
-    first_chunk: dict[str, int] = {}
-    for row, chunk in enumerate(chunk_ids):
-        first_chunk.setdefault(section_of_chunk(chunk), row)
+    first, count = runs
     rows: list[tuple[str, int, int, str]] = []
-    for section_row, (section, names) in enumerate(zip(section_ids, defines, strict=True)):
-        start = first_chunk.get(section)
-        if start is None or not names:
+    for section_row, names in enumerate(defines):
+        start = int(first[section_row])
+        if start < 0 or not names:
             continue
-        end = start
-        while end < len(chunk_ids) and section_of_chunk(chunk_ids[end]) == section:
-            end += 1
         for name in names:
             key = normalize_entity(name)
             if key:
-                rows.append((key, _defining_chunk(name, texts, start, end), section_row, name))
+                chunk = _defining_chunk(name, texts, start, start + int(count[section_row]))
+                rows.append((key, chunk, section_row, name))
     rows.sort()
     return pa.table(
         {
@@ -124,28 +159,48 @@ def write_doc_graph(folder: Path, sections: pa.Table, chunks: pa.Table, links: p
     from kpack.indexes import write_arrow
 
     section_ids = sections["section_id"].to_pylist()
-    offsets, table = link_rows(section_ids, links)
+    runs = _chunk_runs(section_ids, chunks["chunk_id"].to_pylist())
+    definitions = definition_rows(
+        section_ids, sections["defines"].to_pylist(), runs, chunks["content"].to_pylist()
+    )
+    defined = {
+        (section, key): chunk
+        for key, chunk, section in zip(
+            definitions["entity_id"].to_pylist(),
+            definitions["chunk"].to_pylist(),
+            definitions["section"].to_pylist(),
+            strict=True,
+        )
+    }
+    offsets, table = link_rows(section_ids, links, runs, defined)
     np.save(folder / DOC_LINK_OFFSETS, offsets)
     write_arrow(folder / DOC_LINKS, table)
-    write_arrow(
-        folder / DEFINITIONS,
-        definition_rows(
-            section_ids,
-            sections["defines"].to_pylist(),
-            chunks["chunk_id"].to_pylist(),
-            chunks["content"].to_pylist(),
-        ),
-    )
+    write_arrow(folder / DEFINITIONS, definitions)
 
 
 # -- reading ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Link:
-    target: int  # section row
-    anchor: str
-    incoming: bool  # the target section links to the section it was read from
+class Links:
+    """The links of one section, as arrays (one element per link): the linked section's row,
+    whether it links to this one (``incoming``), the chunk row defining the anchor there (-1:
+    none), and the linked section's chunk rows (``first_chunk``, ``chunks``). ``anchor(i)``
+    reads a link's anchor."""
+
+    targets: np.ndarray
+    incoming: np.ndarray
+    defined: np.ndarray
+    first_chunk: np.ndarray
+    chunks: np.ndarray
+    start: int
+    graph: DocGraph
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def anchor(self, i: int) -> str:
+        return self.graph.anchors[self.start + i]
 
 
 @dataclass(frozen=True)
@@ -163,22 +218,30 @@ class DocGraph:
 
         self.offsets = load_array(folder, DOC_LINK_OFFSETS)
         links = load_table(folder, DOC_LINKS)
-        self._targets = links["target"].to_numpy()
-        self._anchors = Column(links["anchor"])
-        self._incoming = links["incoming"].to_numpy(zero_copy_only=False)
+        self._links = {
+            name: links[name].to_numpy(zero_copy_only=False)
+            for name in ("target", "incoming", "defined", "first_chunk", "chunks")
+        }
+        self.anchors = Column(links["anchor"])
         definitions = load_table(folder, DEFINITIONS)
         self._keys = SortedKeys(definitions["entity_id"])
         self._chunks = definitions["chunk"].to_numpy()
         self._sections = definitions["section"].to_numpy()
         self._names = Column(definitions["name"])
 
-    def links(self, section_row: int) -> list[Link]:
+    def links(self, section_row: int) -> Links:
         """The links of a section, out and in, in the order of their target rows."""
         start, end = int(self.offsets[section_row]), int(self.offsets[section_row + 1])
-        return [
-            Link(int(self._targets[at]), self._anchors[at], bool(self._incoming[at]))
-            for at in range(start, end)
-        ]
+        part = {name: column[start:end] for name, column in self._links.items()}
+        return Links(
+            part["target"],
+            part["incoming"],
+            part["defined"],
+            part["first_chunk"],
+            part["chunks"],
+            start,
+            self,
+        )
 
     def definitions(self, key: str) -> list[Definition]:
         """Where the identifier with this key (normalize_entity) is defined; [] if nowhere."""

@@ -16,30 +16,38 @@ which passage defines each API identifier) knows where the other is.
 2. scores each reached passage on its own merit, its cosine similarity to the question, as
    every candidate already has one, never by the rank of the passage it was reached from
    (bridges inserted after their source pushed gold passages down);
-3. lets it take the place of the highest passage of the top k that it beats and that is not
-   the first of its page there (a page's second passage): the pages of the top k stay, so no
-   page the search found leaves the top k or moves down, and a page the search missed comes
-   in. The displaced passage goes just below the top k. A reached passage whose page is in
-   the top k already adds no page and is left where it is.
+3. lets the best of them, in order, take the place of the highest passage of the top k that
+   is not the first of its page there (a page's second or later passage), when its own page
+   is not above that place already: the pages of the top k stay, so no page the search found
+   leaves the top k or moves down, and a page the search missed comes in. The displaced
+   passage goes just below the top k (or, when the reached passage was lower in the top k,
+   takes its place), and the offline answer still quotes it (retrieval.synthesis): for an
+   answer the graph adds a page, it takes no passage of the best page away. A reached passage
+   must be at least as similar to the question as the gate's threshold asks of any passage.
 
 Every passage it places says how it was reached ("via link from 'Saving structured data
-with json' to 'json.dump'"). The constants are structural (which passages may be replaced),
-not weights fitted to a benchmark; whether the stage runs on a pack is decided by the pack's
-own evidence (retrieval.eval.evidence).
+with json' to 'json.dump'"). There are no weights to fit: the floor is the pack's own gate
+threshold, and whether the stage runs on a pack at all is decided by the pack's own evidence
+(retrieval.eval.evidence).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
-from kpack.contracts import chunk_id, section_of_chunk
+from kpack.contracts import section_of_chunk
 from kpack.docgraph import DocGraph
 from kpack.text import code_names, normalize_entity
 from retrieval.candidates import passage
 from retrieval.query import Candidate, Query
 
+# The reason a passage the stage moved out of the top k carries; the offline answer still
+# quotes it (retrieval.synthesis.answer_passages).
+MOVED_DOWN = "moved down by the documentation graph"
 NO_DOC_GRAPH = (
     "this pack version has no documentation graph (built before section links): rebuild it "
     "to use it"
@@ -47,10 +55,31 @@ NO_DOC_GRAPH = (
 
 
 @dataclass(frozen=True)
+class Route:
+    """How a passage was reached; put in words only for the passages the stage places."""
+
+    kind: Literal["question", "link", "written"]
+    name: str = ""  # the identifier defined ("" for a link whose anchor defines nothing)
+    here: int = -1  # the section row of the best passage it was reached from
+    there: int = -1  # the linked section's row
+    incoming: bool = False  # the linked section links to ``here``
+
+    def words(self, title: Callable[[int], str]) -> str:
+        """The route in words; ``title(section row)`` names a section."""
+        if self.kind == "question":
+            return f"defines {self.name!r}, which the question writes"
+        if self.kind == "written":
+            return f"defines {self.name!r}, which {title(self.here)!r} writes"
+        there = self.name or title(self.there)
+        source, target = (there, title(self.here)) if self.incoming else (title(self.here), there)
+        return f"via link from {source!r} to {target!r}"
+
+
+@dataclass(frozen=True)
 class Reached:
     row: int  # chunk row
     merit: float  # cosine similarity to the question
-    path: str  # how it was reached, in words
+    route: Route
 
 
 def question_identifiers(text: str) -> list[str]:
@@ -62,58 +91,55 @@ def question_identifiers(text: str) -> list[str]:
     return list(dict.fromkeys(k for k in map(normalize_entity, names) if k))
 
 
-def _section_title(query: Query, section_row: int) -> str:
-    return query.reader.sections[query.reader.section_ids[section_row]].title
-
-
-def _closest_chunk(query: Query, section_id: str) -> int | None:
-    """The chunk row of a section's passage closest to the question."""
-    reader = query.reader
-    first = reader.chunk_row.get(chunk_id(section_id, 0))
-    if first is None:
-        return None
-    end = first
-    while end < len(reader.chunk_ids) and section_of_chunk(reader.chunk_ids[end]) == section_id:
-        end += 1
-    rows = np.arange(first, end)
-    return int(rows[int(np.argmax(query.passage_similarity(rows)))])
-
-
-def reached_passages(query: Query, graph: DocGraph, seeds: list[Candidate]) -> dict[int, str]:
-    """Chunk row -> how it was reached (see the module docstring, step 1); the first path
+def reached_passages(query: Query, graph: DocGraph, seeds: list[Candidate]) -> dict[int, Route]:
+    """Chunk row -> how it was reached (see the module docstring, step 1); the first route
     found for a passage is kept."""
     reader = query.reader
-    reached: dict[int, str] = {}
+    reached: dict[int, Route] = {}
     for key in question_identifiers(query.text):
         for definition in graph.definitions(key):
-            reached.setdefault(
-                definition.chunk, f"defines {definition.name!r}, which the question writes"
-            )
+            reached.setdefault(definition.chunk, Route("question", definition.name))
+    closest: list[tuple[int, int, Route]] = []  # a linked section's chunk rows, and the route
     for seed in seeds:
-        row = reader.section_row.get(seed.section_id)
-        if row is None:
+        here = reader.section_row.get(seed.section_id)
+        if here is None:
             continue
-        here = _section_title(query, row)
-        for link in graph.links(row):
-            target_id = reader.section_ids[link.target]
-            defined = [
-                d
-                for d in graph.definitions(normalize_entity(link.anchor))
-                if d.section == link.target
-            ]
-            chunk = defined[0].chunk if defined else _closest_chunk(query, target_id)
-            if chunk is None:
-                continue
-            there = defined[0].name if defined else _section_title(query, link.target)
-            source, target = (there, here) if link.incoming else (here, there)
-            reached.setdefault(chunk, f"via link from {source!r} to {target!r}")
+        links = graph.links(here)
+        for i in range(len(links)):
+            defined = int(links.defined[i])
+            route = Route(
+                "link",
+                links.anchor(i) if defined >= 0 else "",
+                here,
+                int(links.targets[i]),
+                bool(links.incoming[i]),
+            )
+            if defined >= 0:
+                reached.setdefault(defined, route)
+            elif links.chunks[i] > 0:
+                closest.append((int(links.first_chunk[i]), int(links.chunks[i]), route))
         for key in dict.fromkeys(code_names(seed.text)):
             for definition in graph.definitions(key):
-                reached.setdefault(
-                    definition.chunk,
-                    f"defines {definition.name!r}, which {here!r} writes",
-                )
+                reached.setdefault(definition.chunk, Route("written", definition.name, here))
+    for row, route in _closest_chunks(query, closest):
+        reached.setdefault(row, route)
     return reached
+
+
+def _closest_chunks(
+    query: Query, sections: list[tuple[int, int, Route]]
+) -> list[tuple[int, Route]]:
+    """For each linked section (its first chunk row, its number of chunks, the route), the
+    chunk row of its passage closest to the question: one similarity pass over them all."""
+    if not sections:
+        return []
+    rows = np.concatenate([np.arange(first, first + count) for first, count, _ in sections])
+    similarity = query.passage_similarity(rows)
+    found, at = [], 0
+    for first, count, route in sections:
+        found.append((first + int(np.argmax(similarity[at : at + count])), route))
+        at += count
+    return found
 
 
 class DocGraphExpansion:
@@ -135,11 +161,16 @@ class DocGraphExpansion:
             (Reached(int(r), float(m), reached[int(r)]) for r, m in zip(rows, merits, strict=True)),
             key=lambda r: (-r.merit, r.row),
         )
+
+        def title(section_row: int) -> str:
+            return query.reader.sections[query.reader.section_ids[section_row]].title
+
         # A passage as far from the question as an out-of-domain one is no help, whatever
         # links to it: the gate's threshold (calibrated on the pack, kpack.gate) is the floor.
         floor = query.settings.context_confidence_threshold or 0.0
         waiting = {c.passage_id: c for c in query.candidates}
         displaced: list[Candidate] = []
+        placed = 0
         for found in ordered:
             slot = _second_passage(top)
             if found.merit < floor or slot is None:
@@ -155,23 +186,21 @@ class DocGraphExpansion:
                 query.considered.append(candidate)
             out = top[slot]
             candidate.reasons.append(
-                f"documentation graph: {found.path} (similarity {found.merit:.3f}), in place of "
-                f"a second passage of {out.title!r}"
+                f"documentation graph: {found.route.words(title)} (similarity {found.merit:.3f}), "
+                f"in place of a second passage of {out.title!r}"
             )
-            out.reasons.append("moved down by the documentation graph")
-            if candidate in top:  # it was lower in the top k: the two change places
-                top[top.index(candidate)] = out
-            else:
+            out.reasons.append(MOVED_DOWN)
+            lower = next((i for i, c in enumerate(top) if c is candidate), None)
+            if lower is None:
                 displaced.append(out)
+            else:  # it was lower in the top k: the two change places
+                top[lower] = out
             top[slot] = candidate
-        if displaced or any(c is not o for c, o in zip(top, query.candidates, strict=False)):
+            placed += 1
+        if placed:
             kept = {id(c) for c in top} | {id(c) for c in displaced}
-            rest = [c for c in query.candidates if id(c) not in kept]
-            query.candidates = top + displaced + rest
-        query.notes["doc_graph"] = {
-            "reached": len(reached),
-            "placed": sum(1 for c in top if c.reasons and "documentation graph:" in c.reasons[-1]),
-        }
+            query.candidates = top + displaced + [c for c in query.candidates if id(c) not in kept]
+        query.notes["doc_graph"] = {"reached": len(reached), "placed": placed}
 
 
 def _second_passage(top: list[Candidate]) -> int | None:

@@ -233,9 +233,9 @@ def test_a_question_writing_an_identifier_reaches_its_definition(pack):
         )
         embed_question(query)
         reached = reached_passages(query, reader.doc_graph, seeds=[])
-        [(row, path)] = reached.items()
+        [(row, route)] = reached.items()
         assert reader.sections[reader.chunk_ids[row].rsplit("-", 1)[0]].title == "Functions"
-    assert path == "defines 'prefs.fetch', which the question writes"
+    assert route.words(str) == "defines 'prefs.fetch', which the question writes"
 
 
 # Evidence: which graph stages a pack runs

@@ -29,7 +29,6 @@ from kpack.contracts import content_hash, section_of_chunk, stable_id
 from kpack.errors import PackError
 from kpack.ingest.gate_calibration import pack_probes
 from kpack.llm import EXPANSION_MODEL, ClaudeClient, LLMError
-from kpack.text import normalize_entity
 from retrieval.reader import PackReader
 
 MIN_SECTION_WORDS = 40
@@ -178,16 +177,13 @@ def offline_questions(reader: PackReader, n: int) -> list[dict]:
             name = f"{name} ({title})"
         template = SINGLE_PAGE_TEMPLATES[row % len(SINGLE_PAGE_TEMPLATES)]
         singles.append(_question(template.format(name), [section.article_url]))
-        for link in graph.links(row) if graph is not None else ():
-            target = reader.sections[reader.section_ids[link.target]]
-            if link.incoming or target.article_url == section.article_url:
+        links = graph.links(row) if graph is not None else None
+        for i in range(len(links) if links is not None else 0):
+            target = reader.sections[reader.section_ids[int(links.targets[i])]]
+            if links.incoming[i] or target.article_url == section.article_url:
                 continue
-            defined = [
-                d.name
-                for d in graph.definitions(normalize_entity(link.anchor))
-                if d.section == link.target
-            ]
-            label = defined[0] if defined else _heading(target.title)
+            # A link whose anchor the target defines is about that identifier.
+            label = links.anchor(i) if links.defined[i] >= 0 else _heading(target.title)
             pairs.append(
                 _question(
                     TWO_PAGE_TEMPLATE.format(name, label), [section.article_url, target.article_url]
