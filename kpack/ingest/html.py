@@ -178,8 +178,8 @@ def _walk(root: LexborNode, marks: bool = False) -> Iterator[Block]:
             inline.append(child.text_content or "")
         elif tag in INLINE and child.css_first(BLOCK_SELECTOR) is None:
             inline.append(child.text(deep=True))
-            if marks:
-                yield from _marks(child, inside=True)
+            if marks:  # its own: a link inside an inline element is rare, a query for one dear
+                yield from _marks(child, inside=False)
         elif tag == "br":
             inline.append(" ")
         elif tag in SKIP or tag == "-comment":

@@ -136,12 +136,13 @@ def _heading(title: str) -> str:
 def gate_probe_sections(reader: PackReader) -> set[str]:
     """The sections whose headings the gate's calibration asks about (the same sample the
     build drew: kpack.ingest.gate_calibration.pack_probes over the version's own tables)."""
-    chunk_ids = list(reader.chunk_ids)
+    chunk_table = reader.chunk_text.table  # type: ignore[attr-defined]  (a RowMap too)
+    chunk_ids = chunk_table["chunk_id"].to_pylist()
     chunks = pa.table(
         {
             "section_id": [section_of_chunk(c) for c in chunk_ids],
             "chunk_index": [int(c.rsplit("-", 1)[1]) for c in chunk_ids],
-            "content": [reader.chunk_text[c] for c in chunk_ids],
+            "content": chunk_table["content"],
         }
     )
     sections = reader.sections.table  # type: ignore[attr-defined]  (a kpack.indexes.RowMap)
@@ -164,30 +165,31 @@ def offline_questions(reader: PackReader, n: int) -> list[dict]:
     check_count(n)
     probed = gate_probe_sections(reader)
     graph = reader.doc_graph
-    rows = [(row, reader.sections[sid]) for row, sid in enumerate(reader.section_ids)]
-    names = Counter(_heading(s.title) for _, s in rows)
+    table = reader.sections.table  # type: ignore[attr-defined]  (a kpack.indexes.RowMap)
+    ids, urls, titles, words = (
+        table[column].to_pylist() for column in ("section_id", "article_url", "title", "word_count")
+    )
+    headings = [_heading(title) for title in titles]
+    shared = Counter(headings)
     singles: list[dict] = []
     pairs: list[dict] = []
-    for row, section in rows:
-        name = _heading(section.title)
-        if section.word_count < MIN_SECTION_WORDS or section.section_id in probed or not name:
+    for row, name in enumerate(headings):
+        if words[row] < MIN_SECTION_WORDS or ids[row] in probed or not name:
             continue
-        title = reader.articles[section.article_url].title
-        if names[name] > 1 and name != title:  # "Examples": whose?
-            name = f"{name} ({title})"
+        page = reader.articles[urls[row]].title
+        if shared[name] > 1 and name != page:  # "Examples": whose?
+            name = f"{name} ({page})"
         template = SINGLE_PAGE_TEMPLATES[row % len(SINGLE_PAGE_TEMPLATES)]
-        singles.append(_question(template.format(name), [section.article_url]))
+        singles.append(_question(template.format(name), [urls[row]]))
         links = graph.links(row) if graph is not None else None
         for i in range(len(links) if links is not None else 0):
-            target = reader.sections[reader.section_ids[int(links.targets[i])]]
-            if links.incoming[i] or target.article_url == section.article_url:
+            target = int(links.targets[i])
+            if links.incoming[i] or urls[target] == urls[row]:
                 continue
             # A link whose anchor the target defines is about that identifier.
-            label = links.anchor(i) if links.defined[i] >= 0 else _heading(target.title)
+            label = links.anchor(i) if links.defined[i] >= 0 else headings[target]
             pairs.append(
-                _question(
-                    TWO_PAGE_TEMPLATE.format(name, label), [section.article_url, target.article_url]
-                )
+                _question(TWO_PAGE_TEMPLATE.format(name, label), [urls[row], urls[target]])
             )
 
     def sample(items: list[dict], count: int) -> list[dict]:
