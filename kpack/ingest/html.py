@@ -178,7 +178,7 @@ def _walk(root: LexborNode, marks: bool = False) -> Iterator[Block]:
             inline.append(child.text_content or "")
         elif tag in INLINE and child.css_first(BLOCK_SELECTOR) is None:
             inline.append(child.text(deep=True))
-            if marks:  # its own: a link inside an inline element is rare, a query for one dear
+            if marks:  # its own only: a link inside one is rare, and looking costs a query
                 yield from _marks(child, inside=False)
         elif tag == "br":
             inline.append(" ")
