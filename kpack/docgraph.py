@@ -23,7 +23,6 @@ bisection, from the memory-mapped files.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,10 +146,15 @@ def definition_rows(
 
 
 def _defining_chunk(name: str, texts: list[str], start: int, end: int) -> int:
-    """The first chunk row in [start, end) that writes the identifier's last part as a word
-    (a method's signature writes "default(o)" for json.JSONEncoder.default), else start."""
-    word = re.compile(rf"(?<![\w]){re.escape(name.rsplit('.', 1)[-1])}(?!\w)")
-    return next((row for row in range(start, end) if word.search(texts[row])), start)
+    """The first chunk row in [start, end) that writes the identifier's signature (its last part
+    and a parenthesis: a method's signature writes "default(o)" for json.JSONEncoder.default),
+    else the first that writes its last part (an attribute), else start."""
+    last = name.rsplit(".", 1)[-1]
+    for written in (f"{last}(", last):
+        found = next((row for row in range(start, end) if written in texts[row]), None)
+        if found is not None:
+            return found
+    return start
 
 
 def write_doc_graph(folder: Path, sections: pa.Table, chunks: pa.Table, links: pa.Table) -> None:
