@@ -1,9 +1,15 @@
-"""eval_results: the pack's own question set run under the compared profiles (baseline,
-balanced, max: retrieval.eval.COMPARED_PROFILES), after each publish.
+"""After a publish: the graph stages' evidence (graph_evidence, part of the build), and the pack's
+own question set run under the compared profiles (eval_results, baseline, balanced, max:
+retrieval.eval.COMPARED_PROFILES).
 
-Not part of the build job (it can cost LLM calls): materialize it from the UI, or run the same
-code with ``kpack eval``. Results land in ``eval/results/`` of the pack folder and the summary
-table and chart show in the asset's metadata.
+graph_evidence measures the graph stages against baseline on the pack's questions, or on a
+self-check made from its headings (retrieval.eval.evidence), and records in the published
+version which of them its queries run by default (kpack.graph_evidence). It never fails the
+build: a measurement that cannot run records the graph off and why.
+
+eval_results is not part of the build job (it can cost LLM calls): materialize it from the UI,
+or run the same code with ``kpack eval``. Results land in ``eval/results/`` of the pack folder
+and the summary table and chart show in the asset's metadata.
 """
 
 import json
@@ -21,7 +27,8 @@ from dagster import (
     asset,
 )
 
-from assets.partitions import pack_check, packs_partitions
+from assets.partitions import build_stage, pack_check, packs_partitions
+from kpack.graph_evidence import GRAPH_TOGGLES, write_evidence
 from resources.pack_store import PackStore
 from retrieval.eval import (
     COMPARED_PROFILES,
@@ -29,6 +36,7 @@ from retrieval.eval import (
     evaluate,
     headline,
     load_questions,
+    pack_evidence,
     write_results,
 )
 from retrieval.eval.report import SUMMARY_COLUMNS
@@ -44,6 +52,40 @@ PLOTTED_METRICS = (
     "refusal_rate_unanswerable",
 )
 GATE_WARNING_SHARE = 0.4  # seed 001: above this the pack does not cover the questions
+
+
+@build_stage(
+    group_name="publish",
+    deps=["pack_manifest"],
+    description="Which graph stages the published version runs by default, on its own evidence.",
+)
+def graph_evidence(context: AssetExecutionContext, pack_store: PackStore) -> MaterializeResult:
+    pack = context.partition_key
+    version = pack_store.current(pack)
+    if version is None:  # rolled back to nothing meanwhile: nothing to measure
+        return MaterializeResult(metadata={"measured": False})
+    try:
+        record = pack_evidence(pack_store.folder(pack), version)
+    except Exception as exc:  # a published version keeps its build: the graph stays off
+        context.log.warning(f"the graph evidence of {pack} could not be measured: {exc}")
+        record = {
+            "source": "nothing",
+            "questions": 0,
+            **dict.fromkeys(GRAPH_TOGGLES, False),
+            "chosen": "baseline",
+            "why": f"the measurement failed ({type(exc).__name__}: {exc})",
+            "configurations": {},
+        }
+    write_evidence(version, record)
+    return MaterializeResult(
+        metadata={
+            "chosen": record["chosen"],
+            "why": record["why"],
+            "source": record["source"],
+            **{toggle: record[toggle] for toggle in GRAPH_TOGGLES},
+            "configurations": MetadataValue.json(record["configurations"]),
+        }
+    )
 
 
 @asset(

@@ -14,6 +14,7 @@ did, this stage is skipped; when it runs, its database is published.
 """
 
 import time
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +34,7 @@ from assets.partitions import (
 )
 from kpack.changes import page_changes
 from kpack.contracts import StagedBuild, facts_of
+from kpack.docgraph import write_doc_graph
 from kpack.graphdb import graph_counts, opened, write_graph
 from kpack.indexes import (
     CHUNK_VECTORS,
@@ -48,7 +50,7 @@ from kpack.indexes import (
 from kpack.ingest.mentions import chunk_mentions
 from kpack.packs import INDEX_DIR
 from kpack.store import version_number, write_articles
-from kpack.text import search_words
+from kpack.text import normalize_entity, search_words
 from resources.pack_store import PackStore
 
 
@@ -88,14 +90,37 @@ def node_tables(
     }
 
 
+def definitions(sections: pa.Table, entities: pa.Table) -> pa.Table:
+    """DEFINES rows (section id, entity id): each section and the API identifiers it defines
+    (extraction made them entities, kpack.ingest.extraction)."""
+    known = set(entities["entity_id"].to_pylist())
+    rows = sorted(
+        {
+            (section, key)
+            for section, names in zip(
+                sections["section_id"].to_pylist(), sections["defines"].to_pylist(), strict=True
+            )
+            for key in map(normalize_entity, names or ())
+            if key in known
+        }
+    )
+    return pa.table(
+        {"section_id": [s for s, _ in rows], "entity_id": [e for _, e in rows]},
+        schema=pa.schema([("section_id", pa.string()), ("entity_id", pa.string())]),
+    )
+
+
 def rel_tables(
     articles: pa.Table,
     sections: pa.Table,
     chunks: pa.Table,
     links: pa.Table,
-    entity_mentions: pa.Table,
+    section_links: pa.Table,
+    entities: pa.Table,
+    mentions: pa.Table,
     relations: pa.Table,
     facts: pa.Table,
+    entity_mentions: pa.Table,
 ) -> dict[str, pa.Table]:
     """Each edge table as (from, to, properties...) in the declared column order."""
     article_entities = entity_mentions.group_by(["article_url", "entity_id"]).aggregate([])
@@ -107,8 +132,62 @@ def rel_tables(
         "HAS_ENTITY": article_entities.select(["article_url", "entity_id"]),
         "HAS_FACT": facts.select(["article_url", "fact_id"]),
         "ENTITY_RELATION": relations.select(["source_id", "target_id", "relation", "context"]),
-        "MENTIONS": chunk_mentions(chunks, entity_mentions),
+        "MENTIONS": mentions.select(["chunk_id", "entity_id"]),
+        "LINKS_TO_SECTION": section_links.select(
+            ["source_section_id", "target_section_id", "anchor"]
+        ),
+        "DEFINES": definitions(sections, entities),
     }
+
+
+def write_staged(staging: Path, tables: dict[str, pa.Table], dim: int) -> None:
+    """A staged version's database and retrieval indexes (kpack.indexes, kpack.docgraph),
+    from the build's tables by their contract names (pack_graph; bench/scale_bench.py writes
+    its versions with it too)."""
+    t = tables
+    nodes = node_tables(
+        t["articles"],
+        t["sections"],
+        t["chunks"],
+        t["entities"],
+        t["facts"],
+        t["embeddings"],
+        t["pagerank"],
+        dim,
+    )
+    mentions = chunk_mentions(t["chunks"], t["entity_mentions"])
+    rels = rel_tables(
+        t["articles"],
+        t["sections"],
+        t["chunks"],
+        t["links"],
+        t["section_links"],
+        t["entities"],
+        mentions,
+        t["relations"],
+        t["facts"],
+        t["entity_mentions"],
+    )
+    write_graph(staging / "pack.db", nodes, rels, dim)
+    write_indexes(
+        staging,
+        nodes["Article"],
+        nodes["Section"],
+        nodes["Chunk"],
+        t["links"],
+        t["entities"],
+        t["entity_mentions"],
+        mentions,
+        t["relations"],
+        t["facts"],
+        dim,
+    )
+    write_doc_graph(
+        staging / INDEX_DIR,
+        t["sections"].sort_by("section_id"),
+        t["chunks"].sort_by("chunk_id"),
+        t["section_links"],
+    )
 
 
 @build_stage(
@@ -124,6 +203,7 @@ def pack_graph(
     articles: pa.Table,
     sections: pa.Table,
     links: pa.Table,
+    section_links: pa.Table,
     chunks: pa.Table,
     entities: pa.Table,
     entity_mentions: pa.Table,
@@ -141,20 +221,21 @@ def pack_graph(
     dim = len(embeddings["embedding"][0]) if embeddings.num_rows else 0
     staging = pack_store.new_staging(pack, context.run_id)
     db_path = staging / "pack.db"
-    nodes = node_tables(articles, sections, chunks, entities, facts, embeddings, pagerank, dim)
-    rels = rel_tables(articles, sections, chunks, links, entity_mentions, relations, facts)
-    write_graph(db_path, nodes, rels, dim)
-    write_indexes(
+    write_staged(
         staging,
-        nodes["Article"],
-        nodes["Section"],
-        nodes["Chunk"],
-        links,
-        entities,
-        entity_mentions,
-        rels["MENTIONS"],
-        relations,
-        facts,
+        {
+            "articles": articles,
+            "sections": sections,
+            "links": links,
+            "section_links": section_links,
+            "chunks": chunks,
+            "entities": entities,
+            "entity_mentions": entity_mentions,
+            "relations": relations,
+            "facts": facts,
+            "embeddings": embeddings,
+            "pagerank": pagerank,
+        },
         dim,
     )
     write_articles(

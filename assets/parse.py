@@ -1,5 +1,6 @@
-"""Stage 2, articles / sections / links: each fetched page split into titled sections
-(kpack.ingest.sections). A page the parser cannot read is logged and left out; the build goes on.
+"""Stage 2, articles / sections / links / section_links: each fetched page split into titled
+sections, and the links between pages and between sections (kpack.ingest.sections). A page the
+parser cannot read is logged and left out; the build goes on.
 """
 
 import time
@@ -18,6 +19,7 @@ from kpack.ingest.sections import parse_pages
             "articles": "One row per fetched URL.",
             "sections": "Articles split at h2/h3.",
             "links": "Links between articles of the pack.",
+            "section_links": "Links from a section to the section holding their anchor.",
         }
     ),
     partitions_def=packs_partitions,
@@ -59,3 +61,8 @@ def parsed_pages(context: AssetExecutionContext, fetched_pages: pa.Table):
         },
     )
     yield Output(links, output_name="links", metadata={"links": len(links), "duration_s": duration})
+    yield Output(
+        parsed.section_links,
+        output_name="section_links",
+        metadata={"section_links": len(parsed.section_links), "duration_s": duration},
+    )

@@ -49,6 +49,7 @@ TABLES = (
     "entities",
     "entity_mentions",
     "links",
+    "section_links",
     "relations",
     "facts",
     "embeddings",
@@ -128,6 +129,9 @@ def replicate(source: Path, chunks_wanted: int, seed: int = 0) -> dict:
             )
         )
         out["links"].append(suffixed(base["links"], {"source_url": tag, "target_url": tag}))
+        out["section_links"].append(
+            suffixed(base["section_links"], {"source_section_id": tag, "target_section_id": tag})
+        )
         out["relations"].append(
             suffixed(
                 base["relations"],
@@ -170,9 +174,7 @@ def replicate(source: Path, chunks_wanted: int, seed: int = 0) -> dict:
 
 def write_pack(workdir: Path, name: str, tables: dict) -> float:
     """Write and publish the pack with the build's own functions; returns the seconds taken."""
-    from assets.graph import node_tables, rel_tables
-    from kpack.graphdb import write_graph
-    from kpack.indexes import write_indexes
+    from assets.graph import write_staged
     from kpack.store import PackStore
 
     started = time.perf_counter()
@@ -182,41 +184,8 @@ def write_pack(workdir: Path, name: str, tables: dict) -> float:
     (folder / "urls.txt").write_text("https://docs.python.org/3/\n")
     store = PackStore(packs)
     staging = store.new_staging(name, "scale")
-    t = tables
-    dim = len(t["embeddings"]["embedding"][0])
-    nodes = node_tables(
-        t["articles"],
-        t["sections"],
-        t["chunks"],
-        t["entities"],
-        t["facts"],
-        t["embeddings"],
-        t["pagerank"],
-        dim,
-    )
-    rels = rel_tables(
-        t["articles"],
-        t["sections"],
-        t["chunks"],
-        t["links"],
-        t["entity_mentions"],
-        t["relations"],
-        t["facts"],
-    )
-    write_graph(staging / "pack.db", nodes, rels, dim)
-    write_indexes(
-        staging,
-        nodes["Article"],
-        nodes["Section"],
-        nodes["Chunk"],
-        t["links"],
-        t["entities"],
-        t["entity_mentions"],
-        rels["MENTIONS"],
-        t["relations"],
-        t["facts"],
-        dim,
-    )
+    dim = len(tables["embeddings"]["embedding"][0])
+    write_staged(staging, tables, dim)
     manifest = {
         "name": name,
         "version": store.next_version(name),

@@ -168,6 +168,14 @@ def _print_failures(failures: list[dict], failed: int) -> None:
         err.print(f"[yellow]failed[/] ... and {more} more (`kpack ui`: fetched_pages' metadata)")
 
 
+def _graph_text(graph: dict) -> str:
+    """Which graph stages run and why: the evidence's line, and the settings that override it."""
+    overridden = ", ".join(
+        f"{t}={v} set in kg_config.json" for t, v in graph["set_in_config"].items()
+    )
+    return graph["why"] + (f"; {overridden} wins" if overridden else "")
+
+
 def _changes_text(manifest: dict) -> str:
     c = manifest.get("changes")
     if not c:
@@ -248,6 +256,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
         gate = status["gate"]
         lines.append(("gate threshold", f"{gate['threshold']} ({gate['source']}: {gate['why']})"))
+        lines.append(("graph", _graph_text(status["graph"])))
     if status["unpublished_versions"]:
         unpublished = ", ".join(status["unpublished_versions"])
         lines.append(

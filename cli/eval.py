@@ -105,15 +105,42 @@ def _eval_progress(condition: str, number: int, total: int, record: dict) -> Non
 
 def _eval_generate(args: argparse.Namespace) -> int:
     from kpack.llm import ClaudeClient
-    from retrieval.eval import candidate_sections, generate_questions
+    from retrieval.eval import (
+        OFFLINE_MARK,
+        candidate_sections,
+        generate_questions,
+        offline_questions,
+        write_candidates,
+    )
     from retrieval.reader import reading
 
     if not args.pack:
-        raise PackError("usage: kpack eval generate PACK --n N")
-    with reading(args.pack) as reader:
-        generated = generate_questions(
-            reader.folder, candidate_sections(reader), args.n, ClaudeClient()
+        raise PackError("usage: kpack eval generate PACK --n N [--offline]")
+    llm = ClaudeClient()
+    if not args.offline and not llm.available:
+        raise PackError(
+            "generating questions with Claude needs ANTHROPIC_API_KEY; without a key, "
+            f"`kpack eval generate {args.pack} --offline` makes candidate questions from the "
+            "pack's headings and section links"
         )
+    with reading(args.pack) as reader:
+        if args.offline:
+            made = offline_questions(reader, args.n)
+            if not made:
+                raise PackError(
+                    "no candidate question was made: the pack has no section long enough to "
+                    "ask about"
+                )
+            path = write_candidates(reader.folder, made)
+            console.print(
+                f"wrote {len(made)} candidate questions made from the pack's headings to {path} "
+                f'(each marked "generated": "{OFFLINE_MARK}"; a heading is found by its own '
+                "words, so rewrite them as a user would ask before adding them to "
+                "eval/questions.jsonl)",
+                highlight=False,
+            )
+            return 0
+        generated = generate_questions(reader.folder, candidate_sections(reader), args.n, llm)
     if not generated.written:
         raise PackError(f"no candidate question was written: {generated.why_none()}")
     console.print(
@@ -127,7 +154,9 @@ def _eval_generate(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    ev = sub.add_parser("eval", help="evaluate a pack (or: kpack eval generate PACK --n N)")
+    ev = sub.add_parser(
+        "eval", help="evaluate a pack (or: kpack eval generate PACK --n N [--offline])"
+    )
     ev.add_argument("target", help="the pack, or 'generate'")
     ev.add_argument("pack", nargs="?", help="with 'generate': the pack")
     ev.add_argument(
@@ -143,4 +172,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     )
     ev.add_argument("--json", action="store_true")
     ev.add_argument("--n", type=int, default=20, help="with 'generate': how many questions")
+    ev.add_argument(
+        "--offline",
+        action="store_true",
+        help="with 'generate': make them from the pack's headings, without Claude",
+    )
     ev.set_defaults(run=cmd_eval)

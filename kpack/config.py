@@ -212,6 +212,9 @@ class QueryConfig(_Settings):
     enable_hybrid: bool | None = _stage_toggle("BM25 search")
     enable_quality_filter: bool | None = _stage_toggle("content quality filter")
     enable_graph: bool | None = _stage_toggle("graph retrieval and the graph second hop")
+    enable_doc_graph: bool | None = _stage_toggle(
+        "the documentation graph (section links and API definitions)"
+    )
 
     @model_validator(mode="after")
     def _known_profile(self) -> QueryConfig:

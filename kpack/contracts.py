@@ -74,10 +74,18 @@ PARQUET_SCHEMAS: dict[str, pa.Schema] = {
             ("content", STR),
             ("word_count", I32),
             ("content_hash", STR),
+            # The API identifiers the section defines (a signature, a heading written as
+            # code: kpack.ingest.html's marks), the anchors of the documentation graph.
+            ("defines", pa.list_(STR)),
         ]
     ),
     "links": pa.schema(
         [("source_url", STR), ("target_url", STR), ("anchor_text", STR), ("link_type", STR)]
+    ),
+    # A link from the section it is written in to the section holding its anchor (the
+    # target page's first section for a link without one): the documentation graph.
+    "section_links": pa.schema(
+        [("source_section_id", STR), ("target_section_id", STR), ("anchor", STR)]
     ),
     "chunks": pa.schema(
         [
@@ -219,7 +227,7 @@ KUZU_NODES = (
         # pagerank is normalised to [0, 1]; pagerank_raw is Kuzu's score.
         kuzu_columns("articles") + kuzu_columns("pagerank", drop=("url",)),
     ),
-    NodeTable("Section", (*kuzu_columns("sections"), ("embedding", VECTOR))),
+    NodeTable("Section", (*kuzu_columns("sections", drop=("defines",)), ("embedding", VECTOR))),
     NodeTable("Chunk", (*kuzu_columns("chunks", drop=("token_estimate",)), ("embedding", VECTOR))),
     NodeTable("Entity", kuzu_columns("entities")),
     NodeTable("Fact", kuzu_columns("facts", "fact_id", "content", "section_id")),
@@ -241,6 +249,10 @@ KUZU_RELS = (
     # The entity-passage graph: which passage names which entity (kpack.ingest.mentions
     # works it out, kpack.graph walks it).
     RelTable("MENTIONS", "Chunk", "Entity"),
+    # The documentation graph: section links with their anchors, and the section where an
+    # API identifier (an ``api`` entity) is defined.
+    RelTable("LINKS_TO_SECTION", "Section", "Section", kuzu_columns("section_links", "anchor")),
+    RelTable("DEFINES", "Section", "Entity"),
 )
 
 

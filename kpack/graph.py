@@ -36,7 +36,7 @@ PAGERANK_TOLERANCE = 0.005  # weight of the walks personalized PageRank leaves o
 MAX_PAGERANK_STEPS = 50
 # A query's walk: at most this many nodes, nearest the seeds first ...
 MAX_WALK_NODES = 50_000
-# ... and an entity more passages than this mention is reached but not walked through.
+# ... and an entity joined to more nodes than this is reached but not walked through.
 MAX_EXPANDED_PASSAGES = 1_000
 
 
@@ -57,7 +57,7 @@ class EntityGraph:
     title_entity: np.ndarray  # per article: node of its title entity, or -1
     adjacency: sparse.csr_matrix  # symmetric, weighted
     transition: sparse.csr_matrix  # column-stochastic: transition @ r spreads r one step
-    passages_of_entity: np.ndarray  # per entity: how many passages mention it
+    passages_of_entity: np.ndarray  # per entity: how many passages name it
     about: Mapping[int, np.ndarray]  # title entity node -> the passages of its articles
     entity_index: Mapping[str, int]
     longest_name: int  # in words
@@ -75,7 +75,8 @@ class EntityGraph:
         return self.names[node - len(self.passages)]
 
     def mentions_of(self, node: int) -> int:
-        """How many passages mention an entity node."""
+        """How many passages name an entity node (spell it: not those that sit in its article
+        or link to it, see build_entity_graph)."""
         return int(self.passages_of_entity[node - len(self.passages)])
 
     def neighbours(self, node: int) -> np.ndarray:
@@ -86,7 +87,7 @@ class EntityGraph:
 def build_entity_graph(
     passages: Sequence[tuple[str, str]],
     entities: Sequence[tuple[str, str]],
-    mentions: Iterable[tuple[str, str]],
+    mentions: Iterable[tuple[str, str, bool]],
     titles: dict[str, str] | None = None,
     links: Iterable[tuple[str, str]] = (),
     relations: Iterable[tuple[str, str]] = (),
@@ -94,7 +95,12 @@ def build_entity_graph(
 ) -> EntityGraph:
     """The graph of ``passages`` ((passage id, article id)) and ``entities`` ((key, name)).
 
-    Edges: ``mentions`` ((passage id, entity key); a part of the passage's own article title,
+    An entity's mention count (``passages_of_entity``) is the passages that name it: the
+    ``mentions`` marked as spelled (kpack.ingest.mentions), not its structural edges (a page
+    title has one to every passage of its page and of every page linking to it, which made
+    every title of a documentation pack look generic).
+
+    Edges: ``mentions`` ((passage id, entity key, spelled); a part of the passage's own article title,
     such as "Leland" on "Leland, North Carolina", is the article itself and makes no edge);
     every passage to its article's title entity (``titles``: article id -> entity key); every
     passage of an article to the title entity of each article it links to (``links``: (article
@@ -127,12 +133,16 @@ def build_entity_graph(
         weights[pair] = max(weights.get(pair, 0.0), weight)
 
     own_title = {p: f" {titles.get(article, '')} " for p, article in passages}
-    for passage, key in mentions:
+    naming: set[tuple[int, int]] = set()
+    for passage, key, spelled in mentions:
+        node, named = passage_index.get(passage), entity(key)
+        if spelled and node is not None and named is not None:
+            naming.add((named - offset, node))
         # A page calls its subject by part of its title ("Leland" on "Leland, North
         # Carolina"): that names the page itself, and must not join it to every other Leland.
         if key != own_title.get(passage, "").strip() and f" {key} " in own_title.get(passage, ""):
             continue
-        join(passage_index.get(passage), entity(key), 1.0)
+        join(node, named, 1.0)
     members: dict[int, list[int]] = {}
     about: dict[int, list[int]] = {}
     for i, a in enumerate(article_of):
@@ -157,7 +167,9 @@ def build_entity_graph(
     # Column j of the transition holds where node j's weight goes: A D^-1 (A is symmetric).
     # float32: PageRank needs no more, and the walk's matrix-vector product runs twice as fast.
     transition = (adjacency @ sparse.diags(inverse)).tocsr().astype(np.float32)
-    passages_of_entity = np.diff(adjacency[offset:, :offset].tocsr().indptr)
+    passages_of_entity = np.bincount(
+        np.array([e for e, _ in naming], dtype=np.int64), minlength=len(entities)
+    )
     return EntityGraph(
         passages=tuple(p for p, _ in passages),
         entities=tuple(key for key, _ in entities),
@@ -285,8 +297,8 @@ def personalized_pagerank(
 
 def walk_nodes(graph: EntityGraph, seeds: list[int], steps: int) -> np.ndarray:
     """The nodes a walk of ``steps`` edges from ``seeds`` can reach, ascending, nearest first
-    when there are more than ``MAX_WALK_NODES``; an entity more than
-    ``MAX_EXPANDED_PASSAGES`` passages mention is reached but not walked through (a generic
+    when there are more than ``MAX_WALK_NODES``; an entity joined to more than
+    ``MAX_EXPANDED_PASSAGES`` passages is reached but not walked through (a generic
     entity such as "United States" or "Python" would bring in most of the pack and says
     nothing about the question)."""
     indptr, indices = graph.adjacency.indptr, graph.adjacency.indices
@@ -299,10 +311,9 @@ def walk_nodes(graph: EntityGraph, seeds: list[int], steps: int) -> np.ndarray:
         taken += len(frontier)
         if taken >= MAX_WALK_NODES:
             break
-        entity = frontier >= offset
-        generic = np.zeros(len(frontier), dtype=bool)
-        generic[entity] = (
-            graph.passages_of_entity[frontier[entity] - offset] > MAX_EXPANDED_PASSAGES
+        # An entity joined to this many passages (by name or by structure) is generic.
+        generic = (frontier >= offset) & (
+            indptr[frontier + 1] - indptr[frontier] > MAX_EXPANDED_PASSAGES
         )
         walked = frontier[~generic]
         if not len(walked):

@@ -42,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kpack.docgraph import DOC_GRAPH_FILES
 from kpack.packs import INDEX_DIR
 from kpack.text import search_terms, words
 
@@ -115,6 +116,7 @@ INDEX_FILES = (
     ENTITIES,
     *GRAPH_FILES,
     *KEYWORD_FILES,
+    *DOC_GRAPH_FILES,
 )
 
 ANN_MIN_VECTORS_ENV = "KPACK_ANN_MIN_VECTORS"
@@ -150,6 +152,9 @@ def _vectors(column: pa.ChunkedArray | pa.Array, dim: int) -> np.ndarray:
 def _write_arrow(path: Path, table: pa.Table) -> None:
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
+
+
+write_arrow = _write_arrow  # for the index files other core modules write (kpack.docgraph)
 
 
 def write_indexes(
@@ -259,7 +264,12 @@ def _write_graph(
     graph = build_entity_graph(
         list(zip(chunks["chunk_id"].to_pylist(), chunks["article_url"].to_pylist(), strict=True)),
         list(zip(entities["entity_id"].to_pylist(), entities["name"].to_pylist(), strict=True)),
-        zip(mentions["chunk_id"].to_pylist(), mentions["entity_id"].to_pylist(), strict=True),
+        zip(
+            mentions["chunk_id"].to_pylist(),
+            mentions["entity_id"].to_pylist(),
+            mentions["named"].to_pylist(),
+            strict=True,
+        ),
         titles=titles,
         links=zip(links["source_url"].to_pylist(), links["target_url"].to_pylist(), strict=True),
         relations=zip(

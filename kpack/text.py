@@ -36,6 +36,14 @@ STEMMER_LANGUAGE = "english"
 NAME_WORD = re.compile(r"[^\W_]+(?:['’.\-&][^\W_]+)*")
 # A name written like code (dots, underscores, options, operators): normalised as written.
 CODE_LIKE = re.compile(r"\w[._]\w|_|\(\)$|(?:^|\s)--?\w|[/\\=<>{}\[\]$@#*+|]")
+# An identifier as a text writes one, read in lower case: a name with dots or underscores, not
+# after a dot ("json.dump", "ensure_ascii"), which name_words would cut at the underscore.
+CODE_NAME = re.compile(r"(?<![\w.])[a-z_]\w*(?:\.[a-z_]\w*)+|\b\w+_\w+\b")
+# The words a signature line may start with before the name it defines ("class
+# json.JSONEncoder(...)", "async def ...").
+SIGNATURE_KINDS = (
+    "class|exception|async|awaitable|coroutine|abstractmethod|classmethod|staticmethod|property"
+)
 # "Lilu (mythology)", "Python (programming language)": the qualifier is not part of the name.
 QUALIFIER = re.compile(r"\s*\([^()]*\)\s*$")
 POSSESSIVE = re.compile(r"['’]s$")
@@ -204,6 +212,12 @@ def fold_word(word: str) -> str:
 def name_words(text: str) -> list[str]:
     """The folded words of a name or a question, in order (see fold_word)."""
     return [fold_word(w) for w in NAME_WORD.findall(text)]
+
+
+def code_names(text: str) -> list[str]:
+    """The identifiers a text writes with dots or underscores, lower case, in order: the keys
+    (normalize_entity) of the code names it spells."""
+    return CODE_NAME.findall(text.lower())
 
 
 @lru_cache(maxsize=1 << 16)  # a pack names the same entities again and again

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from datetime import UTC, datetime
+from pathlib import Path
 
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
 from kpack.config import load_config
 from kpack.errors import PackError, PackNotReady
 from kpack.gate import configured_threshold
+from kpack.graph_evidence import GRAPH_TOGGLES, read_choice
 from kpack.packs import pack_dir, read_manifest, time_ago
 from kpack.store import PackStore, build_running, verify_version, version_number
 from pipelines.instance import open_instance
@@ -62,6 +64,7 @@ def pack_status(name: str) -> dict:
         "failures": manifest["sources"]["failures"] if manifest else [],
         "extraction": manifest["extraction"] if manifest else None,
         "gate": asdict(configured_threshold(manifest)) if manifest else None,
+        "graph": graph_status(current, manifest) if manifest else None,
         "last_build": latest_build(instance, store, name, current),
         "build_running": build_running(folder),
         "schedule": {
@@ -71,6 +74,19 @@ def pack_status(name: str) -> dict:
             "running": running,
             "error": schedule_error,
         },
+    }
+
+
+def graph_status(version: Path, manifest: dict) -> dict:
+    """Which graph stages the version's default profile runs, and why: its own evidence
+    (kpack.graph_evidence), unless the kg_config.json it was built with sets a toggle."""
+    choice = read_choice(version)
+    configured = (manifest.get("config") or {}).get("query") or {}
+    set_by_config = {t: configured[t] for t in GRAPH_TOGGLES if configured.get(t) is not None}
+    return {
+        "toggles": {**choice.toggles, **set_by_config},
+        "why": choice.summary(),
+        "set_in_config": set_by_config,
     }
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kpack.gate import GateThreshold, pack_threshold
+from kpack.graph_evidence import GraphChoice
 from kpack.llm import ClaudeClient, LLMError
 from retrieval.profiles import Plan, plan
 from retrieval.query import Query, check_k, clean_question, run
@@ -50,16 +51,17 @@ class KnowledgeGraphAgent:
         self.requested_profile = profile
         self.options = options
         self.llm = ClaudeClient(anthropic_api_key, anthropic_base_url, enabled=use_llm)
-        # (version folder, plan): keyed by path, so an idle agent keeps no closed reader (and
-        # its tables) alive after a newer version replaced it.
-        self._plans: tuple[Path, Plan] | None = None
+        # ((version folder, its graph choice), plan): keyed by path, so an idle agent keeps no
+        # closed reader (and its tables) alive after a newer version replaced it.
+        self._plans: tuple[tuple[Path, GraphChoice], Plan] | None = None
         with reading(self.source) as reader:  # a bad profile, option or pack fails here
             self._plan(reader)
 
     def _plan(self, reader: PackReader) -> Plan:
         """The plan for this reader's version (kept until the agent reads another version)."""
         cached = self._plans
-        if cached is None or cached[0] != reader.version_dir:
+        choice = reader.graph_choice
+        if cached is None or cached[0] != (reader.version_dir, choice):
             constant = type(self).CONTEXT_CONFIDENCE_THRESHOLD
             fallback = (
                 pack_threshold(reader.manifest)
@@ -67,8 +69,14 @@ class KnowledgeGraphAgent:
                 else GateThreshold(constant, FROM_AGENT, f"{type(self).__name__}'s constant")
             )
             cached = (
-                reader.version_dir,
-                plan(reader.config.query, self.requested_profile, self.options, fallback),
+                (reader.version_dir, choice),
+                plan(
+                    reader.config.query,
+                    self.requested_profile,
+                    self.options,
+                    fallback,
+                    choice.toggles,
+                ),
             )
             self._plans = cached
         return cached[1]

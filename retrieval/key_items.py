@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from kpack.text import CODE_NAME, SIGNATURE_KINDS
+
 # A number as written: "3.11", "50,000"; not the digits of a word ("v0001") or a version tail.
 NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?!\w)")
 # A version number: "3.11", "2.7.18" (a release, where NUMBER is any number).
@@ -36,14 +38,11 @@ IDENTIFIER = re.compile(
 # An identifier in a question: a dotted or underscored name ("requests.get", "wait_for").
 QUESTION_IDENTIFIER = re.compile(r"\b[A-Za-z_]\w+(?:\.\w{2,})+\b|\b\w+_\w+\b")
 # An identifier as a text writes it: a name with dots or underscores, not after a dot.
-WRITTEN_IDENTIFIER = re.compile(r"(?<![\w.])[a-z_]\w*(?:\.[a-z_]\w*)+|\b\w+_\w+\b")
+WRITTEN_IDENTIFIER = CODE_NAME
 # A definition line of API documentation (a Sphinx signature): a name with its parameters,
 # perhaps a kind before it and a return type after it ("class csv.DictReader(f, ...)",
 # "time.process_time() → float", "exception ValueError"), or a dotted attribute
 # ("csv.QUOTE_ALL"), alone on its line.
-SIGNATURE_KINDS = (
-    "class|exception|async|awaitable|coroutine|abstractmethod|classmethod|staticmethod|property"
-)
 SIGNATURE = re.compile(
     rf"^(?:(?:{SIGNATURE_KINDS})\s+)*"
     r"(?:@?[A-Za-z_][\w.]*\([^()]*(?:\([^()]*\)[^()]*)*\)(?:\s*(?:→|->)\s*[\w.\[\], |]+)?"

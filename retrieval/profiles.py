@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from kpack.errors import PackError
 from retrieval.candidates import bm25_search, embed_question, fuse, vector_search
 from retrieval.decompose import QueryDecomposer, SubQuestionCoverage
+from retrieval.docgraph import DocGraphExpansion
 from retrieval.expansion import MultiQueryExpander
 from retrieval.fewshot import FewShotManager
 from retrieval.gate import ConfidenceGate
@@ -66,6 +67,7 @@ TOGGLES = (
     "enable_hybrid",
     "enable_quality_filter",
     "enable_graph",
+    "enable_doc_graph",
 )
 # What use_enhancements=false keeps besides the stages without a toggle.
 NOT_AN_ENHANCEMENT = ("enable_hybrid",)
@@ -146,6 +148,7 @@ PROFILES: dict[str, Profile] = {
                 ConfidenceGate(),
                 GraphReranker(),
                 SecondHop(),
+                DocGraphExpansion(),
                 top_k,
                 KEEP_PARTS,
                 *CONTEXT_AND_ANSWER,
@@ -166,6 +169,7 @@ PROFILES: dict[str, Profile] = {
                 CrossEncoderReranker(),
                 GraphReranker(),
                 SecondHop(),
+                DocGraphExpansion(),
                 top_k,
                 KEEP_PARTS,
                 *CONTEXT_AND_ANSWER,
@@ -259,10 +263,14 @@ def plan(
     profile: str | None,
     options: dict[str, Any],
     fallback: GateThreshold,
+    graph: dict[str, bool] | None = None,
 ) -> Plan:
     """Combine the profile's settings, the pack's (those its version recorded as set) and the
     call's options; ``fallback`` is the gate's threshold when none of them sets one (the
-    build's calibration or the model's default, see kpack.gate)."""
+    build's calibration or the model's default, see kpack.gate). ``graph``: the graph toggles
+    the version's own evidence chose (kpack.graph_evidence), which switch off the profile's
+    graph stages the evidence did not keep (they never add one to a profile without it); the
+    pack's settings and the options win over them."""
     from kpack.config import parse_config
     from kpack.gate import GateThreshold, set_in_config
 
@@ -273,7 +281,12 @@ def plan(
     pack_values = {
         k: v for k, v in pack_settings.model_dump().items() if v is not None and k != "profile"
     }
-    values = {**chosen.settings, **pack_values, **options}
+    evidence = {
+        toggle: on
+        for toggle, on in (graph or {}).items()
+        if not on and any(stage.toggle == toggle for stage in chosen.stages)
+    }
+    values = {**chosen.settings, **evidence, **pack_values, **options}
     toggles = {t: values.pop(t) for t in TOGGLES if values.get(t) is not None}
     for toggle in TOGGLES:
         values.pop(toggle, None)

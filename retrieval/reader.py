@@ -59,6 +59,8 @@ if TYPE_CHECKING:
     import kuzu
 
     from kpack.config import PackConfig
+    from kpack.docgraph import DocGraph
+    from kpack.graph_evidence import GraphChoice
     from retrieval.bm25 import KeywordIndex
     from retrieval.graph import GraphIndex
 from retrieval.meaning import WordVectors
@@ -186,6 +188,7 @@ class PackReader:
         self.closed = False
         self._db: kuzu.Database | None = None
         self._conn: kuzu.Connection | None = None
+        self._graph_choice: GraphChoice | None = None
         from kpack.store import verify_version  # pydantic: not for `import retrieval`
         from retrieval.encoder import use_blas_threads
 
@@ -326,6 +329,29 @@ class PackReader:
         from retrieval.graph import load_graph_index
 
         return load_graph_index(self)
+
+    @property
+    def graph_choice(self) -> GraphChoice:
+        """Which graph stages this version runs by default, as its own evidence decided
+        (kpack.graph_evidence). The build records it just after publishing, so until it has,
+        every read looks again (one stat)."""
+        from kpack.graph_evidence import read_choice
+
+        if self._graph_choice is None:
+            choice = read_choice(self.version_dir)
+            if choice.source is None:
+                return choice
+            self._graph_choice = choice
+        return self._graph_choice
+
+    @cached_property
+    def doc_graph(self) -> DocGraph | None:
+        """The documentation graph (section links, definitions: kpack.docgraph) the
+        documentation graph stage reads (retrieval.docgraph); None for a version built
+        without one."""
+        from kpack.docgraph import load_doc_graph
+
+        return load_doc_graph(self.version_dir / INDEX_DIR)
 
     @cached_property
     def word_vectors(self) -> WordVectors | None:

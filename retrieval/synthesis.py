@@ -29,6 +29,7 @@ from retrieval.citations import (
     summary,
     trace_rows,
 )
+from retrieval.docgraph import MOVED_DOWN
 from retrieval.extractive import (
     NO_SENTENCE_ANSWER,
     extractive_answer,
@@ -211,13 +212,16 @@ def validated(query: Query, answer: str, passages: list[ContextSection], embedde
 
 def answer_passages(query: Query) -> list[ContextSection]:
     """The passages an offline answer quotes from: the k kept by ranking, best first (the
-    whole context when a profile kept none). A passage the graph stages brought in through
-    another passage (a bridge) has ``via`` ``bridge``."""
+    whole context when a profile kept none), then those the documentation graph moved out of
+    the top k to make room for a page it brought in (retrieval.docgraph): for the answer the
+    graph adds a page, it takes no passage of the best page away. A passage the graph stages
+    brought in through another passage (a bridge) has ``via`` ``bridge``."""
     kept = [c for c in query.candidates if c.rank is not None]
     if not kept:
         return query.context
+    moved = [c for c in query.considered if c.rank is None and MOVED_DOWN in c.reasons]
     passages = []
-    for candidate in sorted(kept, key=lambda c: c.rank or 0):
+    for candidate in sorted(kept, key=lambda c: c.rank or 0) + moved:
         section = candidate.as_context()
         if any(BRIDGED.search(reason) for reason in candidate.reasons):
             section.via = "bridge"

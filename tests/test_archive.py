@@ -64,6 +64,7 @@ def test_export_writes_one_archive_with_a_checksum_per_file(built, archive):
         "manifest.json",
         "skill.md",
         "articles.json",
+        "graph_evidence.json",  # which graph stages it runs (kpack.graph_evidence)
         "urls.txt",
         "kg_config.json",
         "eval/questions.jsonl",

@@ -15,9 +15,9 @@ def chain_graph(passages: int, generic_mentions: int = 0) -> kg.EntityGraph:
     "generic" entity that the first ``generic_mentions`` passages also name."""
     ids = [(f"p{i}", f"a{i}") for i in range(passages)]
     entities = [(f"e{i}", f"E{i}") for i in range(passages)] + [("generic", "Generic")]
-    mentions = [(f"p{i}", f"e{i}") for i in range(passages)]
-    mentions += [(f"p{i + 1}", f"e{i}") for i in range(passages - 1)]
-    mentions += [(f"p{i}", "generic") for i in range(generic_mentions)]
+    mentions = [(f"p{i}", f"e{i}", True) for i in range(passages)]
+    mentions += [(f"p{i + 1}", f"e{i}", True) for i in range(passages - 1)]
+    mentions += [(f"p{i}", "generic", True) for i in range(generic_mentions)]
     return build_entity_graph(ids, entities, mentions)
 
 

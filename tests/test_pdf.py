@@ -85,7 +85,7 @@ def fetch_and_parse(url: str, config: FetchConfig = FETCH) -> tuple[dict, dict, 
     row = page_row(Source(1, url), response, None, datetime.now(UTC))
     if row["error"] is not None:
         return row, {}, []
-    article, sections, _ = parse_page(row)
+    article, sections, *_ = parse_page(row)
     return row, article, sections
 
 

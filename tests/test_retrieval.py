@@ -393,8 +393,14 @@ def test_settings_come_from_the_published_version_not_the_live_config(pack, no_k
 
 def test_a_profile_is_a_list_of_stages_and_each_candidate_says_why(pack, no_key):
     assert tuple(PROFILES) == PROFILE_NAMES
-    balanced = KnowledgeGraphAgent(pack, profile="balanced")
+    # The graph stages run where the pack's own evidence keeps them (too few questions here:
+    # off); switched on, the agent runs the profile's whole list.
+    graphs = {"enable_graph": True, "enable_doc_graph": True}
+    balanced = KnowledgeGraphAgent(pack, profile="balanced", **graphs)
     assert balanced.stages == [s.name for s in PROFILES["balanced"].stages]
+    by_evidence = KnowledgeGraphAgent(pack, profile="balanced").stages
+    graph_stages = {"graph_retrieval", "graph_second_hop", "doc_graph"}
+    assert by_evidence == [name for name in balanced.stages if name not in graph_stages]
     seed_order = [
         "embed",
         "vector_search",

@@ -8,6 +8,7 @@ first::
     manifest.json           the build's manifest                      }
     skill.md                the Claude Code skill                     }
     articles.json           url -> content hash, if any               }
+    graph_evidence.json     the graph stages it runs, if measured     }
     urls.txt                the sources                               } the pack folder (the
     kg_config.json          build and query settings, if any          } query side reads
     few_shot_examples.json  example answers, if any                   } kg_config.json and the
@@ -25,6 +26,7 @@ import tarfile
 from pathlib import Path, PurePosixPath
 
 from kpack.errors import PackError
+from kpack.graph_evidence import EVIDENCE_FILE
 from kpack.indexes import INDEX_FILES
 from kpack.packs import INDEX_DIR, PUBLISHED_FILES, validate_pack_name
 
@@ -32,12 +34,14 @@ ARCHIVE_FORMAT = 1
 ARCHIVE_MANIFEST = "kpack-archive.json"
 SUFFIX = ".kpack"
 # The files of the published version (installed into .versions/vN); articles.json (url ->
-# content hash, what the next build compares with) travels when the version has one ...
+# content hash, what the next build compares with) and graph_evidence.json (the graph stages
+# its queries run, kpack.graph_evidence) travel when the version has them ...
 VERSION_FILES = PUBLISHED_FILES
 # ... as do its retrieval indexes (kpack.indexes), sealed in its manifest like pack.db ...
 VERSION_MEMBERS = (
     *VERSION_FILES,
     "articles.json",
+    EVIDENCE_FILE,
     *(f"{INDEX_DIR}/{name}" for name in INDEX_FILES),
 )
 # ... and the user's files of the pack folder that travel with it: the query side reads

@@ -12,7 +12,8 @@ Claude's extractions (kpack.ingest.claude_extraction) have the same shape.
 pack-level tables, entities deduplicated across the pack by normalised name
 (kpack.text.normalize_entity, the key queries look names up by: aliases meet), and adds the
 pack's own article titles as entities of their sections and of every section that names them
-(``TitleMatcher``), for both extractors: the entity-passage graph (kpack.ingest.mentions
+(``TitleMatcher``) and the API identifiers each section defines (its ``defines``), for both
+extractors: the entity-passage graph (kpack.ingest.mentions
 for the build, kpack.graph for queries) is built from these mentions.
 """
 
@@ -372,6 +373,9 @@ def merge_extractions(per_section: Iterable[tuple[dict, dict]]) -> dict[str, lis
         ]
         named += [(section["article_title"] or "", "topic", "")]
         named += [(title, "name", "") for title in titles]
+        # What the section defines (a signature, kpack.ingest.html) is an API identifier,
+        # whichever extractor read it: the documentation graph's definitions.
+        named += [(name, "api", "") for name in section.get("defines") or ()]
         for name, kind, description in named:
             key = entity(name, kind, description)
             if key and (*where, key) not in mentions:

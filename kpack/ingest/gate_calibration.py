@@ -126,6 +126,9 @@ SECTION_VECTOR = -1
 class Probe:
     text: str
     hidden: frozenset[Unit]  # the passages it was taken from: never scored against them
+    # The section whose heading it asks about (None for a sentence probe): a pack's other
+    # questions made from headings keep away from these (retrieval.eval.generate).
+    section: str | None = None
 
 
 def _words(text: str) -> list[str]:
@@ -166,7 +169,7 @@ def pack_probes(
         # topic: the probe would measure a question the pack does not cover.
         if len(heading.split()) >= 2 and len(hidden) <= MAX_HEADING_HIDDEN:
             template = HEADING_TEMPLATES[number % len(HEADING_TEMPLATES)]
-            candidates.append(Probe(template.format(heading), frozenset(hidden)))
+            candidates.append(Probe(template.format(heading), frozenset(hidden), section_id))
         section_chunks = sorted(chunks_of.get(section_id, []))
         indexes = {index for index, _ in section_chunks}
         for index, content in section_chunks:

@@ -4,6 +4,13 @@
 navigation, headers, footers and asides dropped). ``html_blocks`` and ``markdown_blocks`` turn
 a page into (kind, level, text) blocks in document order, which kpack.ingest.sections groups
 into titled sections. Code blocks stay as code.
+
+Asked for ``marks``, they also say where the page's places and references are (the
+documentation graph, issue 23): an ``anchor`` (an id a link can point at: a Sphinx section or
+signature, a Markdown heading's slug), a ``link`` (an href) and ``defines`` (the API identifier
+a signature defines: a ``<dt>`` of a definition list, or a heading written as code). Marks sit
+beside the text: they never end a paragraph, and kpack.ingest.sections gives each to the
+section it falls in.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from collections.abc import Iterator
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
-from kpack.text import fence_roles
+from kpack.text import SIGNATURE_KINDS, fence_roles
 
 NOISE_TAGS = ["script", "style", "noscript", "template", "svg", "nav", "aside", "footer", "form"]
 MAIN_SELECTORS = ("main", "[role=main]", "article")
@@ -58,12 +65,23 @@ BLOCK_SELECTOR = "p, div, section, h1, h2, h3, h4, h5, h6, ul, ol, dl, pre, tabl
 SKIP = {"img", "picture", "video", "audio", "canvas", "button", "input", "select", "iframe"}
 WS = re.compile(r"\s+")
 
-Block = tuple[str, int, str]  # (kind: heading|text|code, heading level or 0, text)
 MD_HEADING = re.compile(r"^(#{1,6})\s+(.*?)(?:\s+#+)?\s*$")
 MD_LINK = re.compile(r"\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+[\"'][^)]*[\"'])?\s*\)")
 HTML_HREF = re.compile(r"""<a\s[^>]*href=["']([^"']+)["']""", re.IGNORECASE)
 
-Block = tuple[str, int, str]  # (kind: heading|text|code, heading level or 0, text)
+# (kind: heading|text|code, or a mark: anchor|link|defines; heading level or 0; text)
+Block = tuple[str, int, str]
+MARKS = ("anchor", "link", "defines")
+# A definition's anchor as documentation generators write it (Sphinx, pdoc, mkdocstrings,
+# rustdoc): the qualified name, "json.dump", "pathlib.PurePath.suffix".
+QUALIFIED_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
+# A signature: an optional keyword, a name, and its parameters right after it
+# ("class json.JSONEncoder(*, skipkeys=False)", "print(*objects, sep=' ')"); a space before
+# the parenthesis is prose ("Example (advanced)").
+SIGNATURE = re.compile(rf"(?:(?:{SIGNATURE_KINDS})\s+)*(?P<name>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\(")
+# A Markdown heading's anchor as GitHub and most renderers make it: what is not a word
+# character, a space or a hyphen dropped, spaces as hyphens.
+SLUG_DROP = re.compile(r"[^\w\- ]")
 
 
 def squash(text: str) -> str:
@@ -89,14 +107,49 @@ def main_content(html: str) -> tuple[str | None, str]:
     return title, root.html or ""
 
 
-def html_blocks(html: str) -> Iterator[Block]:
-    """Headings, paragraphs and code blocks of cleaned HTML, in document order."""
+def defined_identifier(anchor: str | None, text: str) -> str | None:
+    """The API identifier a signature line or a heading defines: its anchor when that is a
+    qualified name, else the name its text opens a call signature with (backticks ignored);
+    None for prose."""
+    if anchor and QUALIFIED_NAME.fullmatch(anchor):
+        return anchor
+    match = SIGNATURE.match(text.replace("`", "").strip())
+    return match.group("name") if match else None
+
+
+def heading_slug(text: str) -> str:
+    """The anchor a Markdown renderer gives a heading ("Stage 5: embeddings" ->
+    "stage-5-embeddings")."""
+    return SLUG_DROP.sub("", text.replace("`", "").strip().lower()).replace(" ", "-")
+
+
+def _marks(node: LexborNode, inside: bool) -> Iterator[Block]:
+    """The anchors and links of an element: its own, and with ``inside`` those of every
+    element within it (a paragraph or an inline element, whose children are not walked)."""
+    for element in node.css("[id], a[href]") if inside else (node,):
+        anchor = element.attributes.get("id")
+        if anchor:
+            yield ("anchor", 0, anchor)
+        href = element.attributes.get("href") if element.tag == "a" else None
+        if href:
+            yield ("link", 0, href)
+
+
+def _definition(node: LexborNode, text: str) -> Iterator[Block]:
+    identifier = defined_identifier(node.attributes.get("id"), text)
+    if identifier:
+        yield ("defines", 0, identifier)
+
+
+def html_blocks(html: str, marks: bool = False) -> Iterator[Block]:
+    """Headings, paragraphs and code blocks of cleaned HTML, in document order; with
+    ``marks``, its anchors, links and definitions too (see the module docstring)."""
     root = LexborHTMLParser(html).body
     if root is not None:
-        yield from _walk(root)
+        yield from _walk(root, marks)
 
 
-def _walk(root: LexborNode) -> Iterator[Block]:
+def _walk(root: LexborNode, marks: bool = False) -> Iterator[Block]:
     """The blocks under ``root``, walked with an explicit stack, not recursion: a page nested
     thousands of elements deep must not exhaust Python's recursion limit.
 
@@ -125,15 +178,23 @@ def _walk(root: LexborNode) -> Iterator[Block]:
             inline.append(child.text_content or "")
         elif tag in INLINE and child.css_first(BLOCK_SELECTOR) is None:
             inline.append(child.text(deep=True))
+            if marks:  # its own only: a link inside one is rare, and looking costs a query
+                yield from _marks(child, inside=False)
         elif tag == "br":
             inline.append(" ")
         elif tag in SKIP or tag == "-comment":
             continue
         else:
             yield from flush(prefix)
+            if marks:
+                # A walked element's children are marked as they are visited.
+                walked = tag not in HEADING_LEVELS and tag not in LEAF_BLOCKS and tag != "tr"
+                yield from _marks(child, inside=not walked)
             if tag in HEADING_LEVELS:
                 text, swallowed = _heading(child)
                 yield ("heading", HEADING_LEVELS[tag], text)
+                if marks:
+                    yield from _definition(child, text)
                 if swallowed:
                     stack.append((iter(swallowed), prefix))
             elif tag == "pre":
@@ -142,6 +203,8 @@ def _walk(root: LexborNode) -> Iterator[Block]:
                     yield ("code", 0, code)
             elif tag in LEAF_BLOCKS:
                 text = squash(child.text(deep=True))
+                if marks and tag == "dt":
+                    yield from _definition(child, text)
                 if text:
                     yield ("text", 0, prefix + text)
             elif tag == "tr":
@@ -171,7 +234,9 @@ def _heading(node: LexborNode) -> tuple[str, list[LexborNode]]:
     return text[:300], parts[first_block:]
 
 
-def markdown_blocks(text: str) -> Iterator[Block]:
+def markdown_blocks(text: str, marks: bool = False) -> Iterator[Block]:
+    """Headings, paragraphs and code blocks of Markdown; with ``marks``, each heading's anchor
+    (its slug) and definition, and the links of the text."""
     lines = text.splitlines()
     if lines and lines[0].strip() == "---":  # YAML front matter
         end = next((i for i, line in enumerate(lines[1:], 1) if line.strip() == "---"), None)
@@ -196,24 +261,45 @@ def markdown_blocks(text: str) -> Iterator[Block]:
         else:
             stripped = line.strip()
             heading = MD_HEADING.match(line)
-            if heading:
-                yield from flush()
-                yield ("heading", len(heading.group(1)), heading.group(2).strip())
-            elif len(paragraph) == 1 and len(stripped) >= 3 and set(stripped) in ({"="}, {"-"}):
+            setext = len(paragraph) == 1 and len(stripped) >= 3 and set(stripped) in ({"="}, {"-"})
+            if heading or setext:
                 # Setext heading: one line of text underlined with === (h1) or --- (h2).
-                yield ("heading", 1 if stripped[0] == "=" else 2, paragraph.pop().strip())
+                level = len(heading.group(1)) if heading else 1 if stripped[0] == "=" else 2
+                title = heading.group(2).strip() if heading else paragraph.pop().strip()
+                yield from flush()
+                yield from _markdown_heading(level, title, marks)
             elif not stripped:
                 yield from flush()
             else:
                 paragraph.append(line.rstrip())
+                if marks:
+                    yield from (("link", 0, href) for href in _markdown_hrefs(line))
     if code:  # a fence left open runs to the end of the page
         yield ("code", 0, "\n".join(code))
     yield from flush()
 
 
-def page_blocks(fmt: str, body: str) -> Iterator[Block]:
+def _markdown_heading(level: int, title: str, marks: bool) -> Iterator[Block]:
+    """A heading block; with ``marks``, its anchor first (it names the section the heading
+    starts) and the identifier it defines after."""
+    if marks:
+        yield ("anchor", 0, heading_slug(title))
+    yield ("heading", level, title)
+    if marks:
+        identifier = defined_identifier(None, title)
+        if identifier:
+            yield ("defines", 0, identifier)
+
+
+def _markdown_hrefs(text: str) -> list[str]:
+    return [m.group(1) for m in MD_LINK.finditer(text)] + [
+        m.group(1) for m in HTML_HREF.finditer(text)
+    ]
+
+
+def page_blocks(fmt: str, body: str, marks: bool = False) -> Iterator[Block]:
     """The blocks of a fetched page: HTML, or Markdown (plain text reads as Markdown)."""
-    return html_blocks(body) if fmt in HTML_FORMATS else markdown_blocks(body)
+    return html_blocks(body, marks) if fmt in HTML_FORMATS else markdown_blocks(body, marks)
 
 
 def page_links(fmt: str, body: str) -> list[tuple[str, str]]:
@@ -223,6 +309,4 @@ def page_links(fmt: str, body: str) -> list[tuple[str, str]]:
         return [
             (a.attributes.get("href") or "", squash(a.text(deep=True))) for a in tree.css("a[href]")
         ]
-    return [(m.group(1), "") for m in MD_LINK.finditer(body)] + [
-        (m.group(1), "") for m in HTML_HREF.finditer(body)
-    ]
+    return [(href, "") for href in _markdown_hrefs(body)]

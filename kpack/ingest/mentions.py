@@ -9,15 +9,27 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from kpack.text import name_words
+from kpack.text import code_names, name_words
+
+MENTION_SCHEMA = pa.schema(
+    [("chunk_id", pa.string()), ("entity_id", pa.string()), ("named", pa.bool_())]
+)
+
+
+def spelled_keys(text: str) -> list[str]:
+    """What a passage spells, as name keys (kpack.text.normalize_entity): its folded words and
+    its code names ("ensure_ascii", which the words cut at the underscore)."""
+    return name_words(text) + code_names(text)
 
 
 def chunk_mentions(chunks: pa.Table, entity_mentions: pa.Table) -> pa.Table:
-    """(chunk_id, entity_id): the chunks of a section that mention each of its entities.
+    """(chunk_id, entity_id, named): the chunks of a section that mention each of its entities.
 
     Extraction names a section's entities; a chunk mentions one when its words contain the
-    entity's normalised name. An entity that no chunk spells out (a name an LLM paraphrased)
-    is mentioned by every chunk of its section, so no mention is lost.
+    entity's normalised name (``named``). An entity that no chunk spells out (a name an LLM
+    paraphrased, the page's own title) is mentioned by every chunk of its section, so no
+    mention is lost, but those chunks do not name it: an entity's mention count is the
+    passages that name it (kpack.graph), not the passages that merely sit near it.
     """
     by_section: dict[str, list[tuple[str, str]]] = {}
     for chunk, section, text in zip(
@@ -34,18 +46,22 @@ def chunk_mentions(chunks: pa.Table, entity_mentions: pa.Table) -> pa.Table:
         strict=True,
     ):
         keys.setdefault(section, []).append(entity)
-    rows: list[tuple[str, str]] = []
+    rows: list[tuple[str, str, bool]] = []
     for section, entities in keys.items():
         parts = by_section.get(section, [])
-        if len(parts) == 1:
-            rows += [(parts[0][0], entity) for entity in entities]
-            continue
-        spelled = [(chunk, f" {' '.join(name_words(text))} ") for chunk, text in parts]
+        spelled = [(chunk, f" {' '.join(spelled_keys(text))} ") for chunk, text in parts]
         for entity in entities:
             named = [chunk for chunk, words in spelled if f" {entity} " in words]
-            rows += [(chunk, entity) for chunk in named or [chunk for chunk, _ in parts]]
+            if named:
+                rows += [(chunk, entity, True) for chunk in named]
+            else:
+                rows += [(chunk, entity, False) for chunk, _ in parts]
     rows.sort()
     return pa.table(
-        {"chunk_id": [c for c, _ in rows], "entity_id": [e for _, e in rows]},
-        schema=pa.schema([("chunk_id", pa.string()), ("entity_id", pa.string())]),
+        {
+            "chunk_id": [c for c, _, _ in rows],
+            "entity_id": [e for _, e, _ in rows],
+            "named": [n for _, _, n in rows],
+        },
+        schema=MENTION_SCHEMA,
     )

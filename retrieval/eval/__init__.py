@@ -6,7 +6,9 @@
 - calibrate: the gate threshold sweep, and writing the best one to kg_config.json;
 - report: the summary table (Markdown, DataFrame), per-question DataFrame, the chart and the
   result files;
-- generate: candidate questions drafted by Claude.
+- generate: candidate questions drafted by Claude, or made offline from the headings;
+- evidence: the graph stages measured against baseline on the pack's own questions (or a
+  self-check), which decides the graph toggles a version runs by default.
 """
 
 from retrieval.eval.calibrate import (
@@ -15,7 +17,14 @@ from retrieval.eval.calibrate import (
     write_query_settings,
     write_threshold,
 )
-from retrieval.eval.generate import candidate_sections, generate_questions
+from retrieval.eval.evidence import graph_evidence, pack_evidence
+from retrieval.eval.generate import (
+    OFFLINE_MARK,
+    candidate_sections,
+    generate_questions,
+    offline_questions,
+    write_candidates,
+)
 from retrieval.eval.graph_calibration import calibrate_graph
 from retrieval.eval.metrics import summarize
 from retrieval.eval.questions import Question, load_questions
@@ -33,6 +42,7 @@ from retrieval.eval.runner import COMPARED_PROFILES, check_profiles, evaluate, l
 
 __all__ = [
     "COMPARED_PROFILES",
+    "OFFLINE_MARK",
     "Question",
     "answer_score",
     "best_threshold",
@@ -43,14 +53,18 @@ __all__ = [
     "check_profiles",
     "evaluate",
     "generate_questions",
+    "graph_evidence",
     "headline",
     "leak_filter",
     "load_questions",
     "load_results",
     "markdown_summary",
+    "offline_questions",
+    "pack_evidence",
     "questions_frame",
     "summarize",
     "summary_frame",
+    "write_candidates",
     "write_query_settings",
     "write_results",
     "write_threshold",

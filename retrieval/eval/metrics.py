@@ -1,5 +1,6 @@
-"""Evaluation metrics: retrieval (hit@k, MRR), answers (containment, token F1, judge
-accuracy), gate rates, near-miss refusals, citation rate, latency percentiles and tokens per condition."""
+"""Evaluation metrics: retrieval (hit@k, MRR, and for questions with several gold pages the
+share with all of them in the top k), answers (containment, token F1, judge accuracy), gate
+rates, near-miss refusals, citation rate, latency percentiles and tokens per condition."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from kpack.packs import normalize_url
 from retrieval.eval.questions import Question
 
 HIT_DEPTHS = (1, 5, 10)
+ALL_GOLD_DEPTHS = (5, 10)
 JUDGE_PASS = 7
 _PUNCT = str.maketrans("", "", string.punctuation)
 
@@ -40,6 +42,21 @@ def is_hit(passage: dict, question: Question) -> bool:
 
 def first_hit_rank(passages: list[dict], question: Question) -> int | None:
     return next((rank for rank, p in enumerate(passages, start=1) if is_hit(p, question)), None)
+
+
+def all_gold_rank(passages: list[dict], question: Question) -> int | None:
+    """For a question with several gold pages (a two-page question: the answer needs each),
+    the rank by which every one of them has a passage; None when one is missing, or when the
+    question has fewer than two gold pages."""
+    gold = {normalize_url(u) for u in question.gold_urls}
+    if len(gold) < 2:
+        return None
+    first: dict[str, int] = {}
+    for rank, passage in enumerate(passages, start=1):
+        url = normalize_url(passage["url"])
+        if url in gold:
+            first.setdefault(url, rank)
+    return max(first.values()) if len(first) == len(gold) else None
 
 
 def hit_at(ranks: list[int | None], k: int) -> float:
@@ -104,6 +121,7 @@ def summarize(records: list[dict]) -> dict:
         for stage, ms in record["timings_ms"].items():
             stages.setdefault(stage, []).append(ms)
     f1 = [r["token_f1"] for r in inside if "token_f1" in r]
+    several = [r["all_gold_rank"] for r in inside if r["retrieved"] and r.get("gold_pages", 0) > 1]
     return {
         "questions": len(records),
         "in_domain": len(inside),
@@ -111,6 +129,12 @@ def summarize(records: list[dict]) -> dict:
         "unanswerable": len(near_misses),
         **{f"hit@{k}": round(hit_at(ranked, k), 4) for k in HIT_DEPTHS},
         "mrr": round(mean_reciprocal_rank(ranked), 4),
+        # Questions with several gold pages: the share with every one in the top k.
+        "several_gold": len(several),
+        **{
+            f"all_gold@{k}": round(hit_at(several, k), 4) if several else None
+            for k in ALL_GOLD_DEPTHS
+        },
         "judge_accuracy": round(sum(1 for s in judged if s >= JUDGE_PASS) / len(judged), 4)
         if judged
         else None,

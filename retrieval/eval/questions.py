@@ -30,6 +30,7 @@ QUESTION_FIELDS = {
     "id": (str, int),
     "difficulty": (str, int),
     "answer_terms": list,  # groups of terms: a full answer holds one term of every group
+    "generated": str,  # how a candidate was made ("offline from headings"), when it was
 }
 
 

@@ -16,6 +16,8 @@ SUMMARY_COLUMNS = (
     "hit@5",
     "hit@10",
     "mrr",
+    "all_gold@5",
+    "all_gold@10",
     "judge_accuracy",
     "containment",
     "answer_terms",
@@ -79,6 +81,7 @@ def markdown_summary(results: dict) -> str:
             + " | ".join(cells)
             + f" | {total['p50']:.1f} | {total['p95']:.1f} |"
         )
+    lines += graph_lines(results.get("graph_evidence"))
     calibration = results["calibration"]
     near_misses = [
         f"{c} {results['summary'][c]['unanswerable_refused']} of "
@@ -106,6 +109,28 @@ def markdown_summary(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+GRAPH_COLUMNS = ("hit@1", "hit@5", "mrr", "all_gold@5")
+
+
+def graph_lines(comparison: dict | None) -> list[str]:
+    """The graph stages against baseline on the evaluated questions (retrieval.eval.evidence),
+    and what the version runs by default and why."""
+    if not comparison:
+        return []
+    measured = comparison["these_questions"]
+    lines = ["", f"Graph stages (balanced's search; in force: {comparison['in_force']}):", ""]
+    if not measured["configurations"]:
+        return [*lines, measured["why"]]
+    lines += [
+        "| configuration | " + " | ".join(GRAPH_COLUMNS) + " |",
+        "|" + "---|" * (len(GRAPH_COLUMNS) + 1),
+    ]
+    for name, row in measured["configurations"].items():
+        cells = ["-" if row.get(c) is None else f"{row[c]:.3f}" for c in GRAPH_COLUMNS]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return [*lines, "", f"On these questions: {measured['chosen']} ({measured['why']})."]
+
+
 def summary_frame(results: dict) -> pd.DataFrame:
     """The summary table as a DataFrame: one row per condition (``.plot.bar()`` draws it)."""
     import pandas as pd
@@ -130,6 +155,7 @@ QUESTION_COLUMNS = (
     "refused",
     "max_similarity",
     "hit_rank",
+    "all_gold_rank",
     "cited",
     "contains_answer",
     "token_f1",

@@ -17,12 +17,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kpack.errors import PackError
+from kpack.graph_evidence import read_record
 from kpack.llm import EXPANSION_MODEL, ClaudeClient, LLMError
+from kpack.packs import normalize_url
 from retrieval.agent import KnowledgeGraphAgent
 from retrieval.eval.calibrate import best_threshold, calibrate
+from retrieval.eval.evidence import graph_evidence
 from retrieval.eval.graph_calibration import calibrate_graph
 from retrieval.eval.metrics import (
     HIT_DEPTHS,
+    all_gold_rank,
     contains_answer,
     contains_terms,
     first_hit_rank,
@@ -153,6 +157,13 @@ def evaluate(
         # Settings to write are chosen on one half of a fixed split and reported on the other.
         tune, report = fixed_split(questions) if calibrate_graph_weights else ([], questions)
         graph = calibrate_graph(reader, tune) if calibrate_graph_weights else None
+        # The graph stages against baseline on these questions, beside what the version's
+        # build measured and chose (retrieval.eval.evidence).
+        graph_comparison = {
+            "these_questions": graph_evidence(reader, questions, "these questions"),
+            "version": read_record(reader.version_dir),
+            "in_force": reader.graph_choice.summary(),
+        }
     chosen_on = {q.id for q in tune} if calibrate_graph_weights else {q.id for q in questions}
     reported = {q.id for q in report}
     # Near-miss unanswerable questions are on topic by design: a similarity threshold that
@@ -184,6 +195,7 @@ def evaluate(
             "sweep": sweep,
             "graph": graph,
         },
+        "graph_evidence": graph_comparison,
         "questions": records,
     }
 
@@ -231,6 +243,8 @@ def _run_one(
             {"title": p["title"], "url": p["url"], "heading": p["heading"]} for p in passages
         ],
         hit_rank=first_hit_rank(passages, question) if passages and question.answerable else None,
+        gold_pages=len({normalize_url(u) for u in question.gold_urls}),
+        all_gold_rank=all_gold_rank(passages, question) if question.answerable else None,
         timings_ms=response["timings_ms"],
         tokens=response["token_usage"],
         few_shot=response["trace"].get("few_shot_questions", []),

@@ -1,0 +1,156 @@
+"""The pack's own evidence for its graph stages (issue 23): which of them run by default.
+
+The graph stages help on some packs and cost on others (the entity graph lifts multi-hop
+Wikipedia questions and cost documentation packs hit@5; the documentation graph needs section
+links). So each pack measures them on its own questions: those of ``eval/questions.jsonl``,
+or, without enough of them, a self-check on questions made offline from its headings and
+section links (retrieval.eval.generate.offline_questions, none a probe of the gate's
+calibration). Every question is searched under each configuration of the two toggles
+(:data:`CONFIGURATIONS`: neither, which is baseline's ranking, the documentation graph, the
+entity graph, and both when neither alone loses), and the configuration chosen is the best one
+that loses to baseline on none of hit@1, hit@5 and, for questions with several gold pages, the
+share with all of them in the top 5; best by that share, then hit@5, then MRR, then hit@1, the
+cheaper one on a tie.
+
+The build records the result beside the version it measured (kpack.graph_evidence, written by
+assets.evaluate.graph_evidence); queries take its toggles as the pack's defaults,
+``kpack status`` says which graph is on and why, and ``kpack eval`` shows the same comparison
+on the questions it evaluates.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from kpack.graph_evidence import GRAPH_TOGGLES
+from retrieval.agent import KnowledgeGraphAgent
+from retrieval.eval.generate import offline_questions
+from retrieval.eval.metrics import all_gold_rank, first_hit_rank, hit_at, mean_reciprocal_rank
+from retrieval.eval.questions import Question, load_questions
+from retrieval.reader import QUESTIONS_FILE, PackReader
+
+PROFILE = "balanced"  # the profile that has every graph stage
+DEPTH = 10
+MIN_QUESTIONS = 10  # fewer: too few to show anything, the graph stays off
+BASELINE = "baseline"
+BOTH = "both graphs"
+# Cheapest first: on a tie the cheaper configuration wins.
+CONFIGURATIONS: dict[str, dict[str, bool]] = {
+    BASELINE: {"enable_graph": False, "enable_doc_graph": False},
+    "documentation graph": {"enable_graph": False, "enable_doc_graph": True},
+    "entity graph": {"enable_graph": True, "enable_doc_graph": False},
+    BOTH: {"enable_graph": True, "enable_doc_graph": True},
+}
+COMPARED = ("hit@1", "hit@5", "all_gold@5")  # a configuration may lose on none of these
+
+
+def score(reader: PackReader, questions: list[Question], toggles: dict[str, bool]) -> dict:
+    """hit@1, hit@5, MRR and (over questions with several gold pages) all_gold@5 of the
+    balanced profile's search with these toggles, no LLM."""
+    agent = KnowledgeGraphAgent(reader, profile=PROFILE, use_llm=False, **toggles)
+    ranks, complete = [], []
+    for question in questions:
+        found = agent.search(question.question, k=DEPTH)
+        ranks.append(first_hit_rank(found, question))
+        if len(set(question.gold_urls)) > 1:
+            complete.append(all_gold_rank(found, question))
+    return {
+        "hit@1": round(hit_at(ranks, 1), 4),
+        "hit@5": round(hit_at(ranks, 5), 4),
+        "mrr": round(mean_reciprocal_rank(ranks), 4),
+        "all_gold@5": round(hit_at(complete, 5), 4) if complete else None,
+        "several_gold": len(complete),
+    }
+
+
+def _loses(row: dict, baseline: dict) -> list[str]:
+    return [m for m in COMPARED if (row[m] or 0.0) < (baseline[m] or 0.0)]
+
+
+def choose(rows: dict[str, dict]) -> tuple[str, str]:
+    """(the configuration chosen, why), from each configuration's scores."""
+    baseline = rows[BASELINE]
+
+    def rank(name: str) -> tuple:
+        row = rows[name]
+        return (row["all_gold@5"] or 0.0, row["hit@5"], row["mrr"], row["hit@1"])
+
+    allowed = [name for name in rows if not _loses(rows[name], baseline)]
+    best = max(allowed, key=lambda name: (rank(name), -list(rows).index(name)))
+    losers = {name: _loses(rows[name], baseline) for name in rows if name not in allowed}
+    lost = "; ".join(f"{name} loses on {', '.join(ms)}" for name, ms in losers.items())
+    if best == BASELINE:
+        why = "no graph configuration beats baseline" + (f" ({lost})" if lost else "")
+    else:
+        row = rows[best]
+        gains = ", ".join(
+            f"{m} {baseline[m]:.3f} -> {row[m]:.3f}"
+            for m in ("all_gold@5", "hit@5", "mrr", "hit@1")
+            if row[m] is not None and row[m] != baseline[m]
+        )
+        why = f"{best} loses to baseline on none of {', '.join(COMPARED)} and is best" + (
+            f" ({gains})" if gains else ""
+        )
+        why += f"; {lost}" if lost else ""
+    return best, why
+
+
+def graph_evidence(reader: PackReader, questions: list[Question], source: str) -> dict[str, Any]:
+    """The evidence record (see the module docstring): the questions' ``source`` in words,
+    each configuration's scores, the toggles chosen and why."""
+    asked = [q for q in questions if q.answerable and q.gold_urls]
+    if len(asked) < MIN_QUESTIONS:
+        return {
+            "source": source,
+            "questions": len(asked),
+            **dict.fromkeys(GRAPH_TOGGLES, False),
+            "chosen": BASELINE,
+            "why": f"{len(asked)} questions with gold pages are too few to show that a graph "
+            f"stage does not lose to baseline (at least {MIN_QUESTIONS} are needed)",
+            "configurations": {},
+        }
+    started = time.perf_counter()
+    rows: dict[str, dict] = {}
+    for name, toggles in CONFIGURATIONS.items():
+        # Both graphs only when neither alone loses: the pair is the dearest to measure and
+        # to run.
+        if name != BOTH or not any(_loses(row, rows[BASELINE]) for row in rows.values()):
+            rows[name] = score(reader, asked, toggles)
+    chosen, why = choose(rows)
+    return {
+        "source": source,
+        "questions": len(asked),
+        **CONFIGURATIONS[chosen],
+        "chosen": chosen,
+        "why": why,
+        "configurations": rows,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+
+
+SELF_CHECK_QUESTIONS = 60
+
+
+def pack_evidence(folder: Path, version_dir: Path) -> dict[str, Any]:
+    """The evidence record of one published version: measured on the pack's
+    eval/questions.jsonl when it has at least MIN_QUESTIONS usable ones, else on a self-check
+    of SELF_CHECK_QUESTIONS questions made offline from its headings."""
+    with PackReader(folder, version_dir) as reader:
+        path = folder / QUESTIONS_FILE
+        own = load_questions(path, folder)[0] if path.is_file() else []
+        asked = [q for q in own if q.answerable and q.gold_urls]
+        if len(asked) >= MIN_QUESTIONS:
+            return graph_evidence(reader, asked, f"the pack's {len(asked)} questions ({path.name})")
+        made = offline_questions(reader, SELF_CHECK_QUESTIONS)
+        checks = [
+            Question(number, item["question"], item["id"], gold_urls=item["gold_urls"])
+            for number, item in enumerate(made, start=1)
+        ]
+        return graph_evidence(
+            reader,
+            checks,
+            f"a self-check of {len(checks)} questions made offline from its headings and "
+            "section links",
+        )
