@@ -11,7 +11,7 @@ passages first-hop search found spreads their weight along those edges, so a pas
 shares a bridge entity with a first-hop hit ranks even when the question's own words do not
 reach it (HippoRAG 2, Gutiérrez et al. 2025).
 
-Everything here is numpy/scipy: no Dagster, no Kuzu, deterministic. The build records which
+Everything here is numpy (and Arrow to build): no Dagster, no Kuzu, deterministic. The build records which
 chunk mentions which entity (kpack.ingest.mentions, the MENTIONS edges), builds the
 :class:`EntityGraph` and stores it as CSR arrays with the version (kpack.indexes), which a
 reader maps.
@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -29,7 +30,7 @@ import numpy as np
 from kpack.text import name_words
 
 if TYPE_CHECKING:  # imported where used: `import retrieval` should not pay for it
-    from scipy import sparse
+    import pyarrow as pa
 
 MAX_LINKED_WORDS = 8  # longest entity name matched in a question, in words
 PAGERANK_TOLERANCE = 0.005  # weight of the walks personalized PageRank leaves out
@@ -41,13 +42,67 @@ MAX_EXPANDED_PASSAGES = 1_000
 
 
 @dataclass(frozen=True)
+class Csr:
+    """A sparse square matrix in compressed sparse rows: row ``i`` holds ``data[indptr[i] :
+    indptr[i + 1]]`` at columns ``indices[...]`` (ascending). Plain arrays, memory-mapped as
+    a version stores them: scipy would check and copy a mapped matrix, and importing it costs a
+    fresh process 0.4 s for the few row reads and products a query makes."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return len(self.indptr) - 1
+
+    def row(self, node: int) -> tuple[np.ndarray, np.ndarray]:
+        """(columns, values) of one row."""
+        start, end = self.indptr[node], self.indptr[node + 1]
+        return self.indices[start:end], self.data[start:end]
+
+    @cached_property
+    def rows(self) -> np.ndarray:
+        """The row of every stored value."""
+        return np.repeat(np.arange(self.size), np.diff(self.indptr))
+
+    def __matmul__(self, vector: np.ndarray) -> np.ndarray:
+        """The product with a dense vector (as float32)."""
+        products = self.data * np.asarray(vector)[self.indices]
+        return np.bincount(self.rows, weights=products, minlength=self.size).astype(np.float32)
+
+    def submatrix(self, nodes: np.ndarray) -> Csr:
+        """The rows and columns of ``nodes`` (ascending), renumbered 0..len(nodes)-1: what a
+        query reads is what those rows hold, not the matrix."""
+        starts, counts = self.indptr[nodes], self.indptr[nodes + 1] - self.indptr[nodes]
+        at = spans(starts, counts)
+        columns = np.asarray(self.indices[at], dtype=np.int64)
+        position = np.minimum(np.searchsorted(nodes, columns), len(nodes) - 1)
+        inside = nodes[position] == columns
+        rows = np.repeat(np.arange(len(nodes)), counts)[inside]
+        return Csr(
+            np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=len(nodes)))]),
+            position[inside],
+            np.asarray(self.data[at][inside]),
+        )
+
+
+def spans(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The positions ``start, start + 1, ..., start + count - 1`` of every span, in order."""
+    total = int(counts.sum())
+    offsets = np.repeat(np.cumsum(counts) - counts, counts)
+    return np.repeat(np.asarray(starts, dtype=np.int64), counts) + (np.arange(total) - offsets)
+
+
+@dataclass(frozen=True)
 class EntityGraph:
     """Passages and entities as one graph, with the transition matrix PageRank walks.
 
     Node ``i < len(passages)`` is passage ``passages[i]``; node ``len(passages) + j`` is entity
     ``entities[j]`` (its normalised name; ``names[j]`` is how the pack writes it). Every passage
-    belongs to an article (``article_of[i]``, an index into ``articles``); an article whose
-    title is an entity of the pack has that entity node in ``title_entity`` (else -1).
+    belongs to an article (``article_of[i]``, an index into the passages' articles in order of
+    first appearance); an article whose title is an entity of the pack has that entity node in
+    ``title_entity`` (else -1).
     """
 
     passages: Sequence[str]
@@ -55,10 +110,10 @@ class EntityGraph:
     names: Sequence[str]
     article_of: np.ndarray  # per passage: index of its article
     title_entity: np.ndarray  # per article: node of its title entity, or -1
-    adjacency: sparse.csr_matrix  # symmetric, weighted
-    transition: sparse.csr_matrix  # column-stochastic: transition @ r spreads r one step
+    adjacency: Csr  # symmetric, weighted
+    transition: Csr  # column-stochastic: transition @ r spreads r one step
     passages_of_entity: np.ndarray  # per entity: how many passages mention it
-    about: Mapping[int, np.ndarray]  # title entity node -> the passages of its articles
+    about: SortedGroups  # title entity node -> the passages of its articles
     entity_index: Mapping[str, int]
     longest_name: int  # in words
 
@@ -79,17 +134,19 @@ class EntityGraph:
         return int(self.passages_of_entity[node - len(self.passages)])
 
     def neighbours(self, node: int) -> np.ndarray:
-        row = self.adjacency
-        return row.indices[row.indptr[node] : row.indptr[node + 1]]
+        return self.adjacency.row(node)[0]
+
+
+Pairs = Iterable[tuple[str, str]]
 
 
 def build_entity_graph(
-    passages: Sequence[tuple[str, str]],
-    entities: Sequence[tuple[str, str]],
-    mentions: Iterable[tuple[str, str]],
+    passages: Pairs | pa.Table,
+    entities: Pairs | pa.Table,
+    mentions: Pairs | pa.Table,
     titles: dict[str, str] | None = None,
-    links: Iterable[tuple[str, str]] = (),
-    relations: Iterable[tuple[str, str]] = (),
+    links: Pairs | pa.Table = (),
+    relations: Pairs | pa.Table = (),
     relation_weight: float = 0.5,
 ) -> EntityGraph:
     """The graph of ``passages`` ((passage id, article id)) and ``entities`` ((key, name)).
@@ -100,79 +157,202 @@ def build_entity_graph(
     passage of an article to the title entity of each article it links to (``links``: (article
     id, article id) pairs, LINKS_TO); and ``relations`` ((entity key, entity key)) at
     ``relation_weight``. Pairs naming an unknown passage, article or entity are skipped; a
-    pair given twice counts once.
+    pair given twice counts once, at its highest weight.
+
+    Each argument is pairs, or a two-column Arrow table of them (how the build passes a large
+    pack's millions of mentions): the work is array work over node numbers, with no Python
+    object per edge, so a million-passage pack builds in seconds and a few GB.
     """
-    from scipy import sparse
+    import pyarrow.compute as pc
 
-    titles = titles or {}
-    passage_index = {p: i for i, (p, _) in enumerate(passages)}
-    entity_index = {key: j for j, (key, _) in enumerate(entities)}
-    articles = tuple(dict.fromkeys(article for _, article in passages))
-    article_index = {a: i for i, a in enumerate(articles)}
-    article_of = np.array([article_index[a] for _, a in passages], dtype=np.int64)
-    offset = len(passages)
+    from kpack.indexes import Column
 
-    def entity(key: str | None) -> int | None:
-        j = entity_index.get(key) if key is not None else None
-        return None if j is None else offset + j
-
-    title_nodes = [entity(titles.get(article)) for article in articles]
-    title_entity = np.array([-1 if n is None else n for n in title_nodes], dtype=np.int64)
-    weights: dict[tuple[int, int], float] = {}
-
-    def join(a: int | None, b: int | None, weight: float) -> None:
-        if a is None or b is None or a == b:
-            return
-        pair = (min(a, b), max(a, b))
-        weights[pair] = max(weights.get(pair, 0.0), weight)
-
-    own_title = {p: f" {titles.get(article, '')} " for p, article in passages}
-    for passage, key in mentions:
-        # A page calls its subject by part of its title ("Leland" on "Leland, North
-        # Carolina"): that names the page itself, and must not join it to every other Leland.
-        if key != own_title.get(passage, "").strip() and f" {key} " in own_title.get(passage, ""):
-            continue
-        join(passage_index.get(passage), entity(key), 1.0)
-    members: dict[int, list[int]] = {}
-    about: dict[int, list[int]] = {}
-    for i, a in enumerate(article_of):
-        members.setdefault(int(a), []).append(i)
-        if title_entity[a] >= 0:
-            join(i, int(title_entity[a]), 1.0)
-            about.setdefault(int(title_entity[a]), []).append(i)
-    for source, target in links:
-        target_entity = entity(titles.get(target))
-        for i in members.get(article_index.get(source, -1), []):
-            join(i, target_entity, 1.0)
-    for left, right in relations:
-        join(entity(left), entity(right), relation_weight)
-    size = offset + len(entities)
-    pairs = sorted(weights)
-    rows = np.array([a for a, _ in pairs] + [b for _, b in pairs], dtype=np.int64)
-    cols = np.array([b for _, b in pairs] + [a for a, _ in pairs], dtype=np.int64)
-    values = np.array([weights[p] for p in pairs] * 2, dtype=np.float64)
-    adjacency = sparse.csr_matrix((values, (rows, cols)), shape=(size, size))
-    degree = np.asarray(adjacency.sum(axis=1)).ravel()
+    passage_ids, passage_articles = _columns(passages)
+    entity_keys, entity_names = _columns(entities)
+    title_of = _TitleEntities(titles or {}, entity_keys, len(passage_ids))
+    size = len(passage_ids) + len(entity_keys)
+    articles = pc.unique(passage_articles)
+    article_of = rows_of(passage_articles, articles)
+    title_entity = title_of.nodes(articles)
+    mention_passages, mention_keys = _columns(mentions)
+    mention_from = rows_of(mention_passages, passage_ids)
+    mention_to = title_of.entity_nodes(mention_keys)
+    # A page calls its subject by part of its title ("Leland" on "Leland, North Carolina"):
+    # that names the page itself, and must not join it to every other Leland.
+    mention_article = np.where(mention_from >= 0, article_of[mention_from], -1)
+    own = np.isin(mention_article * size + mention_to, title_of.parts(articles))
+    titled = np.flatnonzero(title_entity[article_of] >= 0)
+    link_sources, link_targets = _columns(links)
+    relation_left, relation_right = _columns(relations)
+    adjacency = _symmetric(
+        [
+            (mention_from[~own], mention_to[~own], 1.0),
+            (titled, title_entity[article_of[titled]], 1.0),
+            (
+                *_link_edges(
+                    article_of, rows_of(link_sources, articles), title_of.nodes(link_targets)
+                ),
+                1.0,
+            ),
+            (
+                title_of.entity_nodes(relation_left),
+                title_of.entity_nodes(relation_right),
+                relation_weight,
+            ),
+        ],
+        size,
+    )
+    rows = adjacency.rows
+    degree = np.bincount(rows, weights=adjacency.data, minlength=size)
     inverse = np.divide(1.0, degree, out=np.zeros_like(degree), where=degree > 0)
     # Column j of the transition holds where node j's weight goes: A D^-1 (A is symmetric).
     # float32: PageRank needs no more, and the walk's matrix-vector product runs twice as fast.
-    transition = (adjacency @ sparse.diags(inverse)).tocsr().astype(np.float32)
-    passages_of_entity = np.diff(adjacency[offset:, :offset].tocsr().indptr)
+    transition = Csr(
+        adjacency.indptr,
+        adjacency.indices,
+        (adjacency.data * inverse[adjacency.indices]).astype(np.float32),
+    )
+    offset = len(passage_ids)
+    mentioned = (rows >= offset) & (adjacency.indices < offset)
+    about_keys = title_entity[article_of[titled]]
+    order = np.argsort(about_keys, kind="stable")
+    keys, counts = np.unique(about_keys, return_counts=True)
+    key_words = pc.list_value_length(pc.utf8_split_whitespace(entity_keys))
     return EntityGraph(
-        passages=tuple(p for p, _ in passages),
-        entities=tuple(key for key, _ in entities),
-        names=tuple(name for _, name in entities),
+        passages=Column(passage_ids),
+        entities=Column(entity_keys),
+        names=Column(entity_names),
         article_of=article_of,
         title_entity=title_entity,
         adjacency=adjacency,
         transition=transition,
-        passages_of_entity=passages_of_entity,
-        about={node: np.array(members, dtype=np.int64) for node, members in about.items()},
-        entity_index=entity_index,
-        longest_name=min(
-            MAX_LINKED_WORDS, max((len(key.split()) for key, _ in entities), default=0)
-        ),
+        passages_of_entity=np.bincount(rows[mentioned] - offset, minlength=len(entity_keys)),
+        about=SortedGroups(keys, np.concatenate([[0], np.cumsum(counts)]), titled[order]),
+        entity_index=KeyIndex(entity_keys),
+        longest_name=min(MAX_LINKED_WORDS, int(pc.max(key_words).as_py() or 0)),
     )
+
+
+def _columns(pairs: Pairs | pa.Table) -> tuple[pa.Array, pa.Array]:
+    """The two columns of pairs, as Arrow string arrays."""
+    import pyarrow as pa
+
+    if not isinstance(pairs, pa.Table):
+        listed = list(pairs)
+        pairs = pa.table(
+            {"a": [a for a, _ in listed], "b": [b for _, b in listed]},
+            schema=pa.schema([("a", pa.string()), ("b", pa.string())]),
+        )
+    return tuple(pairs.column(i).combine_chunks() for i in (0, 1))  # type: ignore[return-value]
+
+
+def rows_of(values: pa.Array, among: pa.Array) -> np.ndarray:
+    """The row of each value in ``among`` (its first), -1 for a value not there."""
+    import pyarrow.compute as pc
+
+    found = pc.fill_null(pc.index_in(values, value_set=among), -1)
+    return found.to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+class _TitleEntities:
+    """Entity nodes of keys, and of the titles of articles (``titles``: article -> key)."""
+
+    def __init__(self, titles: dict[str, str], entity_keys: pa.Array, offset: int) -> None:
+        import pyarrow as pa
+
+        self.titles = titles
+        self.articles = pa.array(list(titles), pa.string())
+        self.keys = pa.array(list(titles.values()), pa.string())
+        self.entity_keys = entity_keys
+        self.offset = offset
+
+    def entity_nodes(self, keys: pa.Array) -> np.ndarray:
+        """The node of each entity key, -1 for a key that is no entity."""
+        rows = rows_of(keys, self.entity_keys)
+        return np.where(rows >= 0, rows + self.offset, -1)
+
+    def nodes(self, articles: pa.Array) -> np.ndarray:
+        """The node of each article's title entity, -1 without one."""
+        import pyarrow.compute as pc
+
+        return self.entity_nodes(pc.take(self.keys, pc.index_in(articles, self.articles)))
+
+    def parts(self, articles: pa.Array) -> list[int]:
+        """``article row * size + entity node`` of every entity that is a proper part of an
+        article's title (its words, whole, as ``f" {key} " in f" {title} "`` finds them)."""
+        import pyarrow as pa
+
+        size = self.offset + len(self.entity_keys)
+        rows, phrases = [], []
+        for row, article in enumerate(articles.to_pylist()):
+            words = self.titles.get(article, "").split(" ")
+            for start in range(len(words)):
+                for end in range(start + 1, len(words) + 1):
+                    if end - start < len(words):
+                        rows.append(row)
+                        phrases.append(" ".join(words[start:end]))
+        nodes = self.entity_nodes(pa.array(phrases, pa.string()))
+        found = nodes >= 0
+        return (np.asarray(rows, dtype=np.int64)[found] * size + nodes[found]).tolist()
+
+
+def _link_edges(
+    article_of: np.ndarray, sources: np.ndarray, target_titles: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(passage, title entity): every passage of a linking article to the linked article's
+    title entity."""
+    known = (sources >= 0) & (target_titles >= 0)
+    sources, target_titles = sources[known], target_titles[known]
+    members = np.argsort(article_of, kind="stable")  # passages grouped by article
+    counts = np.bincount(article_of)
+    starts = np.concatenate([[0], np.cumsum(counts)])[sources]
+    return members[spans(starts, counts[sources])], np.repeat(target_titles, counts[sources])
+
+
+def _symmetric(edges: list[tuple[np.ndarray, np.ndarray, float]], size: int) -> Csr:
+    """The symmetric adjacency of undirected weighted ``edges`` (node arrays, weight), without
+    self-loops or unknown (-1) nodes, each pair once at its highest weight."""
+    left = np.concatenate([np.asarray(a, dtype=np.int64) for a, _, _ in edges])
+    right = np.concatenate([np.asarray(b, dtype=np.int64) for _, b, _ in edges])
+    weight = np.concatenate([np.full(len(a), w, dtype=np.float64) for a, _, w in edges])
+    kept = (left >= 0) & (right >= 0) & (left != right)
+    low = np.minimum(left[kept], right[kept])
+    high = np.maximum(left[kept], right[kept])
+    weight = weight[kept]
+    pair = low * size + high
+    order = np.lexsort((-weight, pair))  # by pair, the highest weight first
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = pair[order][1:] != pair[order][:-1]
+    first = order[first]
+    low, high, weight = low[first], high[first], weight[first]
+    rows = np.concatenate([low, high])
+    columns = np.concatenate([high, low])
+    order = np.argsort(rows * size + columns)
+    rows, columns = rows[order], columns[order]
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=size))])
+    data = np.concatenate([weight, weight])[order]
+    return Csr(indptr.astype(np.int64), columns.astype(np.int32), data)
+
+
+class KeyIndex(Mapping[str, int]):
+    """Key -> its row in an Arrow string array (a hash lookup per key, no Python dict)."""
+
+    def __init__(self, keys: pa.Array) -> None:
+        self.keys = keys
+
+    def __getitem__(self, key: str) -> int:
+        import pyarrow as pa
+
+        row = int(rows_of(pa.array([key], pa.string()), self.keys)[0])
+        if row < 0:
+            raise KeyError(key)
+        return row
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys.to_pylist())
+
+    def __len__(self) -> int:
+        return len(self.keys)
 
 
 class SortedGroups(Mapping[int, np.ndarray]):
@@ -261,12 +441,11 @@ def personalized_pagerank(
     steps = math.ceil(math.log(tolerance) / math.log(damping)) if 0 < damping < 1 else 1
     steps = min(steps, MAX_PAGERANK_STEPS)
     nodes = walk_nodes(graph, [n for n, w in seeds.items() if w > 0], steps)
-    position = {int(node): at for at, node in enumerate(nodes)}
-    transition = graph.transition[nodes][:, nodes]
+    transition = graph.transition.submatrix(nodes)
     restart = np.zeros(len(nodes), dtype=np.float32)
     for node, weight in seeds.items():
         if weight > 0:
-            restart[position[node]] += weight / total
+            restart[np.searchsorted(nodes, node)] += weight / total
     jump = np.float32(1.0 - damping) * restart
     # Only a seed can be a node without edges (nothing reaches one); what the walk puts there
     # has nowhere to go, so it returns to the seeds. Without such a seed no mass is lost.

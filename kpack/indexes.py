@@ -31,9 +31,10 @@ Several processes opening the same version share these pages (read-only maps of 
 from __future__ import annotations
 
 import bisect
-import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from array import array as flat_array
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,6 +54,8 @@ if TYPE_CHECKING:
 CHUNK_VECTORS = "chunk_vectors.npy"
 SECTION_VECTORS = "section_vectors.npy"
 ANN_FILE = "chunk_vectors.usearch"
+SECTION_ANN_FILE = "section_vectors.usearch"
+ANN_FILES = {CHUNK_VECTORS: ANN_FILE, SECTION_VECTORS: SECTION_ANN_FILE}  # vectors -> their ANN
 CHUNKS = "chunks.arrow"
 SECTIONS = "sections.arrow"
 SECTIONS_BY_ARTICLE = "sections_by_article.npy"
@@ -104,6 +107,7 @@ INDEX_FILES = (
     CHUNK_VECTORS,
     SECTION_VECTORS,
     ANN_FILE,
+    SECTION_ANN_FILE,
     CHUNKS,
     SECTIONS,
     SECTIONS_BY_ARTICLE,
@@ -125,6 +129,8 @@ ANN_CONNECTIVITY = 16
 ANN_EXPANSION_ADD = 128
 ANN_EXPANSION_SEARCH = 256
 ANN_CANDIDATES = 256  # ANN hits re-scored exactly for one nearest-vector search
+VECTOR_BLOCK = 65_536  # rows of vectors copied at a time when they are saved
+STRING_BLOCK = 10_000  # texts converted to Python strings at a time
 
 RELATION_WEIGHT = 0.5  # an ENTITY_RELATION edge of the graph, against 1 for a mention
 K1 = 1.2  # BM25 as Lucene and Kuzu compute it
@@ -141,15 +147,37 @@ def ann_min_vectors() -> int:
 # -- writing ---------------------------------------------------------------------------------
 
 
-def _vectors(column: pa.ChunkedArray | pa.Array, dim: int) -> np.ndarray:
-    """A fixed-size-list vector column as a (rows, dim) float32 matrix."""
+def _save_vectors(path: Path, column: pa.ChunkedArray, order: pa.Array, dim: int) -> None:
+    """A fixed-size-list vector column, rows in ``order``, saved as a (rows, dim) float32 .npy
+    file. Written in blocks into the mapped file: a million vectors are 1.5 GB, which the
+    build should not hold twice more in memory."""
     flat = pc.list_flatten(column).to_numpy(zero_copy_only=False)
-    return np.ascontiguousarray(flat, dtype=np.float32).reshape(len(column), dim)
+    source = np.asarray(flat, dtype=np.float32).reshape(len(column), dim)
+    rows = order.to_numpy()
+    saved = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(len(rows), dim))
+    for start in range(0, len(rows), VECTOR_BLOCK):
+        saved[start : start + VECTOR_BLOCK] = source[rows[start : start + VECTOR_BLOCK]]
+    saved.flush()
+    del saved
 
 
 def _write_arrow(path: Path, table: pa.Table) -> None:
+    """A table as one record batch (a reader maps each column as one array, no copy); string
+    columns too large for 32-bit offsets become large strings."""
+    large = pa.schema(
+        [
+            field.with_type(pa.large_string())
+            if pa.types.is_string(field.type)
+            and sum(c.buffers()[2].size for c in table[field.name].chunks if c.buffers()[2])
+            >= 2**31
+            else field
+            for field in table.schema
+        ],
+        metadata=table.schema.metadata,
+    )
+    table = table.cast(large).combine_chunks()
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
+        writer.write_table(table, max_chunksize=max(table.num_rows, 1))
 
 
 def write_indexes(
@@ -170,21 +198,20 @@ def write_indexes(
     lists of ``dim`` floats) and ``articles`` with their ``pagerank``."""
     out = folder / INDEX_DIR
     out.mkdir(parents=True, exist_ok=True)
-    chunks = chunks.sort_by("chunk_id")
-    sections = sections.sort_by("section_id")
+    chunk_order = pc.sort_indices(chunks["chunk_id"])
+    section_order = pc.sort_indices(sections["section_id"])
+    _save_vectors(out / CHUNK_VECTORS, chunks["embedding"], chunk_order, dim)
+    _save_vectors(out / SECTION_VECTORS, sections["embedding"], section_order, dim)
+    for vectors, ann in ANN_FILES.items():
+        if len(load_array(out, vectors)) >= ann_min_vectors():
+            write_ann(out / ann, load_array(out, vectors))
+    chunks = chunks.select(["chunk_id", "article_url", "content"]).take(chunk_order)
+    sections = sections.select(
+        ["section_id", "article_url", "heading_path", "title", "content", "word_count"]
+    ).take(section_order)
     articles = articles.sort_by("url")
-    chunk_vectors = _vectors(chunks["embedding"], dim)
-    np.save(out / CHUNK_VECTORS, chunk_vectors)
-    np.save(out / SECTION_VECTORS, _vectors(sections["embedding"], dim))
-    if len(chunk_vectors) >= ann_min_vectors():
-        write_ann(out / ANN_FILE, chunk_vectors)
     _write_arrow(out / CHUNKS, chunks.select(["chunk_id", "content"]))
-    _write_arrow(
-        out / SECTIONS,
-        sections.select(
-            ["section_id", "article_url", "heading_path", "title", "content", "word_count"]
-        ),
-    )
+    _write_arrow(out / SECTIONS, sections)
     np.save(
         out / SECTIONS_BY_ARTICLE,
         np.asarray(pc.sort_indices(sections["article_url"]), dtype=np.int64),
@@ -230,7 +257,7 @@ def write_indexes(
     offsets, targets = _link_csr(articles["url"], links)
     np.save(out / LINK_OFFSETS, offsets)
     np.save(out / LINK_TARGETS, targets)
-    for name, array in keyword_postings(chunks["content"].to_pylist()).items():
+    for name, array in keyword_postings(_strings(chunks["content"])).items():
         np.save(out / name, array)
     _write_graph(out, chunks, articles, entities, mentions, links, relations)
 
@@ -257,37 +284,30 @@ def _write_graph(
         )
     }
     graph = build_entity_graph(
-        list(zip(chunks["chunk_id"].to_pylist(), chunks["article_url"].to_pylist(), strict=True)),
-        list(zip(entities["entity_id"].to_pylist(), entities["name"].to_pylist(), strict=True)),
-        zip(mentions["chunk_id"].to_pylist(), mentions["entity_id"].to_pylist(), strict=True),
+        chunks.select(["chunk_id", "article_url"]),
+        entities,
+        mentions.select(["chunk_id", "entity_id"]),
         titles=titles,
-        links=zip(links["source_url"].to_pylist(), links["target_url"].to_pylist(), strict=True),
-        relations=zip(
-            relations["source_id"].to_pylist(), relations["target_id"].to_pylist(), strict=True
-        ),
+        links=links.select(["source_url", "target_url"]),
+        relations=relations.select(["source_id", "target_id"]),
         relation_weight=RELATION_WEIGHT,
     )
     _write_arrow(
         out / ENTITIES,
         entities.replace_schema_metadata({LONGEST_NAME_KEY: str(graph.longest_name)}),
     )
-    about = sorted(graph.about)
+    about = graph.about
     arrays = {
-        # One index type for both (scipy would copy a mapped array to make them alike).
-        GRAPH_INDPTR: graph.adjacency.indptr.astype(np.int64),
-        GRAPH_INDICES: graph.adjacency.indices.astype(np.int64),
+        GRAPH_INDPTR: graph.adjacency.indptr,
+        GRAPH_INDICES: graph.adjacency.indices,
         GRAPH_WEIGHTS: graph.adjacency.data.astype(np.float32),
-        GRAPH_TRANSITION: graph.transition.data.astype(np.float32),
+        GRAPH_TRANSITION: graph.transition.data,
         GRAPH_ARTICLE_OF: graph.article_of,
         GRAPH_TITLE_ENTITY: graph.title_entity,
-        GRAPH_PASSAGES_OF_ENTITY: np.asarray(graph.passages_of_entity, dtype=np.int64),
-        GRAPH_ABOUT_KEYS: np.array(about, dtype=np.int64),
-        GRAPH_ABOUT_OFFSETS: np.concatenate(
-            [[0], np.cumsum([len(graph.about[n]) for n in about])]
-        ).astype(np.int64),
-        GRAPH_ABOUT_PASSAGES: np.concatenate(
-            [graph.about[n] for n in about] or [np.zeros(0, dtype=np.int64)]
-        ).astype(np.int64),
+        GRAPH_PASSAGES_OF_ENTITY: graph.passages_of_entity,
+        GRAPH_ABOUT_KEYS: about.keys,
+        GRAPH_ABOUT_OFFSETS: about.offsets,
+        GRAPH_ABOUT_PASSAGES: about.values,
     }
     for name, array in arrays.items():
         np.save(out / name, array)
@@ -323,45 +343,71 @@ def _link_csr(urls: pa.ChunkedArray, links: pa.Table) -> tuple[np.ndarray, np.nd
     return offsets, cols[order].astype(np.int64)
 
 
-def keyword_postings(texts: list[str]) -> dict[str, np.ndarray]:
+def _strings(column: pa.ChunkedArray) -> Iterator[str]:
+    """The values of a string column, converted a block at a time (not a million at once)."""
+    for start in range(0, len(column), STRING_BLOCK):
+        yield from column.slice(start, STRING_BLOCK).to_pylist()
+
+
+def keyword_postings(texts: Iterable[str]) -> dict[str, np.ndarray]:
     """BM25 postings of ``texts`` (kpack.text.search_terms), in the module docstring's format:
-    file name -> array."""
-    seen: dict[str, str] = {}  # word -> its term ("" for a stop word): stem each word once
-    holders: dict[str, list[tuple[int, int]]] = {}
-    lengths = np.zeros(len(texts), dtype=np.float64)
+    file name -> array.
+
+    Each text's words are counted in C (Counter) and each distinct word is stemmed once per
+    pack; the postings are gathered in flat integer arrays and grouped by one sort, so a
+    million passages' tens of millions of postings take a few hundred MB, not a Python
+    object each."""
+    term_of_word: dict[str, int] = {}  # word -> its term's number (-1 for a stop word)
+    numbers: dict[str, int] = {}  # term -> its number, in order of first use
+    rows, terms, frequencies = flat_array("i"), flat_array("i"), flat_array("i")
+    lengths = flat_array("d")
     for row, text in enumerate(texts):
-        counts: dict[str, int] = {}
-        for word in words(text):
-            term = seen.get(word)
-            if term is None:
-                term = seen[word] = next(iter(search_terms(word)), "")
-            if term:
-                counts[term] = counts.get(term, 0) + 1
-        lengths[row] = sum(counts.values())
-        for term, tf in counts.items():
-            holders.setdefault(term, []).append((row, tf))
+        counts: dict[int, int] = {}
+        for word, n in Counter(words(text)).items():
+            number = term_of_word.get(word)
+            if number is None:
+                term = next(iter(search_terms(word)), "")
+                number = term_of_word[word] = numbers.setdefault(term, len(numbers)) if term else -1
+            if number >= 0:
+                counts[number] = counts.get(number, 0) + n
+        lengths.append(sum(counts.values()))
+        rows.extend([row] * len(counts))
+        terms.extend(counts)
+        frequencies.extend(counts.values())
+    return _postings_arrays(list(numbers), rows, terms, frequencies, np.asarray(lengths))
+
+
+def _postings_arrays(
+    vocabulary: list[str],
+    rows: flat_array,
+    terms: flat_array,
+    frequencies: flat_array,
+    lengths: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """The keyword index files from flat (row, term number, frequency) postings."""
+    encoded = [term.encode() for term in vocabulary]
+    order = sorted(range(len(encoded)), key=encoded.__getitem__)  # by UTF-8 bytes
+    position = np.empty(len(order), dtype=np.int64)
+    position[order] = np.arange(len(order))
+    term = position[np.frombuffer(terms, dtype=np.int32)]
+    grouped = np.argsort(term, kind="stable")  # by term, rows ascending within each
+    at = np.frombuffer(rows, dtype=np.int32)[grouped]
+    tf = np.frombuffer(frequencies, dtype=np.int32)[grouped].astype(np.float64)
+    held = np.bincount(term, minlength=len(order))
+    offsets = np.concatenate([[0], np.cumsum(held)]).astype(np.int64)
     average = float(lengths.mean()) if len(lengths) and lengths.mean() > 0 else 1.0
     norm = K1 * (1.0 - B + B * lengths / average)
-    vocabulary = sorted(holders, key=lambda t: t.encode())
-    encoded = [t.encode() for t in vocabulary]
-    term_offsets = np.concatenate([[0], np.cumsum([len(e) for e in encoded])]).astype(np.int64)
-    offsets = np.concatenate([[0], np.cumsum([len(holders[t]) for t in vocabulary])]).astype(
-        np.int64
-    )
-    rows = np.empty(int(offsets[-1]), dtype=np.int32)
-    weights = np.empty(int(offsets[-1]), dtype=np.float32)
-    for number, term in enumerate(vocabulary):
-        held = np.array(holders[term], dtype=np.int64).reshape(-1, 2)
-        at, tf = held[:, 0], held[:, 1].astype(np.float64)
-        idf = math.log(1.0 + (len(texts) - len(at) + 0.5) / (len(at) + 0.5))
-        rows[offsets[number] : offsets[number + 1]] = at
-        weights[offsets[number] : offsets[number + 1]] = idf * tf * (K1 + 1.0) / (tf + norm[at])
+    idf = np.log(1.0 + (len(lengths) - held + 0.5) / (held + 0.5))
+    weights = np.repeat(idf, held) * tf * (K1 + 1.0) / (tf + norm[at])
+    ordered = [encoded[i] for i in order]
     return {
-        KEYWORD_VOCABULARY: np.frombuffer(b"".join(encoded), dtype=np.uint8),
-        KEYWORD_TERM_OFFSETS: term_offsets,
+        KEYWORD_VOCABULARY: np.frombuffer(b"".join(ordered), dtype=np.uint8),
+        KEYWORD_TERM_OFFSETS: np.concatenate([[0], np.cumsum([len(e) for e in ordered])]).astype(
+            np.int64
+        ),
         KEYWORD_OFFSETS: offsets,
-        KEYWORD_ROWS: rows,
-        KEYWORD_WEIGHTS: weights,
+        KEYWORD_ROWS: at.astype(np.int32),
+        KEYWORD_WEIGHTS: weights.astype(np.float32),
         KEYWORD_LENGTHS: lengths.astype(np.float32),
     }
 
@@ -371,18 +417,11 @@ def keyword_postings(texts: list[str]) -> dict[str, np.ndarray]:
 
 def load_entity_graph(folder: Path, passages: Sequence[str]) -> EntityGraph:
     """The entity-passage graph of a version, its arrays memory-mapped (see _write_graph)."""
-    from scipy import sparse
-
-    from kpack.graph import EntityGraph, SortedGroups
+    from kpack.graph import Csr, EntityGraph, SortedGroups
 
     arrays = {name: load_array(folder, name) for name in GRAPH_FILES}
     entities = load_table(folder, ENTITIES)
-    size = len(passages) + entities.num_rows
-    structure = (arrays[GRAPH_INDICES], arrays[GRAPH_INDPTR])
-
-    def matrix(values: np.ndarray) -> sparse.csr_matrix:
-        return sparse.csr_matrix((values, *structure), shape=(size, size), copy=False)
-
+    structure = (arrays[GRAPH_INDPTR], arrays[GRAPH_INDICES])
     keys = SortedKeys(entities["entity_id"])
     return EntityGraph(
         passages=passages,
@@ -390,8 +429,8 @@ def load_entity_graph(folder: Path, passages: Sequence[str]) -> EntityGraph:
         names=Column(entities["name"]),
         article_of=arrays[GRAPH_ARTICLE_OF],
         title_entity=arrays[GRAPH_TITLE_ENTITY],
-        adjacency=matrix(arrays[GRAPH_WEIGHTS]),
-        transition=matrix(arrays[GRAPH_TRANSITION]),
+        adjacency=Csr(*structure, arrays[GRAPH_WEIGHTS]),
+        transition=Csr(*structure, arrays[GRAPH_TRANSITION]),
         passages_of_entity=arrays[GRAPH_PASSAGES_OF_ENTITY],
         about=SortedGroups(
             arrays[GRAPH_ABOUT_KEYS], arrays[GRAPH_ABOUT_OFFSETS], arrays[GRAPH_ABOUT_PASSAGES]
@@ -438,9 +477,10 @@ def load_table(folder: Path, name: str) -> pa.Table:
     return pa.ipc.open_file(pa.memory_map(str(folder / name), "r")).read_all()
 
 
-def load_ann(folder: Path) -> Index | None:
-    """The version's ANN index viewed from its file, or None when the pack has none."""
-    path = folder / ANN_FILE
+def load_ann(folder: Path, name: str = ANN_FILE) -> Index | None:
+    """An ANN index of the version (its chunks', or ``name``) viewed from its file, or None
+    when the pack has none."""
+    path = folder / name
     if not path.is_file():
         return None
     from usearch.index import Index
@@ -451,8 +491,10 @@ def load_ann(folder: Path) -> Index | None:
 class Column(Sequence[Any]):
     """One column of a memory-mapped table as a Python sequence (values read one at a time)."""
 
-    def __init__(self, column: pa.ChunkedArray) -> None:
-        self._column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    def __init__(self, column: pa.ChunkedArray | pa.Array) -> None:
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+        self._column = column
         self._text: tuple[np.ndarray, memoryview] | None = None
         if pa.types.is_string(self._column.type) and self._column.null_count == 0:
             # A string is read from the column's offsets and bytes: Arrow's scalar access
