@@ -35,11 +35,12 @@ from kpack.changes import page_changes
 from kpack.contracts import StagedBuild, facts_of
 from kpack.graphdb import graph_counts, opened, write_graph
 from kpack.indexes import (
+    CHUNK_IVF,
     CHUNK_VECTORS,
     CHUNKS,
     Column,
+    InvertedLists,
     KeywordIndex,
-    load_ann,
     load_array,
     load_table,
     nearest_rows,
@@ -96,8 +97,10 @@ def rel_tables(
     entity_mentions: pa.Table,
     relations: pa.Table,
     facts: pa.Table,
+    mentions: pa.Table,
 ) -> dict[str, pa.Table]:
-    """Each edge table as (from, to, properties...) in the declared column order."""
+    """Each edge table as (from, to, properties...) in the declared column order; ``mentions``
+    are the MENTIONS edges (kpack.ingest.mentions.chunk_mentions)."""
     article_entities = entity_mentions.group_by(["article_url", "entity_id"]).aggregate([])
     return {
         "HAS_SECTION": sections.select(["article_url", "section_id", "section_index"]),
@@ -107,7 +110,7 @@ def rel_tables(
         "HAS_ENTITY": article_entities.select(["article_url", "entity_id"]),
         "HAS_FACT": facts.select(["article_url", "fact_id"]),
         "ENTITY_RELATION": relations.select(["source_id", "target_id", "relation", "context"]),
-        "MENTIONS": chunk_mentions(chunks, entity_mentions),
+        "MENTIONS": mentions,
     }
 
 
@@ -142,7 +145,10 @@ def pack_graph(
     staging = pack_store.new_staging(pack, context.run_id)
     db_path = staging / "pack.db"
     nodes = node_tables(articles, sections, chunks, entities, facts, embeddings, pagerank, dim)
-    rels = rel_tables(articles, sections, chunks, links, entity_mentions, relations, facts)
+    mentions = chunk_mentions(chunks, entity_mentions)
+    rels = rel_tables(
+        articles, sections, chunks, links, entity_mentions, relations, facts, mentions
+    )
     write_graph(db_path, nodes, rels, dim)
     write_indexes(
         staging,
@@ -152,7 +158,7 @@ def pack_graph(
         links,
         entities,
         entity_mentions,
-        rels["MENTIONS"],
+        mentions,
         relations,
         facts,
         dim,
@@ -218,7 +224,8 @@ def graph_is_queryable(
     keywords = KeywordIndex.load(folder)
     vector_hits = keyword_hits = 0
     if len(vectors):
-        rows, _ = nearest_rows(vectors, np.asarray(vectors[0]), 3, load_ann(folder))
+        ann = InvertedLists.load(folder, CHUNK_IVF)
+        rows, _ = nearest_rows(vectors, np.asarray(vectors[0]), 3, ann)
         vector_hits = len(rows)
         text = Column(load_table(folder, CHUNKS)["content"])[0]
         word = max(search_words(text) or ["the"], key=len)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -81,21 +82,26 @@ QUESTIONS = [
 
 def replicate(source: Path, chunks_wanted: int, seed: int = 0) -> dict:
     """The source pack's intermediates, replicated to ``chunks_wanted`` chunks (see the module
-    docstring)."""
+    docstring); ``mentions`` are the MENTIONS edges (the build's chunk_mentions on the source
+    pack, replicated as the rest)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
+    from kpack.ingest.mentions import chunk_mentions
+
     base = {name: pq.read_table(source / name / f"{SOURCE_PACK}.parquet") for name in TABLES}
+    base["mentions"] = chunk_mentions(base["chunks"], base["entity_mentions"])
     copies = -(-chunks_wanted // base["chunks"].num_rows)
     rng = np.random.default_rng(seed)
     vectors = np.asarray(
         base["embeddings"]["embedding"].to_pylist(), dtype=np.float32
     )  # the real vectors
-    out: dict[str, list[pa.Table]] = {name: [] for name in TABLES}
+    out: dict[str, list[pa.Table]] = {name: [] for name in base}
     for k in range(copies):
-        tag = f"#copy-{k}" if k else ""
-        ent = f" ~{k}" if k else ""
+        tag = f"#copy-{k}" if k else ""  # on URLs and ids
+        named = f" copy{k}" if k else ""  # on entity keys and titles (a name word: it survives
+        # kpack.text.normalize_entity, so a copy's titles are its own title entities)
 
         def suffixed(table: pa.Table, columns: dict[str, str]) -> pa.Table:
             for column, suffix in columns.items():
@@ -106,25 +112,46 @@ def replicate(source: Path, chunks_wanted: int, seed: int = 0) -> dict:
                     )
             return table
 
-        out["articles"].append(suffixed(base["articles"], {"url": tag, "content_hash": tag}))
+        out["articles"].append(
+            suffixed(base["articles"], {"url": tag, "content_hash": tag, "title": named})
+        )
         out["pagerank"].append(suffixed(base["pagerank"], {"url": tag}))
         out["sections"].append(
             suffixed(
                 base["sections"],
-                {"section_id": tag, "article_url": tag, "content_hash": tag},
+                {
+                    "section_id": tag,
+                    "article_url": tag,
+                    "content_hash": tag,
+                    "article_title": named,
+                },
             )
         )
         out["chunks"].append(
             suffixed(
                 base["chunks"],
-                {"chunk_id": tag, "section_id": tag, "article_url": tag, "content_hash": tag},
+                {
+                    "chunk_id": tag,
+                    "section_id": tag,
+                    "article_url": tag,
+                    "content_hash": tag,
+                    "article_title": named,
+                },
             )
         )
-        out["entities"].append(suffixed(base["entities"], {"entity_id": ent}))
+        out["entities"].append(suffixed(base["entities"], {"entity_id": named}))
         out["entity_mentions"].append(
             suffixed(
                 base["entity_mentions"],
-                {"article_url": tag, "section_id": tag, "entity_id": ent},
+                {"article_url": tag, "section_id": tag, "entity_id": named},
+            )
+        )
+        mentions = suffixed(base["mentions"], {"entity_id": named})
+        out["mentions"].append(
+            mentions.set_column(
+                0,
+                "chunk_id",
+                pc.replace_substring_regex(mentions["chunk_id"], r"-(\d+)$", f"{tag}-\\1"),
             )
         )
         out["links"].append(suffixed(base["links"], {"source_url": tag, "target_url": tag}))
@@ -132,8 +159,8 @@ def replicate(source: Path, chunks_wanted: int, seed: int = 0) -> dict:
             suffixed(
                 base["relations"],
                 {
-                    "source_id": ent,
-                    "target_id": ent,
+                    "source_id": named,
+                    "target_id": named,
                     "article_url": tag,
                     "section_id": tag,
                 },
@@ -165,10 +192,38 @@ def replicate(source: Path, chunks_wanted: int, seed: int = 0) -> dict:
     tables["chunks"] = chunks.set_column(
         chunks.schema.get_field_index("chunk_id"), "chunk_id", chunk_ids
     ).slice(0, chunks_wanted)
+    mentions = tables["mentions"]
+    tables["mentions"] = mentions.filter(
+        pc.is_in(mentions["chunk_id"], value_set=tables["chunks"]["chunk_id"])
+    )
     return tables
 
 
-def write_pack(workdir: Path, name: str, tables: dict) -> float:
+class Steps:
+    """Seconds and peak resident memory per step of writing a pack (this process, and the
+    Kuzu writer child), for the report."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+        self.started = time.perf_counter()
+
+    def done(self, name: str) -> None:
+        now = time.perf_counter()
+        self.rows.append(
+            {
+                "step": name,
+                "s": round(now - self.started, 1),
+                "peak_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+                "child_peak_gib": round(
+                    resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20, 2
+                ),
+            }
+        )
+        print(f"    {self.rows[-1]}", flush=True)
+        self.started = now
+
+
+def write_pack(workdir: Path, name: str, tables: dict, steps: Steps) -> float:
     """Write and publish the pack with the build's own functions; returns the seconds taken."""
     from assets.graph import node_tables, rel_tables
     from kpack.graphdb import write_graph
@@ -190,10 +245,11 @@ def write_pack(workdir: Path, name: str, tables: dict) -> float:
         t["chunks"],
         t["entities"],
         t["facts"],
-        t["embeddings"],
+        t.pop("embeddings"),  # joined to sections and chunks: not needed again
         t["pagerank"],
         dim,
     )
+    steps.done("node tables")
     rels = rel_tables(
         t["articles"],
         t["sections"],
@@ -202,8 +258,11 @@ def write_pack(workdir: Path, name: str, tables: dict) -> float:
         t["entity_mentions"],
         t["relations"],
         t["facts"],
+        t["mentions"],
     )
+    steps.done("relationship tables")
     write_graph(staging / "pack.db", nodes, rels, dim)
+    steps.done("Kuzu database")
     write_indexes(
         staging,
         nodes["Article"],
@@ -212,11 +271,12 @@ def write_pack(workdir: Path, name: str, tables: dict) -> float:
         t["links"],
         t["entities"],
         t["entity_mentions"],
-        rels["MENTIONS"],
+        t["mentions"],
         t["relations"],
         t["facts"],
         dim,
     )
+    steps.done("retrieval indexes")
     manifest = {
         "name": name,
         "version": store.next_version(name),
@@ -225,6 +285,7 @@ def write_pack(workdir: Path, name: str, tables: dict) -> float:
     }
     (staging / "manifest.json").write_text(json.dumps(manifest))
     store.publish(name, manifest["version"], staging)
+    steps.done("seal and publish")
     return time.perf_counter() - started
 
 
@@ -290,38 +351,120 @@ def measure(folder: Path) -> dict:
     }
 
 
+def first_query(folder: Path, questions: list[str]) -> dict:
+    """In a fresh process, what a user of a pack pays through the public API: importing
+    retrieval, the first search (the version opened, warmed and the model loaded, one thread),
+    the memory after it, and balanced search p50/p95 over ``questions`` (three rounds)."""
+    started = time.perf_counter()
+    import retrieval
+
+    imported = time.perf_counter()
+    retrieval.search(folder, questions[0], k=5, profile="balanced")
+    first = time.perf_counter()
+    after_first = memory()
+    timings = []
+    for _ in range(3):
+        for question in questions[1:]:
+            began = time.perf_counter()
+            retrieval.search(folder, question, k=5, profile="balanced")
+            timings.append((time.perf_counter() - began) * 1000)
+    return {
+        "pack": folder.name,
+        "import_s": round(imported - started, 3),
+        "first_search_s": round(first - imported, 3),
+        "memory_after_first_search": after_first,
+        "memory_after_searches": memory(),
+        "search_ms_p50": round(float(np.percentile(timings, 50)), 1),
+        "search_ms_p95": round(float(np.percentile(timings, 95)), 1),
+    }
+
+
+def run_child(*args: str) -> dict:
+    """One measurement in a fresh process on one thread; its JSON line."""
+    env = {**os.environ, "KPACK_READER_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    child = subprocess.run(
+        [sys.executable, __file__, *args], capture_output=True, text=True, env=env
+    )
+    if child.returncode != 0:
+        raise SystemExit(child.stderr[-3000:])
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+def compare_fresh(packs: list[Path], questions_file: Path | None, processes: int) -> list[dict]:
+    """Item 2 of issue 20: each pack in ``processes`` fresh processes, in turn (so page cache
+    and machine load are alike), median per pack."""
+    questions = QUESTIONS
+    if questions_file is not None:
+        lines = questions_file.read_text().splitlines()
+        questions = [json.loads(line)["question"] for line in lines if line.strip()]
+    rows: dict[Path, list[dict]] = {pack: [] for pack in packs}
+    for _ in range(processes):
+        for pack in packs:
+            rows[pack].append(run_child("--_first", str(pack), json.dumps(questions)))
+    report = []
+    for runs in rows.values():
+        middle = sorted(runs, key=lambda r: r["first_search_s"])[len(runs) // 2]
+        report.append({**middle, "runs": runs})
+    print(
+        "| pack | import s | first search s | RSS MiB after it (anonymous / file) | p50 ms | p95 ms |"
+    )
+    print("|---|---|---|---|---|---|")
+    for row in report:
+        mem = row["memory_after_first_search"]
+        anonymous = mem["rss_mib"] - mem["file_backed_mib"]
+        print(
+            f"| {row['pack']} | {row['import_s']} | {row['first_search_s']} | "
+            f"{mem['rss_mib']:.0f} ({anonymous:.0f} / {mem['file_backed_mib']:.0f}) | "
+            f"{row['search_ms_p50']} | {row['search_ms_p95']} |"
+        )
+    return report
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--source", type=Path, default=Path("/work/bench-ws-main/storage"))
     parser.add_argument("--workdir", type=Path, default=Path("/work/bench-ws-scale"))
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "scale_bench.json")
+    parser.add_argument(
+        "--fresh",
+        type=Path,
+        nargs="+",
+        help="instead of the sizes: these packs' first search, memory and p50 in fresh "
+        "processes, side by side",
+    )
+    parser.add_argument("--questions", type=Path, help="with --fresh: a questions.jsonl")
+    parser.add_argument("--processes", type=int, default=3, help="with --fresh: runs per pack")
     parser.add_argument("--_measure", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--_first", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args._measure:
         print(json.dumps(measure(args._measure)))
         return
+    if args._first:
+        print(json.dumps(first_query(Path(args._first[0]), json.loads(args._first[1]))))
+        return
+    if args.fresh:
+        report = compare_fresh(args.fresh, args.questions, args.processes)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2))
+        return
     report = []
+    written: dict[int, list[dict]] = {}
     for size in [int(s) for s in args.sizes.split(",")]:
         name = f"scale_{size}"
         folder = args.workdir / "packs" / name
         if not (folder / ".versions" / "current").exists():
             print(f"[{name}] writing ...", flush=True)
-            started = time.perf_counter()
+            steps = Steps()
             tables = replicate(args.source, size)
-            made_s = time.perf_counter() - started
-            write_s = write_pack(args.workdir, name, tables)
-            print(f"[{name}] replicated in {made_s:.1f} s, written in {write_s:.1f} s", flush=True)
-        env = {**os.environ, "KPACK_READER_THREADS": "1", "OMP_NUM_THREADS": "1"}
-        child = subprocess.run(
-            [sys.executable, __file__, "--_measure", str(folder)],
-            capture_output=True,
-            text=True,
-            env=env,
-        )
-        if child.returncode != 0:
-            raise SystemExit(child.stderr[-3000:])
-        row = json.loads(child.stdout.strip().splitlines()[-1])
+            steps.done("replicate the source pack")
+            write_s = write_pack(args.workdir, name, tables, steps)
+            del tables
+            print(f"[{name}] written in {write_s:.1f} s", flush=True)
+            written[size] = steps.rows
+        row = run_child("--_measure", str(folder))
+        row["write_steps"] = written.get(size)
         print(json.dumps(row), flush=True)
         report.append(row)
     args.out.parent.mkdir(parents=True, exist_ok=True)

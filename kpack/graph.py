@@ -19,7 +19,6 @@ reader maps.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -33,12 +32,12 @@ if TYPE_CHECKING:  # imported where used: `import retrieval` should not pay for 
     import pyarrow as pa
 
 MAX_LINKED_WORDS = 8  # longest entity name matched in a question, in words
-PAGERANK_TOLERANCE = 0.005  # weight of the walks personalized PageRank leaves out
-MAX_PAGERANK_STEPS = 50
-# A query's walk: at most this many nodes, nearest the seeds first ...
-MAX_WALK_NODES = 50_000
-# ... and an entity more passages than this mention is reached but not walked through.
-MAX_EXPANDED_PASSAGES = 1_000
+# Personalized PageRank's local push (see personalized_pagerank): a node passes its residual
+# on once it reaches this times its number of neighbours ...
+PUSH_EPSILON = 1e-5
+# ... and a query pushes along at most this many edges (the push's bound is 1 / (epsilon *
+# (1 - damping)) = 200,000 at damping 0.5; this only guards a damping near 1).
+MAX_PUSHED_EDGES = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,7 @@ class Csr:
     """A sparse square matrix in compressed sparse rows: row ``i`` holds ``data[indptr[i] :
     indptr[i + 1]]`` at columns ``indices[...]`` (ascending). Plain arrays, memory-mapped as
     a version stores them: scipy would check and copy a mapped matrix, and importing it costs a
-    fresh process 0.4 s for the few row reads and products a query makes."""
+    fresh process 0.4 s for the few rows a query reads."""
 
     indptr: np.ndarray
     indices: np.ndarray
@@ -65,26 +64,6 @@ class Csr:
     def rows(self) -> np.ndarray:
         """The row of every stored value."""
         return np.repeat(np.arange(self.size), np.diff(self.indptr))
-
-    def __matmul__(self, vector: np.ndarray) -> np.ndarray:
-        """The product with a dense vector (as float32)."""
-        products = self.data * np.asarray(vector)[self.indices]
-        return np.bincount(self.rows, weights=products, minlength=self.size).astype(np.float32)
-
-    def submatrix(self, nodes: np.ndarray) -> Csr:
-        """The rows and columns of ``nodes`` (ascending), renumbered 0..len(nodes)-1: what a
-        query reads is what those rows hold, not the matrix."""
-        starts, counts = self.indptr[nodes], self.indptr[nodes + 1] - self.indptr[nodes]
-        at = spans(starts, counts)
-        columns = np.asarray(self.indices[at], dtype=np.int64)
-        position = np.minimum(np.searchsorted(nodes, columns), len(nodes) - 1)
-        inside = nodes[position] == columns
-        rows = np.repeat(np.arange(len(nodes)), counts)[inside]
-        return Csr(
-            np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=len(nodes)))]),
-            position[inside],
-            np.asarray(self.data[at][inside]),
-        )
 
 
 def spans(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -416,84 +395,88 @@ def second_hop(graph: EntityGraph, passage: int) -> Bridges:
     return Bridges(passages[first], entities[first])
 
 
+@dataclass(frozen=True)
+class Visits:
+    """Personalized PageRank's visit probabilities: ``scores[i]`` of node ``nodes[i]`` (nodes
+    ascending), every other node 0. Sparse, since a query reaches a few thousand nodes of a
+    graph of millions."""
+
+    nodes: np.ndarray
+    scores: np.ndarray
+
+    def of(self, nodes: np.ndarray | int) -> np.ndarray:
+        """The scores of ``nodes`` (0 for a node the walk did not reach)."""
+        wanted = np.atleast_1d(np.asarray(nodes, dtype=np.int64))
+        if not len(self.nodes):
+            return np.zeros(len(wanted), dtype=np.float32)
+        at = np.minimum(np.searchsorted(self.nodes, wanted), len(self.nodes) - 1)
+        return np.where(self.nodes[at] == wanted, self.scores[at], 0.0).astype(np.float32)
+
+    def __getitem__(self, node: int) -> float:
+        return float(self.of(node)[0])
+
+    def sum(self) -> float:
+        return float(self.scores.sum())
+
+
 def personalized_pagerank(
     graph: EntityGraph,
     seeds: dict[int, float],
     damping: float = 0.5,
-    tolerance: float = PAGERANK_TOLERANCE,
-) -> np.ndarray:
+    epsilon: float = PUSH_EPSILON,
+) -> Visits:
     """Visit probabilities of a walk that follows an edge with probability ``damping`` and
-    jumps back to the seeds (weighted) otherwise; all zeros without seeds.
+    jumps back to the seeds (weighted) otherwise; nothing without seeds.
 
-    Power iteration from the seeds: after k steps, what is still missing is the weight of walks
-    longer than k, at most damping**k, so the iteration stops once that is below
-    ``tolerance`` (8 steps at damping 0.5) instead of converging to 1e-8 (20 steps): on the
-    Python docs pack the 20 passages it ranks first were the same for every question tried.
-
-    The walk runs on the seeds' neighbourhood only (:func:`walk_nodes`): every node k steps
-    can reach, so on a pack whose neighbourhoods fit in ``MAX_WALK_NODES`` the result is the
-    whole graph's, and on any pack a query costs what that neighbourhood holds, not the graph.
+    Computed by local push (Andersen, Chung and Lang 2006), all eligible nodes at once: every
+    node holds an estimate and a residual (at first, the seeds' weights); a node whose
+    residual is at least ``epsilon`` times its number of neighbours keeps ``1 - damping`` of
+    it and hands ``damping`` of it to its neighbours by edge weight. What stays below that
+    threshold is counted where it is at the end. The work is at most about
+    ``1 / (epsilon * (1 - damping))`` edges whatever the size of the graph, and it stays
+    near the seeds: an entity that thousands of passages mention (a generic one, such as
+    "Python") passes its share on only when it holds a large part of the walk.
     """
-    scores = np.zeros(graph.size, dtype=np.float32)
-    total = sum(w for w in seeds.values() if w > 0)
+    weights = {int(n): w for n, w in seeds.items() if w > 0}
+    total = sum(weights.values())
     if total <= 0:
-        return scores
-    steps = math.ceil(math.log(tolerance) / math.log(damping)) if 0 < damping < 1 else 1
-    steps = min(steps, MAX_PAGERANK_STEPS)
-    nodes = walk_nodes(graph, [n for n, w in seeds.items() if w > 0], steps)
-    transition = graph.transition.submatrix(nodes)
-    restart = np.zeros(len(nodes), dtype=np.float32)
-    for node, weight in seeds.items():
-        if weight > 0:
-            restart[np.searchsorted(nodes, node)] += weight / total
-    jump = np.float32(1.0 - damping) * restart
-    # Only a seed can be a node without edges (nothing reaches one); what the walk puts there
-    # has nowhere to go, so it returns to the seeds. Without such a seed no mass is lost.
-    stranded = any(graph.adjacency.indptr[n + 1] == graph.adjacency.indptr[n] for n in seeds)
-    local = restart.copy()
-    for _ in range(steps):
-        spread = transition @ local
-        spread *= np.float32(damping)
-        spread += jump
+        return Visits(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32))
+    adjacency = graph.adjacency
+    seed_nodes = np.array(sorted(weights), dtype=np.int64)
+    restart = np.array([weights[n] / total for n in seed_nodes.tolist()])
+    # Dense over the graph, but calloc'd: only the pages of nodes the push touches are real.
+    estimate = np.zeros(graph.size)
+    residual = np.zeros(graph.size)
+    residual[seed_nodes] = restart
+    touched = [seed_nodes]
+    active = seed_nodes
+    work = 0
+    while len(active) and work < MAX_PUSHED_EDGES:
+        neighbours = adjacency.indptr[active + 1] - adjacency.indptr[active]
+        pushed = residual[active] >= epsilon * np.maximum(neighbours, 1)
+        active, neighbours = active[pushed], neighbours[pushed]
+        if not len(active):
+            break
+        mass = residual[active]
+        residual[active] = 0.0
+        estimate[active] += (1.0 - damping) * mass
+        # A node without edges (only a seed can be one) hands its share back to the seeds.
+        stranded = float(mass[neighbours == 0].sum())
         if stranded:
-            spread += np.float32(1.0 - spread.sum()) * restart
-        local = spread
-    scores[nodes] = local
-    return scores
-
-
-def walk_nodes(graph: EntityGraph, seeds: list[int], steps: int) -> np.ndarray:
-    """The nodes a walk of ``steps`` edges from ``seeds`` can reach, ascending, nearest first
-    when there are more than ``MAX_WALK_NODES``; an entity more than
-    ``MAX_EXPANDED_PASSAGES`` passages mention is reached but not walked through (a generic
-    entity such as "United States" or "Python" would bring in most of the pack and says
-    nothing about the question)."""
-    indptr, indices = graph.adjacency.indptr, graph.adjacency.indices
-    offset = len(graph.passages)
-    visited = np.zeros(graph.size, dtype=bool)  # calloc'd: untouched pages cost nothing
-    taken = 0
-    frontier = np.unique(np.asarray(seeds, dtype=np.int64))
-    for _ in range(steps + 1):
-        visited[frontier] = True
-        taken += len(frontier)
-        if taken >= MAX_WALK_NODES:
-            break
-        entity = frontier >= offset
-        generic = np.zeros(len(frontier), dtype=bool)
-        generic[entity] = (
-            graph.passages_of_entity[frontier[entity] - offset] > MAX_EXPANDED_PASSAGES
-        )
-        walked = frontier[~generic]
-        if not len(walked):
-            break
-        starts, ends = indptr[walked], indptr[walked + 1]
-        counts = ends - starts
-        steps_in = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
-        reached = np.asarray(indices[np.repeat(starts, counts) + steps_in], dtype=np.int64)
-        frontier = np.unique(reached[~visited[reached]])[: MAX_WALK_NODES - taken]
-        if not len(frontier):
-            break
-    return np.flatnonzero(visited)
+            residual[seed_nodes] += damping * stranded * restart
+        at = spans(adjacency.indptr[active], neighbours)
+        targets = np.asarray(adjacency.indices[at], dtype=np.int64)
+        edge = np.asarray(adjacency.data[at], dtype=np.float64)
+        source = np.repeat(np.arange(len(active)), neighbours)
+        degree = np.bincount(source, weights=edge, minlength=len(active))
+        np.add.at(residual, targets, damping * mass[source] * edge / degree[source])
+        work += len(targets)
+        active = np.unique(np.concatenate([targets, seed_nodes if stranded else targets[:0]]))
+        touched.append(active)
+    nodes = np.unique(np.concatenate(touched))
+    scores = estimate[nodes] + residual[nodes]  # what was not pushed counts where it is
+    reached = scores > 0
+    return Visits(nodes[reached], scores[reached].astype(np.float32))
 
 
 def linked_entities(graph: EntityGraph, text: str) -> list[tuple[int, str]]:
@@ -516,15 +499,14 @@ def linked_entities(graph: EntityGraph, text: str) -> list[tuple[int, str]]:
     return list(found.items())
 
 
-def _inflow(graph: EntityGraph, scores: np.ndarray, node: int) -> tuple[np.ndarray, np.ndarray]:
+def _inflow(graph: EntityGraph, scores: Visits, node: int) -> tuple[np.ndarray, np.ndarray]:
     """(neighbour nodes, the PageRank each sends to ``node`` in one step)."""
-    start, end = graph.transition.indptr[node], graph.transition.indptr[node + 1]
-    sources = graph.transition.indices[start:end]
-    return sources, scores[sources] * graph.transition.data[start:end]
+    sources, shares = graph.transition.row(node)
+    return sources, scores.of(sources) * shares
 
 
 def strongest_path(
-    graph: EntityGraph, scores: np.ndarray, node: int, seeds: dict[int, float]
+    graph: EntityGraph, scores: Visits, node: int, seeds: dict[int, float]
 ) -> tuple[int | None, int | None]:
     """How most of a passage's PageRank reached it: (the entity it came through, the seed
     passage that entity got most of its own from), the second None when the entity is itself

@@ -8,10 +8,14 @@ kpack.store.verify_version checks them as it checks pack.db. A reader
 
 - ``chunk_vectors.npy`` / ``section_vectors.npy``: float32 unit vectors, one row per chunk
   (section) in id order, opened with ``np.load(mmap_mode="r")``;
-- ``chunk_vectors.usearch``: an HNSW index (usearch) over the chunk vectors, written only
-  for packs of at least :func:`ann_min_vectors` chunks (below that an exact scan is faster)
-  and served from the file (``Index.restore(view=True)``); its hits are re-scored exactly
-  against the float32 matrix;
+- ``chunk_ivf_*.npy`` / ``section_ivf_*.npy``: an inverted-file (IVF) index over the
+  vectors, written only for tables of at least :func:`ann_min_vectors` rows (below that an
+  exact scan is fast enough): k-means centroids (spherical, seeded, on a sample), and the
+  rows of each centroid's list. A search scans the lists of the ``IVF_PROBES`` centroids
+  nearest the question exactly against the float32 matrix. Not HNSW: on a pack with many
+  near-duplicate passages (versioned pages, or the scale benchmark's copies) usearch's
+  graph found 0.43 of the exact top 10 at a million vectors, and took 10 to 17 minutes to
+  build on two cores; near-duplicates share a list, and the k-means takes minutes;
 - ``chunks.arrow``, ``sections.arrow``, ``articles.arrow``, ``article_entities.arrow``,
   ``facts.arrow``: Arrow IPC files sorted by their key, opened with ``pa.memory_map`` (zero
   copy) and looked up by binary search on the key column, so a query reads the rows of its
@@ -31,6 +35,7 @@ Several processes opening the same version share these pages (read-only maps of 
 from __future__ import annotations
 
 import bisect
+import math
 import os
 from array import array as flat_array
 from collections import Counter
@@ -43,19 +48,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kpack.graph import spans
 from kpack.packs import INDEX_DIR
 from kpack.text import search_terms, words
 
 if TYPE_CHECKING:
-    from usearch.index import Index
-
     from kpack.graph import EntityGraph
 
 CHUNK_VECTORS = "chunk_vectors.npy"
 SECTION_VECTORS = "section_vectors.npy"
-ANN_FILE = "chunk_vectors.usearch"
-SECTION_ANN_FILE = "section_vectors.usearch"
-ANN_FILES = {CHUNK_VECTORS: ANN_FILE, SECTION_VECTORS: SECTION_ANN_FILE}  # vectors -> their ANN
+IVF_PARTS = ("centroids", "offsets", "rows")
+CHUNK_IVF = "chunk_ivf"
+SECTION_IVF = "section_ivf"
+ANN_FILES = {CHUNK_VECTORS: CHUNK_IVF, SECTION_VECTORS: SECTION_IVF}  # vectors -> their IVF
+IVF_FILES = tuple(f"{ivf}_{part}.npy" for ivf in ANN_FILES.values() for part in IVF_PARTS)
 CHUNKS = "chunks.arrow"
 SECTIONS = "sections.arrow"
 SECTIONS_BY_ARTICLE = "sections_by_article.npy"
@@ -106,8 +112,7 @@ KEYWORD_FILES = (
 INDEX_FILES = (
     CHUNK_VECTORS,
     SECTION_VECTORS,
-    ANN_FILE,
-    SECTION_ANN_FILE,
+    *IVF_FILES,
     CHUNKS,
     SECTIONS,
     SECTIONS_BY_ARTICLE,
@@ -125,10 +130,14 @@ ANN_MIN_VECTORS_ENV = "KPACK_ANN_MIN_VECTORS"
 # Below this many chunks the exact scan answers faster than HNSW plus re-scoring (measured by
 # bench/scale_bench.py: on one thread the exact scan of 20,000 vectors takes about 2 ms).
 DEFAULT_ANN_MIN_VECTORS = 50_000
-ANN_CONNECTIVITY = 16
-ANN_EXPANSION_ADD = 128
-ANN_EXPANSION_SEARCH = 256
-ANN_CANDIDATES = 256  # ANN hits re-scored exactly for one nearest-vector search
+# The IVF index (see the module docstring), chosen on the Python docs pack's real vectors
+# replicated to 100,000 (bench/scale_bench.py): 4 sqrt(N) lists and 32 probed found 0.995 of
+# the exact top 10 for the python_docs_qa questions, scanning 3% of the vectors.
+IVF_LISTS_PER_SQRT = 4
+IVF_PROBES = 32
+IVF_TRAINING_PER_LIST = 32  # k-means trains on this many sampled vectors per list ...
+IVF_ITERATIONS = 8  # ... for this many rounds
+IVF_SEED = 0
 VECTOR_BLOCK = 65_536  # rows of vectors copied at a time when they are saved
 STRING_BLOCK = 10_000  # texts converted to Python strings at a time
 
@@ -202,9 +211,9 @@ def write_indexes(
     section_order = pc.sort_indices(sections["section_id"])
     _save_vectors(out / CHUNK_VECTORS, chunks["embedding"], chunk_order, dim)
     _save_vectors(out / SECTION_VECTORS, sections["embedding"], section_order, dim)
-    for vectors, ann in ANN_FILES.items():
+    for vectors, ivf in ANN_FILES.items():
         if len(load_array(out, vectors)) >= ann_min_vectors():
-            write_ann(out / ann, load_array(out, vectors))
+            write_ivf(out, ivf, load_array(out, vectors))
     chunks = chunks.select(["chunk_id", "article_url", "content"]).take(chunk_order)
     sections = sections.select(
         ["section_id", "article_url", "heading_path", "title", "content", "word_count"]
@@ -313,20 +322,73 @@ def _write_graph(
         np.save(out / name, array)
 
 
-def write_ann(path: Path, vectors: np.ndarray) -> None:
-    """An HNSW index of ``vectors`` (cosine, keys = rows), saved for a reader to map."""
-    from usearch.index import Index
-
-    index = Index(
-        ndim=vectors.shape[1],
-        metric="cos",
-        dtype="f32",
-        connectivity=ANN_CONNECTIVITY,
-        expansion_add=ANN_EXPANSION_ADD,
-        expansion_search=ANN_EXPANSION_SEARCH,
+def write_ivf(folder: Path, name: str, vectors: np.ndarray) -> None:
+    """An inverted-file index of unit ``vectors`` saved as ``name``_{centroids, offsets,
+    rows}.npy: spherical k-means on a seeded sample, then every row in its nearest
+    centroid's list (in blocks: a million vectors need not be in memory twice)."""
+    rng = np.random.default_rng(IVF_SEED)
+    lists = max(1, min(len(vectors), round(IVF_LISTS_PER_SQRT * math.sqrt(len(vectors)))))
+    sample = np.asarray(
+        vectors[
+            np.sort(
+                rng.choice(
+                    len(vectors), min(len(vectors), lists * IVF_TRAINING_PER_LIST), replace=False
+                )
+            )
+        ],
+        dtype=np.float32,
     )
-    index.add(np.arange(len(vectors), dtype=np.uint64), vectors, threads=os.cpu_count() or 1)
-    index.save(str(path))
+    centroids = sample[rng.choice(len(sample), lists, replace=False)]
+    for _ in range(IVF_ITERATIONS):
+        nearest = _nearest_centroid(sample, centroids)
+        sums = np.zeros_like(centroids)
+        np.add.at(sums, nearest, sample)
+        empty = np.bincount(nearest, minlength=lists) == 0
+        sums[empty] = sample[rng.choice(len(sample), int(empty.sum()))]
+        centroids = sums / np.linalg.norm(sums, axis=1, keepdims=True)
+    assigned = _nearest_centroid(vectors, centroids)
+    np.save(folder / f"{name}_centroids.npy", centroids.astype(np.float32))
+    np.save(
+        folder / f"{name}_offsets.npy",
+        np.concatenate([[0], np.cumsum(np.bincount(assigned, minlength=lists))]).astype(np.int64),
+    )
+    np.save(folder / f"{name}_rows.npy", np.argsort(assigned, kind="stable").astype(np.int32))
+
+
+def _nearest_centroid(vectors: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+    """The nearest centroid (largest dot product) of every row, a block at a time."""
+    return np.concatenate(
+        [
+            np.argmax(np.asarray(vectors[start : start + VECTOR_BLOCK]) @ centroids.T, axis=1)
+            for start in range(0, len(vectors), VECTOR_BLOCK)
+        ]
+        or [np.zeros(0, dtype=np.int64)]
+    )
+
+
+@dataclass(frozen=True)
+class InvertedLists:
+    """A version's IVF index over one vector table (see the module docstring), mapped."""
+
+    centroids: np.ndarray
+    offsets: np.ndarray
+    rows: np.ndarray
+
+    @classmethod
+    def load(cls, folder: Path, name: str) -> InvertedLists | None:
+        """The index saved as ``name``, or None when the version has none (a small pack)."""
+        if not (folder / f"{name}_centroids.npy").is_file():
+            return None
+        return cls(*(load_array(folder, f"{name}_{part}.npy") for part in IVF_PARTS))
+
+    def candidates(self, vector: np.ndarray, wanted: int) -> np.ndarray:
+        """The rows of the lists nearest ``vector``, ascending: the ``IVF_PROBES`` nearest
+        lists, and more until they hold ``wanted`` rows."""
+        order = np.argsort(-(self.centroids @ vector), kind="stable")
+        sizes = np.diff(self.offsets)[order]
+        enough = int(np.searchsorted(np.cumsum(sizes), wanted)) + 1
+        probed = order[: max(IVF_PROBES, enough)]
+        return np.sort(self.rows[spans(self.offsets[probed], sizes[: len(probed)])])
 
 
 def _link_csr(urls: pa.ChunkedArray, links: pa.Table) -> tuple[np.ndarray, np.ndarray]:
@@ -450,18 +512,16 @@ def best_rows(scores: np.ndarray, k: int, rows: np.ndarray | None = None) -> np.
 
 
 def nearest_rows(
-    vectors: np.ndarray, vector: np.ndarray, k: int, ann: Index | None = None
+    vectors: np.ndarray, vector: np.ndarray, k: int, ann: InvertedLists | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` rows of ``vectors`` nearest a unit ``vector`` and their cosine similarities,
-    best first, ties by row. With an ``ann`` index, its ``ANN_CANDIDATES`` best hits are
-    re-scored exactly against ``vectors`` (the index only proposes); without, every row is
-    scanned."""
+    best first, ties by row. With an ``ann`` index, the rows of its lists nearest the vector
+    are scanned (exactly, against ``vectors``); without, every row is."""
     if ann is None:
         similarity = vectors @ vector
         rows = best_rows(similarity, k)
         return rows, similarity[rows]
-    found = ann.search(vector, max(k, ANN_CANDIDATES))
-    candidates = np.sort(np.asarray(found.keys, dtype=np.int64))
+    candidates = ann.candidates(vector, k)
     similarity = vectors[candidates] @ vector
     best = best_rows(similarity, k)
     return candidates[best], similarity[best]
@@ -475,17 +535,6 @@ def load_array(folder: Path, name: str) -> np.ndarray:
 def load_table(folder: Path, name: str) -> pa.Table:
     """An Arrow IPC file, memory-mapped (zero copy)."""
     return pa.ipc.open_file(pa.memory_map(str(folder / name), "r")).read_all()
-
-
-def load_ann(folder: Path, name: str = ANN_FILE) -> Index | None:
-    """An ANN index of the version (its chunks', or ``name``) viewed from its file, or None
-    when the pack has none."""
-    path = folder / name
-    if not path.is_file():
-        return None
-    from usearch.index import Index
-
-    return Index.restore(str(path), view=True)
 
 
 class Column(Sequence[Any]):
