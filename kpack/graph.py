@@ -38,6 +38,7 @@ PUSH_EPSILON = 1e-5
 # ... and a query pushes along at most this many edges (the push's bound is 1 / (epsilon *
 # (1 - damping)) = 200,000 at damping 0.5; this only guards a damping near 1).
 MAX_PUSHED_EDGES = 1_000_000
+VECTOR_BLOCK_VALUES = 8_000_000  # graph values decoded at a time when the graph is built
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class Csr:
     @cached_property
     def rows(self) -> np.ndarray:
         """The row of every stored value."""
-        return np.repeat(np.arange(self.size), np.diff(self.indptr))
+        return np.repeat(np.arange(self.size, dtype=np.int32), np.diff(self.indptr))
 
 
 def spans(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -148,6 +149,7 @@ def build_entity_graph(
 
     passage_ids, passage_articles = _columns(passages)
     entity_keys, entity_names = _columns(entities)
+    passage_ids, entity_keys = passage_ids.combine_chunks(), entity_keys.combine_chunks()
     title_of = _TitleEntities(titles or {}, entity_keys, len(passage_ids))
     size = len(passage_ids) + len(entity_keys)
     articles = pc.unique(passage_articles)
@@ -159,7 +161,7 @@ def build_entity_graph(
     # A page calls its subject by part of its title ("Leland" on "Leland, North Carolina"):
     # that names the page itself, and must not join it to every other Leland.
     mention_article = np.where(mention_from >= 0, article_of[mention_from], -1)
-    own = np.isin(mention_article * size + mention_to, title_of.parts(articles))
+    own = np.isin(mention_article.astype(np.int64) * size + mention_to, title_of.parts(articles))
     titled = np.flatnonzero(title_entity[article_of] >= 0)
     link_sources, link_targets = _columns(links)
     relation_left, relation_right = _columns(relations)
@@ -212,8 +214,8 @@ def build_entity_graph(
     )
 
 
-def _columns(pairs: Pairs | pa.Table) -> tuple[pa.Array, pa.Array]:
-    """The two columns of pairs, as Arrow string arrays."""
+def _columns(pairs: Pairs | pa.Table) -> tuple[pa.ChunkedArray, pa.ChunkedArray]:
+    """The two columns of pairs, as Arrow string columns (not copied)."""
     import pyarrow as pa
 
     if not isinstance(pairs, pa.Table):
@@ -222,15 +224,18 @@ def _columns(pairs: Pairs | pa.Table) -> tuple[pa.Array, pa.Array]:
             {"a": [a for a, _ in listed], "b": [b for _, b in listed]},
             schema=pa.schema([("a", pa.string()), ("b", pa.string())]),
         )
-    return tuple(pairs.column(i).combine_chunks() for i in (0, 1))  # type: ignore[return-value]
+    return pairs.column(0), pairs.column(1)
 
 
-def rows_of(values: pa.Array, among: pa.Array) -> np.ndarray:
-    """The row of each value in ``among`` (its first), -1 for a value not there."""
+def rows_of(values: pa.Array | pa.ChunkedArray, among: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """The row of each value in ``among`` (its first), -1 for a value not there (int32)."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
+    if isinstance(among, pa.ChunkedArray):
+        among = among.combine_chunks()
     found = pc.fill_null(pc.index_in(values, value_set=among), -1)
-    return found.to_numpy(zero_copy_only=False).astype(np.int64)
+    return found.to_numpy(zero_copy_only=False).astype(np.int32)
 
 
 class _TitleEntities:
@@ -290,27 +295,51 @@ def _link_edges(
 
 def _symmetric(edges: list[tuple[np.ndarray, np.ndarray, float]], size: int) -> Csr:
     """The symmetric adjacency of undirected weighted ``edges`` (node arrays, weight), without
-    self-loops or unknown (-1) nodes, each pair once at its highest weight."""
-    left = np.concatenate([np.asarray(a, dtype=np.int64) for a, _, _ in edges])
-    right = np.concatenate([np.asarray(b, dtype=np.int64) for _, b, _ in edges])
-    weight = np.concatenate([np.full(len(a), w, dtype=np.float64) for a, _, w in edges])
+    self-loops or unknown (-1) nodes, each pair once at its highest weight.
+
+    Built by sorting one int64 key per stored value (row, column and weight class packed
+    together) in place: a million-passage pack has some 80 million values, and an index
+    array per sort would double what it holds."""
+    weights = sorted({weight for _, _, weight in edges}, reverse=True)
+    taken = np.zeros(0, dtype=np.int64)  # the pairs placed so far, as low * size + high
+    keys = []
+    for number, weight in enumerate(weights):  # the highest weight first: a pair keeps it
+        pairs = np.unique(np.concatenate([_pairs(a, b, size) for a, b, w in edges if w == weight]))
+        pairs = pairs[~_holds(taken, pairs)]
+        taken = np.union1d(taken, pairs)
+        low, high = pairs // size, pairs % size
+        keys += [(low * size + high) * len(weights) + number]
+        keys += [(high * size + low) * len(weights) + number]
+        del pairs, low, high
+    del taken
+    key = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
+    del keys
+    key.sort()
+    indptr = np.searchsorted(key, np.arange(size + 1, dtype=np.int64) * size * len(weights))
+    indices = np.empty(len(key), dtype=np.int32)
+    data = np.empty(len(key), dtype=np.float32)
+    values = np.asarray(weights, dtype=np.float32)
+    for start in range(0, len(key), VECTOR_BLOCK_VALUES):
+        block = key[start : start + VECTOR_BLOCK_VALUES]
+        indices[start : start + len(block)] = (block // len(weights)) % size
+        data[start : start + len(block)] = values[block % len(weights)]
+    return Csr(indptr.astype(np.int64), indices, data)
+
+
+def _pairs(left: np.ndarray, right: np.ndarray, size: int) -> np.ndarray:
+    """Undirected pairs as ``low * size + high``, without self-loops or unknown nodes."""
+    left, right = np.asarray(left, dtype=np.int64), np.asarray(right, dtype=np.int64)
     kept = (left >= 0) & (right >= 0) & (left != right)
-    low = np.minimum(left[kept], right[kept])
-    high = np.maximum(left[kept], right[kept])
-    weight = weight[kept]
-    pair = low * size + high
-    order = np.lexsort((-weight, pair))  # by pair, the highest weight first
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = pair[order][1:] != pair[order][:-1]
-    first = order[first]
-    low, high, weight = low[first], high[first], weight[first]
-    rows = np.concatenate([low, high])
-    columns = np.concatenate([high, low])
-    order = np.argsort(rows * size + columns)
-    rows, columns = rows[order], columns[order]
-    indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=size))])
-    data = np.concatenate([weight, weight])[order]
-    return Csr(indptr.astype(np.int64), columns.astype(np.int32), data)
+    left, right = left[kept], right[kept]
+    return np.minimum(left, right) * size + np.maximum(left, right)
+
+
+def _holds(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Whether each of ``values`` is in ``sorted_values``."""
+    if not len(sorted_values):
+        return np.zeros(len(values), dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_values, values), len(sorted_values) - 1)
+    return sorted_values[at] == values
 
 
 class KeyIndex(Mapping[str, int]):

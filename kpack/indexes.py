@@ -138,6 +138,10 @@ IVF_PROBES = 32
 IVF_TRAINING_PER_LIST = 32  # k-means trains on this many sampled vectors per list ...
 IVF_ITERATIONS = 8  # ... for this many rounds
 IVF_SEED = 0
+IVF_BLOCK = 8_192  # rows assigned to their lists at a time
+# Keyword search takes at most this many passages per question term, the term's heaviest
+# (KeywordIndex.search): every passage of every term of a pack of up to this size.
+KEYWORD_TERM_CANDIDATES = 20_000
 VECTOR_BLOCK = 65_536  # rows of vectors copied at a time when they are saved
 STRING_BLOCK = 10_000  # texts converted to Python strings at a time
 
@@ -356,11 +360,12 @@ def write_ivf(folder: Path, name: str, vectors: np.ndarray) -> None:
 
 
 def _nearest_centroid(vectors: np.ndarray, centroids: np.ndarray) -> np.ndarray:
-    """The nearest centroid (largest dot product) of every row, a block at a time."""
+    """The nearest centroid (largest dot product) of every row, a block at a time (a block's
+    scores are block x lists floats: 130 MB at a million vectors' 4,000 lists)."""
     return np.concatenate(
         [
-            np.argmax(np.asarray(vectors[start : start + VECTOR_BLOCK]) @ centroids.T, axis=1)
-            for start in range(0, len(vectors), VECTOR_BLOCK)
+            np.argmax(np.asarray(vectors[start : start + IVF_BLOCK]) @ centroids.T, axis=1)
+            for start in range(0, len(vectors), IVF_BLOCK)
         ]
         or [np.zeros(0, dtype=np.int64)]
     )
@@ -528,8 +533,10 @@ def nearest_rows(
 
 
 def load_array(folder: Path, name: str) -> np.ndarray:
-    """A saved array, memory-mapped read-only."""
-    return np.load(folder / name, mmap_mode="r", allow_pickle=False)
+    """A saved array, memory-mapped read-only, as a plain ndarray over the map (np.memmap's
+    Python-level indexing cost ~10 us per element read, which a query pays thousands of
+    times)."""
+    return np.asarray(np.load(folder / name, mmap_mode="r", allow_pickle=False))
 
 
 def load_table(folder: Path, name: str) -> pa.Table:
@@ -796,10 +803,19 @@ class KeywordIndex:
 
     def search(self, text: str, k: int) -> list[tuple[int, float]]:
         """The ``k`` best rows for the terms of ``text``: (row, BM25 score), best first, ties
-        by row; rows without any of the terms are not returned."""
+        by row; rows without any of the terms are not returned.
+
+        A term held by more than ``KEYWORD_TERM_CANDIDATES`` passages (a common word of a
+        large pack) brings only that many of them, those it weighs most: summing every
+        passage of every common word is the length-N work a query must not do, and a
+        passage below them has a lower weight for that word than each of the ones kept.
+        Exact for a pack of fewer passages."""
         if k <= 0:
             return []
-        found = [self.postings(t) for t in dict.fromkeys(search_terms(text))]
+        found = [
+            _strongest(*self.postings(t), KEYWORD_TERM_CANDIDATES)
+            for t in dict.fromkeys(search_terms(text))
+        ]
         found = [(rows, weights) for rows, weights in found if len(rows)]
         if not found:
             return []
@@ -809,6 +825,14 @@ class KeywordIndex:
         scores = np.bincount(at, weights=weights, minlength=len(held))
         order = np.lexsort((held, -scores))[:k]
         return [(int(held[i]), float(scores[i])) for i in order]
+
+
+def _strongest(rows: np.ndarray, weights: np.ndarray, most: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``most`` postings of highest weight (all of them when there are no more)."""
+    if len(rows) <= most:
+        return rows, weights
+    kept = np.sort(np.argpartition(-np.asarray(weights), most - 1)[:most])
+    return rows[kept], weights[kept]
 
 
 class _Frequency(Mapping[str, int]):

@@ -63,7 +63,7 @@ def test_a_pack_above_the_ann_crossover_answers_as_the_exact_scan_does(
         exact = reader.nearest("Chunk", vector, 5)
         assert with_ann == exact and len(exact) == min(5, len(reader.chunk_ids))
         assert reader._conn is None  # nothing a search does opens Kuzu
-        assert isinstance(reader.chunk_vectors, np.memmap)  # mapped, not copied
+        assert isinstance(reader.chunk_vectors.base, np.memmap)  # mapped, not copied
         assert not hasattr(reader, "cache")
 
 
