@@ -56,7 +56,7 @@ from resources.pack_store import PackStore
 def _with_embeddings(rows: pa.Table, embeddings: pa.Table, dim: int) -> pa.Table:
     """rows joined to their vectors (fixed-size, as Kuzu's FLOAT[dim] wants)."""
     position = pc.index_in(rows["content_hash"], value_set=embeddings["content_hash"])
-    vectors = embeddings["embedding"].combine_chunks().take(position)
+    vectors = embeddings["embedding"].take(position)  # no combined copy of every vector first
     fixed = vectors.cast(pa.list_(pa.float32(), dim))
     return rows.append_column("embedding", fixed)
 
