@@ -14,6 +14,7 @@ did, this stage is skipped; when it runs, its database is published.
 """
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -37,11 +38,12 @@ from kpack.contracts import StagedBuild, facts_of
 from kpack.docgraph import write_doc_graph
 from kpack.graphdb import graph_counts, opened, write_graph
 from kpack.indexes import (
+    CHUNK_IVF,
     CHUNK_VECTORS,
     CHUNKS,
     Column,
+    InvertedLists,
     KeywordIndex,
-    load_ann,
     load_array,
     load_table,
     nearest_rows,
@@ -57,7 +59,7 @@ from resources.pack_store import PackStore
 def _with_embeddings(rows: pa.Table, embeddings: pa.Table, dim: int) -> pa.Table:
     """rows joined to their vectors (fixed-size, as Kuzu's FLOAT[dim] wants)."""
     position = pc.index_in(rows["content_hash"], value_set=embeddings["content_hash"])
-    vectors = embeddings["embedding"].combine_chunks().take(position)
+    vectors = embeddings["embedding"].take(position)  # no combined copy of every vector first
     fixed = vectors.cast(pa.list_(pa.float32(), dim))
     return rows.append_column("embedding", fixed)
 
@@ -122,7 +124,8 @@ def rel_tables(
     facts: pa.Table,
     entity_mentions: pa.Table,
 ) -> dict[str, pa.Table]:
-    """Each edge table as (from, to, properties...) in the declared column order."""
+    """Each edge table as (from, to, properties...) in the declared column order; ``mentions``
+    are the MENTIONS edges (kpack.ingest.mentions.chunk_mentions)."""
     article_entities = entity_mentions.group_by(["article_url", "entity_id"]).aggregate([])
     return {
         "HAS_SECTION": sections.select(["article_url", "section_id", "section_index"]),
@@ -140,10 +143,19 @@ def rel_tables(
     }
 
 
-def write_staged(staging: Path, tables: dict[str, pa.Table], dim: int) -> None:
+def write_staged(
+    staging: Path,
+    tables: dict[str, pa.Table],
+    dim: int,
+    done: Callable[[str], None] = lambda step: None,
+) -> None:
     """A staged version's database and retrieval indexes (kpack.indexes, kpack.docgraph),
-    from the build's tables by their contract names (pack_graph; bench/scale_bench.py writes
-    its versions with it too)."""
+    from the build's tables by their contract names and ``mentions`` (the MENTIONS edges,
+    kpack.ingest.mentions.chunk_mentions); pack_graph writes its versions with it, and so does
+    bench/scale_bench.py, which calls ``done`` after each step to time it.
+
+    The embeddings are taken out of ``tables`` once joined to the sections and chunks: a
+    million-passage pack's are 1.5 GB that the later steps do not need."""
     t = tables
     nodes = node_tables(
         t["articles"],
@@ -151,11 +163,11 @@ def write_staged(staging: Path, tables: dict[str, pa.Table], dim: int) -> None:
         t["chunks"],
         t["entities"],
         t["facts"],
-        t["embeddings"],
+        t.pop("embeddings"),
         t["pagerank"],
         dim,
     )
-    mentions = chunk_mentions(t["chunks"], t["entity_mentions"])
+    done("node tables")
     rels = rel_tables(
         t["articles"],
         t["sections"],
@@ -163,12 +175,14 @@ def write_staged(staging: Path, tables: dict[str, pa.Table], dim: int) -> None:
         t["links"],
         t["section_links"],
         t["entities"],
-        mentions,
+        t["mentions"],
         t["relations"],
         t["facts"],
         t["entity_mentions"],
     )
+    done("relationship tables")
     write_graph(staging / "pack.db", nodes, rels, dim)
+    done("Kuzu database")
     write_indexes(
         staging,
         nodes["Article"],
@@ -177,17 +191,19 @@ def write_staged(staging: Path, tables: dict[str, pa.Table], dim: int) -> None:
         t["links"],
         t["entities"],
         t["entity_mentions"],
-        mentions,
+        t["mentions"],
         t["relations"],
         t["facts"],
         dim,
     )
+    done("retrieval indexes")
     write_doc_graph(
         staging / INDEX_DIR,
         t["sections"].sort_by("section_id"),
         t["chunks"].sort_by("chunk_id"),
         t["section_links"],
     )
+    done("documentation graph")
 
 
 @build_stage(
@@ -231,6 +247,7 @@ def pack_graph(
             "chunks": chunks,
             "entities": entities,
             "entity_mentions": entity_mentions,
+            "mentions": chunk_mentions(chunks, entity_mentions),
             "relations": relations,
             "facts": facts,
             "embeddings": embeddings,
@@ -299,7 +316,8 @@ def graph_is_queryable(
     keywords = KeywordIndex.load(folder)
     vector_hits = keyword_hits = 0
     if len(vectors):
-        rows, _ = nearest_rows(vectors, np.asarray(vectors[0]), 3, load_ann(folder))
+        ann = InvertedLists.load(folder, CHUNK_IVF)
+        rows, _ = nearest_rows(vectors, np.asarray(vectors[0]), 3, ann)
         vector_hits = len(rows)
         text = Column(load_table(folder, CHUNKS)["content"])[0]
         word = max(search_words(text) or ["the"], key=len)

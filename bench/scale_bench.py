@@ -1,27 +1,43 @@
 """Scale benchmark (issue 20): what a reader costs on packs of 10k, 100k and 1M passages.
 
 How the large packs are made: the build intermediates of a real pack (by default the Python
-docs pack of a bench workspace: 374 pages, 7,360 chunks, 26,569 entities, their mentions,
-links, relations, facts and real MiniLM vectors) are replicated until the wanted number of
-chunks: copy k of a page gets the URL ``<url>#copy-k`` (so its section and chunk ids are new),
-its entities get the key ``<key> ~k`` (a large site names more things, not the same things
-more often), and every vector is the real one plus Gaussian noise (sigma 0.02 per dimension),
-renormalised, so no two passages share a vector. The copies' texts are the real texts, so
-keyword postings grow with the pack as a real site's common words do. The pack is then written
-by the build's own code: assets.graph.node_tables / rel_tables, kpack.graphdb.write_graph (the
-Kuzu database), kpack.indexes.write_indexes (the retrieval indexes) and PackStore.publish
-(seal), exactly as pack_graph and pack_manifest write a version.
+docs pack of a bench workspace: 374 pages, 7,361 chunks, 26,572 entities, their mentions,
+links, section links, relations, facts and real MiniLM vectors) are replicated until the wanted
+number of chunks: copy k of a page gets the URL ``<url>#copy-k`` (so its section and chunk ids
+are new, and its section links join its own sections), its title and its entities' keys get the
+word `` copyK`` (a large site names more things, not the same things more often; a name word,
+so a copy's title is its own title entity), and so do the API names its sections define and its
+section links' anchors (normalised, kpack.text.normalize_entity), so a copy's documentation
+graph defines its own entities and its links point at its own definitions; its MENTIONS edges
+are the source pack's (the build's chunk_mentions, run once on the source, naming flags
+included) with those ids, and every vector is the real one plus Gaussian noise (sigma 0.02 per
+dimension), renormalised, so no two passages share a vector. The copies' texts are the real
+texts, so keyword postings grow with the pack as a real site's common words do (and a copy's
+defining passage is its section's first unless the suffixed name is written in it). The pack is
+then written by the build's own code: assets.graph.write_staged (the Kuzu database, the
+retrieval indexes and the documentation graph) and PackStore.publish (seal), exactly as
+pack_graph and pack_manifest write a version; the seconds and the peak resident memory of each
+step are reported.
 
 Measured per size, each in a fresh child process (one thread, ``KPACK_READER_THREADS=1``):
 open time of the reader, its resident memory after the queries (from /proc/self/smaps_rollup:
 anonymous memory, the reader's own, against file-backed pages of the mapped indexes, which
 processes reading the same version share; Private_*/Shared_* are recorded too), balanced-profile
-search p50/p95 over the questions (graph stage included; the first, which loads the model, is
-not counted), and ANN recall@10 against the exact scan of the same mapped matrix (packs above
-the ANN crossover only).
+search p50/p95 over three rounds of the questions (graph stage included; the first, which
+loads the model, is not counted) with each stage's p50, and ANN recall@10 against the exact
+scan of the same mapped matrix (tables above the ANN crossover only). Writing the 1M pack
+takes about 20 minutes and 10 GB on two cores; its files take about 12 GB.
 
-    .venv/bin/python bench/scale_bench.py --source /work/bench-ws-main/storage \\
-        --workdir /work/bench-ws-scale --sizes 10000,100000
+    .venv/bin/python bench/scale_bench.py --source WS/storage --workdir WS2 \
+        --sizes 10000,100000,1000000
+
+``--fresh PACK PACK ...`` measures instead what a user of each pack pays in fresh processes
+(issue 20, item 2): the first search through the public API (the version opened and warmed,
+the model loaded), the resident memory after it, and balanced p50/p95 on one thread,
+--processes times per pack, side by side:
+
+    .venv/bin/python bench/scale_bench.py --fresh SQUAD_WS/packs/squad_wiki6 \
+        WS/packs/python_docs --questions ../shared/benchmarks/python_docs_qa/questions.jsonl
 """
 
 from __future__ import annotations
@@ -29,10 +45,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -40,6 +58,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 SOURCE_PACK = "python_docs"
 TABLES = (
@@ -82,21 +103,32 @@ QUESTIONS = [
 
 def replicate(source: Path, chunks_wanted: int, seed: int = 0) -> dict:
     """The source pack's intermediates, replicated to ``chunks_wanted`` chunks (see the module
-    docstring)."""
+    docstring); ``mentions`` are the MENTIONS edges (the build's chunk_mentions on the source
+    pack, replicated as the rest)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
+    from kpack.ingest.mentions import chunk_mentions
+    from kpack.text import normalize_entity
+
     base = {name: pq.read_table(source / name / f"{SOURCE_PACK}.parquet") for name in TABLES}
+    base["mentions"] = chunk_mentions(base["chunks"], base["entity_mentions"])
     copies = -(-chunks_wanted // base["chunks"].num_rows)
     rng = np.random.default_rng(seed)
     vectors = np.asarray(
         base["embeddings"]["embedding"].to_pylist(), dtype=np.float32
     )  # the real vectors
-    out: dict[str, list[pa.Table]] = {name: [] for name in TABLES}
+    out: dict[str, list[pa.Table]] = {name: [] for name in base}
+    # A copy's anchors are the source's as keys (normalised), suffixed: the copy's keys.
+    anchors = pa.array(
+        [normalize_entity(a or "") for a in base["section_links"]["anchor"].to_pylist()],
+        pa.string(),
+    )
     for k in range(copies):
-        tag = f"#copy-{k}" if k else ""
-        ent = f" ~{k}" if k else ""
+        tag = f"#copy-{k}" if k else ""  # on URLs and ids
+        named = f" copy{k}" if k else ""  # on entity keys and titles (a name word: it survives
+        # kpack.text.normalize_entity, so a copy's titles are its own title entities)
 
         def suffixed(table: pa.Table, columns: dict[str, str]) -> pa.Table:
             for column, suffix in columns.items():
@@ -107,37 +139,67 @@ def replicate(source: Path, chunks_wanted: int, seed: int = 0) -> dict:
                     )
             return table
 
-        out["articles"].append(suffixed(base["articles"], {"url": tag, "content_hash": tag}))
+        out["articles"].append(
+            suffixed(base["articles"], {"url": tag, "content_hash": tag, "title": named})
+        )
         out["pagerank"].append(suffixed(base["pagerank"], {"url": tag}))
+        sections = suffixed(
+            base["sections"],
+            {"section_id": tag, "article_url": tag, "content_hash": tag, "article_title": named},
+        )
         out["sections"].append(
-            suffixed(
-                base["sections"],
-                {"section_id": tag, "article_url": tag, "content_hash": tag},
+            sections.set_column(
+                sections.schema.get_field_index("defines"),
+                "defines",
+                suffixed_names(sections["defines"], named),
             )
         )
         out["chunks"].append(
             suffixed(
                 base["chunks"],
-                {"chunk_id": tag, "section_id": tag, "article_url": tag, "content_hash": tag},
+                {
+                    "chunk_id": tag,
+                    "section_id": tag,
+                    "article_url": tag,
+                    "content_hash": tag,
+                    "article_title": named,
+                },
             )
         )
-        out["entities"].append(suffixed(base["entities"], {"entity_id": ent}))
+        out["entities"].append(suffixed(base["entities"], {"entity_id": named}))
         out["entity_mentions"].append(
             suffixed(
                 base["entity_mentions"],
-                {"article_url": tag, "section_id": tag, "entity_id": ent},
+                {"article_url": tag, "section_id": tag, "entity_id": named},
+            )
+        )
+        mentions = suffixed(base["mentions"], {"entity_id": named})
+        out["mentions"].append(
+            mentions.set_column(
+                0,
+                "chunk_id",
+                pc.replace_substring_regex(mentions["chunk_id"], r"-(\d+)$", f"{tag}-\\1"),
             )
         )
         out["links"].append(suffixed(base["links"], {"source_url": tag, "target_url": tag}))
-        out["section_links"].append(
-            suffixed(base["section_links"], {"source_section_id": tag, "target_section_id": tag})
+        section_links = suffixed(
+            base["section_links"], {"source_section_id": tag, "target_section_id": tag}
         )
+        if named:
+            section_links = section_links.set_column(
+                section_links.schema.get_field_index("anchor"),
+                "anchor",
+                pc.if_else(
+                    pc.equal(anchors, ""), anchors, pc.binary_join_element_wise(anchors, named, "")
+                ),
+            )
+        out["section_links"].append(section_links)
         out["relations"].append(
             suffixed(
                 base["relations"],
                 {
-                    "source_id": ent,
-                    "target_id": ent,
+                    "source_id": named,
+                    "target_id": named,
                     "article_url": tag,
                     "section_id": tag,
                 },
@@ -169,10 +231,52 @@ def replicate(source: Path, chunks_wanted: int, seed: int = 0) -> dict:
     tables["chunks"] = chunks.set_column(
         chunks.schema.get_field_index("chunk_id"), "chunk_id", chunk_ids
     ).slice(0, chunks_wanted)
+    # The last copy may be cut short: its mentions of chunks that were cut go too.
+    last = out["mentions"][-1]
+    out["mentions"][-1] = last.filter(
+        pc.is_in(last["chunk_id"], value_set=tables["chunks"]["chunk_id"].combine_chunks())
+    )
+    tables["mentions"] = pa.concat_tables(out["mentions"])
     return tables
 
 
-def write_pack(workdir: Path, name: str, tables: dict) -> float:
+def suffixed_names(names: pa.ChunkedArray, suffix: str) -> pa.ChunkedArray:
+    """A list-of-names column with ``suffix`` on every name (none when ``suffix`` is empty)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not suffix:
+        return names
+    lists = names.combine_chunks()
+    flat = pc.binary_join_element_wise(lists.values, suffix, "")
+    return pa.chunked_array([pa.ListArray.from_arrays(lists.offsets, flat, mask=lists.is_null())])
+
+
+class Steps:
+    """Seconds and peak resident memory per step of writing a pack (this process, and the
+    Kuzu writer child), for the report."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+        self.started = time.perf_counter()
+
+    def done(self, name: str) -> None:
+        now = time.perf_counter()
+        self.rows.append(
+            {
+                "step": name,
+                "s": round(now - self.started, 1),
+                "peak_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+                "child_peak_gib": round(
+                    resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20, 2
+                ),
+            }
+        )
+        print(f"    {self.rows[-1]}", flush=True)
+        self.started = now
+
+
+def write_pack(workdir: Path, name: str, tables: dict, steps: Steps) -> float:
     """Write and publish the pack with the build's own functions; returns the seconds taken."""
     from assets.graph import write_staged
     from kpack.store import PackStore
@@ -185,7 +289,7 @@ def write_pack(workdir: Path, name: str, tables: dict) -> float:
     store = PackStore(packs)
     staging = store.new_staging(name, "scale")
     dim = len(tables["embeddings"]["embedding"][0])
-    write_staged(staging, tables, dim)
+    write_staged(staging, tables, dim, steps.done)
     manifest = {
         "name": name,
         "version": store.next_version(name),
@@ -194,6 +298,7 @@ def write_pack(workdir: Path, name: str, tables: dict) -> float:
     }
     (staging / "manifest.json").write_text(json.dumps(manifest))
     store.publish(name, manifest["version"], staging)
+    steps.done("seal and publish")
     return time.perf_counter() - started
 
 
@@ -217,11 +322,23 @@ def memory() -> dict[str, float]:
 
 
 def measure(folder: Path) -> dict:
-    """In a fresh process: open, search, memory and ANN recall of one pack."""
+    """In a fresh process: open, search (three rounds of the questions, with each stage's
+    p50), memory and ANN recall of one pack."""
     import retrieval
     from kpack.indexes import nearest_rows
     from retrieval.reader import PackReader
 
+    stages: dict[str, list[float]] = {}
+    agent_module = sys.modules["retrieval.agent"]
+    run_stages = agent_module.run
+
+    def timed_run(query, steps):  # type: ignore[no-untyped-def]
+        done = run_stages(query, steps)
+        for name, ms in done.timings.items():
+            stages.setdefault(name, []).append(ms)
+        return done
+
+    agent_module.run = timed_run
     before = memory()
     started = time.perf_counter()
     version = (folder / ".versions" / "current").resolve()
@@ -230,33 +347,112 @@ def measure(folder: Path) -> dict:
     opened = memory()
     agent = retrieval.KnowledgeGraphAgent(reader, profile="balanced", use_llm=False)
     agent.search(QUESTIONS[0], k=5)  # the model loads
+    stages.clear()
     timings = []
-    for question in QUESTIONS[1:]:
-        started = time.perf_counter()
-        agent.search(question, k=5)
-        timings.append((time.perf_counter() - started) * 1000)
+    for _ in range(3):
+        for question in QUESTIONS[1:]:
+            started = time.perf_counter()
+            agent.search(question, k=5)
+            timings.append((time.perf_counter() - started) * 1000)
     searched = memory()
-    recall = None
-    if reader.ann is not None:
+    recall = {}
+    for label, vectors, ann in (
+        ("Chunk", reader.chunk_vectors, reader.ann),
+        ("Section", reader.section_vectors, reader.section_ann),
+    ):
+        if ann is None:
+            continue
         found = total = 0
         for question in QUESTIONS:
             vector = reader.embed([question])[0]
-            approximate, _ = nearest_rows(reader.chunk_vectors, vector, 10, reader.ann)
-            exact, _ = nearest_rows(reader.chunk_vectors, vector, 10)
+            approximate, _ = nearest_rows(vectors, vector, 10, ann)
+            exact, _ = nearest_rows(vectors, vector, 10)
             found += len(set(approximate.tolist()) & set(exact.tolist()))
             total += len(exact)
-        recall = found / total
+        recall[label] = found / total
     return {
         "chunks": len(reader.chunk_ids),
+        "sections": len(reader.section_ids),
         "open_s": round(open_s, 3),
         "memory_before_open": before,
         "memory_after_open": opened,
         "memory_after_queries": searched,
         "search_ms_p50": round(float(np.percentile(timings, 50)), 1),
         "search_ms_p95": round(float(np.percentile(timings, 95)), 1),
+        "stage_ms_p50": {k: round(float(np.percentile(v, 50)), 2) for k, v in stages.items()},
         "ann": reader.ann is not None,
-        "ann_recall_at_10": recall,
+        "ann_recall_at_10": recall.get("Chunk"),
+        "section_ann_recall_at_10": recall.get("Section"),
     }
+
+
+def first_query(folder: Path, questions: list[str]) -> dict:
+    """In a fresh process, what a user of a pack pays through the public API: importing
+    retrieval, the first search (the version opened, warmed and the model loaded, one thread),
+    the memory after it, and balanced search p50/p95 over ``questions`` (three rounds)."""
+    started = time.perf_counter()
+    import retrieval
+
+    imported = time.perf_counter()
+    retrieval.search(folder, questions[0], k=5, profile="balanced")
+    first = time.perf_counter()
+    after_first = memory()
+    timings = []
+    for _ in range(3):
+        for question in questions[1:]:
+            began = time.perf_counter()
+            retrieval.search(folder, question, k=5, profile="balanced")
+            timings.append((time.perf_counter() - began) * 1000)
+    return {
+        "pack": folder.name,
+        "import_s": round(imported - started, 3),
+        "first_search_s": round(first - imported, 3),
+        "memory_after_first_search": after_first,
+        "memory_after_searches": memory(),
+        "search_ms_p50": round(float(np.percentile(timings, 50)), 1),
+        "search_ms_p95": round(float(np.percentile(timings, 95)), 1),
+    }
+
+
+def run_child(*args: str) -> dict:
+    """One measurement in a fresh process on one thread; its JSON line."""
+    env = {**os.environ, "KPACK_READER_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    child = subprocess.run(
+        [sys.executable, __file__, *args], capture_output=True, text=True, env=env
+    )
+    if child.returncode != 0:
+        raise SystemExit(child.stderr[-3000:])
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+def compare_fresh(packs: list[Path], questions_file: Path | None, processes: int) -> list[dict]:
+    """Item 2 of issue 20: each pack in ``processes`` fresh processes, in turn (so page cache
+    and machine load are alike), median per pack."""
+    questions = QUESTIONS
+    if questions_file is not None:
+        lines = questions_file.read_text().splitlines()
+        questions = [json.loads(line)["question"] for line in lines if line.strip()]
+    rows: dict[Path, list[dict]] = {pack: [] for pack in packs}
+    for _ in range(processes):
+        for pack in packs:
+            rows[pack].append(run_child("--_first", str(pack), json.dumps(questions)))
+    report = []
+    for runs in rows.values():
+        middle = sorted(runs, key=lambda r: r["first_search_s"])[len(runs) // 2]
+        report.append({**middle, "runs": runs})
+    print(
+        "| pack | import s | first search s | RSS MiB after it (anonymous / file) | p50 ms | p95 ms |"
+    )
+    print("|---|---|---|---|---|---|")
+    for row in report:
+        mem = row["memory_after_first_search"]
+        anonymous = mem["rss_mib"] - mem["file_backed_mib"]
+        print(
+            f"| {row['pack']} | {row['import_s']} | {row['first_search_s']} | "
+            f"{mem['rss_mib']:.0f} ({anonymous:.0f} / {mem['file_backed_mib']:.0f}) | "
+            f"{row['search_ms_p50']} | {row['search_ms_p95']} |"
+        )
+    return report
 
 
 def main() -> None:
@@ -265,32 +461,45 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path("/work/bench-ws-scale"))
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "scale_bench.json")
+    parser.add_argument(
+        "--fresh",
+        type=Path,
+        nargs="+",
+        help="instead of the sizes: these packs' first search, memory and p50 in fresh "
+        "processes, side by side",
+    )
+    parser.add_argument("--questions", type=Path, help="with --fresh: a questions.jsonl")
+    parser.add_argument("--processes", type=int, default=3, help="with --fresh: runs per pack")
     parser.add_argument("--_measure", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--_first", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args._measure:
         print(json.dumps(measure(args._measure)))
         return
+    if args._first:
+        print(json.dumps(first_query(Path(args._first[0]), json.loads(args._first[1]))))
+        return
+    if args.fresh:
+        report = compare_fresh(args.fresh, args.questions, args.processes)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2))
+        return
     report = []
+    written: dict[int, list[dict]] = {}
     for size in [int(s) for s in args.sizes.split(",")]:
         name = f"scale_{size}"
         folder = args.workdir / "packs" / name
         if not (folder / ".versions" / "current").exists():
             print(f"[{name}] writing ...", flush=True)
-            started = time.perf_counter()
+            steps = Steps()
             tables = replicate(args.source, size)
-            made_s = time.perf_counter() - started
-            write_s = write_pack(args.workdir, name, tables)
-            print(f"[{name}] replicated in {made_s:.1f} s, written in {write_s:.1f} s", flush=True)
-        env = {**os.environ, "KPACK_READER_THREADS": "1", "OMP_NUM_THREADS": "1"}
-        child = subprocess.run(
-            [sys.executable, __file__, "--_measure", str(folder)],
-            capture_output=True,
-            text=True,
-            env=env,
-        )
-        if child.returncode != 0:
-            raise SystemExit(child.stderr[-3000:])
-        row = json.loads(child.stdout.strip().splitlines()[-1])
+            steps.done("replicate the source pack")
+            write_s = write_pack(args.workdir, name, tables, steps)
+            del tables
+            print(f"[{name}] written in {write_s:.1f} s", flush=True)
+            written[size] = steps.rows
+        row = run_child("--_measure", str(folder))
+        row["write_steps"] = written.get(size)
         print(json.dumps(row), flush=True)
         report.append(row)
     args.out.parent.mkdir(parents=True, exist_ok=True)

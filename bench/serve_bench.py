@@ -38,10 +38,13 @@ other packs for --window seconds before, then for --window seconds during which 
 is published again and again (its current version copied to a new version folder and the
 ``current`` link swapped, as a publish ends) and a request to it makes the server open and
 warm each new version. Reported: p50/p95 of the other packs' searches before and during, and
-the rise of p95 (target: under 20%). The build's own CPU is not part of it (the version is a
-copy): what is measured is the new version's open.
+the rise of p95 (target: under 20%), and the server's resident memory with every pack open,
+before and after (target for 20 Python-docs-sized packs: at most 2 GB). The build's own CPU is
+not part of it (the version is a copy): what is measured is the new version's open.
 
     .venv/bin/python bench/serve_bench.py --pack packs/mypack --during-publish
+    .venv/bin/python bench/serve_bench.py --pack WS/packs/python_docs --during-publish \
+        --others 19 --window 30        # issue 20: 20 packs
 """
 
 from __future__ import annotations
@@ -563,6 +566,17 @@ def publish_copy(folder: Path) -> int:
     return number
 
 
+def process_memory(pid: int) -> dict[str, float]:
+    """Resident MiB of a process (smaps_rollup): all of it, and the anonymous part (its own
+    memory; the rest is mapped files, the packs' index pages, which the page cache holds once
+    for every process that maps them)."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+        key, value = line.split(":", 1)
+        fields[key] = int(value.split()[0]) / 1024
+    return {"rss": round(fields["Rss"], 1), "anonymous": round(fields["Anonymous"], 1)}
+
+
 def during_publish(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     """p50/p95 of searches to the other packs, before and while one pack publishes."""
     import shutil
@@ -604,6 +618,7 @@ def during_publish(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     publisher = StdlibClient(server.url)
     try:
         time.sleep(args.window)
+        memory_before = process_memory(server.process.pid)  # every pack open and warm
         split = time.perf_counter()
         opens: list[float] = []
         while time.perf_counter() - split < args.window:
@@ -616,6 +631,7 @@ def during_publish(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
             if status != 200:
                 errors.append(f"publisher v{version}: {status}")
         end = time.perf_counter()
+        memory_after = process_memory(server.process.pid)
     finally:
         stop.set()
         for thread in threads:
@@ -637,6 +653,7 @@ def during_publish(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
             for q in (50, 95)
         },
         "requests": {"before": len(before), "during": len(during)},
+        "server_memory_mib": {"before": memory_before, "after": memory_after},
     }
     result["p95_rise"] = result["during_95_ms"] / result["before_95_ms"] - 1
     return result

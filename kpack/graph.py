@@ -11,7 +11,7 @@ passages first-hop search found spreads their weight along those edges, so a pas
 shares a bridge entity with a first-hop hit ranks even when the question's own words do not
 reach it (HippoRAG 2, Gutiérrez et al. 2025).
 
-Everything here is numpy/scipy: no Dagster, no Kuzu, deterministic. The build records which
+Everything here is numpy (and Arrow to build): no Dagster, no Kuzu, deterministic. The build records which
 chunk mentions which entity (kpack.ingest.mentions, the MENTIONS edges), builds the
 :class:`EntityGraph` and stores it as CSR arrays with the version (kpack.indexes), which a
 reader maps.
@@ -19,9 +19,9 @@ reader maps.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -29,15 +29,49 @@ import numpy as np
 from kpack.text import name_words
 
 if TYPE_CHECKING:  # imported where used: `import retrieval` should not pay for it
-    from scipy import sparse
+    import pyarrow as pa
 
 MAX_LINKED_WORDS = 8  # longest entity name matched in a question, in words
-PAGERANK_TOLERANCE = 0.005  # weight of the walks personalized PageRank leaves out
-MAX_PAGERANK_STEPS = 50
-# A query's walk: at most this many nodes, nearest the seeds first ...
-MAX_WALK_NODES = 50_000
-# ... and an entity joined to more nodes than this is reached but not walked through.
-MAX_EXPANDED_PASSAGES = 1_000
+# Personalized PageRank's local push (see personalized_pagerank): a node passes its residual
+# on once it reaches this times its number of neighbours ...
+PUSH_EPSILON = 1e-5
+# ... and a query pushes along at most this many edges (the push's bound is 1 / (epsilon *
+# (1 - damping)) = 200,000 at damping 0.5; this only guards a damping near 1).
+MAX_PUSHED_EDGES = 1_000_000
+VECTOR_BLOCK_VALUES = 8_000_000  # graph values decoded at a time when the graph is built
+
+
+@dataclass(frozen=True)
+class Csr:
+    """A sparse square matrix in compressed sparse rows: row ``i`` holds ``data[indptr[i] :
+    indptr[i + 1]]`` at columns ``indices[...]`` (ascending). Plain arrays, memory-mapped as
+    a version stores them: scipy would check and copy a mapped matrix, and importing it costs a
+    fresh process 0.4 s for the few rows a query reads."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return len(self.indptr) - 1
+
+    def row(self, node: int) -> tuple[np.ndarray, np.ndarray]:
+        """(columns, values) of one row."""
+        start, end = self.indptr[node], self.indptr[node + 1]
+        return self.indices[start:end], self.data[start:end]
+
+    @cached_property
+    def rows(self) -> np.ndarray:
+        """The row of every stored value."""
+        return np.repeat(np.arange(self.size, dtype=np.int32), np.diff(self.indptr))
+
+
+def spans(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The positions ``start, start + 1, ..., start + count - 1`` of every span, in order."""
+    total = int(counts.sum())
+    offsets = np.repeat(np.cumsum(counts) - counts, counts)
+    return np.repeat(np.asarray(starts, dtype=np.int64), counts) + (np.arange(total) - offsets)
 
 
 @dataclass(frozen=True)
@@ -46,8 +80,9 @@ class EntityGraph:
 
     Node ``i < len(passages)`` is passage ``passages[i]``; node ``len(passages) + j`` is entity
     ``entities[j]`` (its normalised name; ``names[j]`` is how the pack writes it). Every passage
-    belongs to an article (``article_of[i]``, an index into ``articles``); an article whose
-    title is an entity of the pack has that entity node in ``title_entity`` (else -1).
+    belongs to an article (``article_of[i]``, an index into the passages' articles in order of
+    first appearance); an article whose title is an entity of the pack has that entity node in
+    ``title_entity`` (else -1).
     """
 
     passages: Sequence[str]
@@ -55,10 +90,10 @@ class EntityGraph:
     names: Sequence[str]
     article_of: np.ndarray  # per passage: index of its article
     title_entity: np.ndarray  # per article: node of its title entity, or -1
-    adjacency: sparse.csr_matrix  # symmetric, weighted
-    transition: sparse.csr_matrix  # column-stochastic: transition @ r spreads r one step
+    adjacency: Csr  # symmetric, weighted
+    transition: Csr  # column-stochastic: transition @ r spreads r one step
     passages_of_entity: np.ndarray  # per entity: how many passages name it
-    about: Mapping[int, np.ndarray]  # title entity node -> the passages of its articles
+    about: SortedGroups  # title entity node -> the passages of its articles
     entity_index: Mapping[str, int]
     longest_name: int  # in words
 
@@ -80,17 +115,21 @@ class EntityGraph:
         return int(self.passages_of_entity[node - len(self.passages)])
 
     def neighbours(self, node: int) -> np.ndarray:
-        row = self.adjacency
-        return row.indices[row.indptr[node] : row.indptr[node + 1]]
+        return self.adjacency.row(node)[0]
+
+
+Pairs = Iterable[tuple[str, str]]
+Mentions = Iterable[tuple[str, str, bool]]  # (passage id, entity key, whether it spells it)
+MENTION_TYPES = ("string", "string", "bool")
 
 
 def build_entity_graph(
-    passages: Sequence[tuple[str, str]],
-    entities: Sequence[tuple[str, str]],
-    mentions: Iterable[tuple[str, str, bool]],
+    passages: Pairs | pa.Table,
+    entities: Pairs | pa.Table,
+    mentions: Mentions | pa.Table,
     titles: dict[str, str] | None = None,
-    links: Iterable[tuple[str, str]] = (),
-    relations: Iterable[tuple[str, str]] = (),
+    links: Pairs | pa.Table = (),
+    relations: Pairs | pa.Table = (),
     relation_weight: float = 0.5,
 ) -> EntityGraph:
     """The graph of ``passages`` ((passage id, article id)) and ``entities`` ((key, name)).
@@ -106,85 +145,251 @@ def build_entity_graph(
     passage of an article to the title entity of each article it links to (``links``: (article
     id, article id) pairs, LINKS_TO); and ``relations`` ((entity key, entity key)) at
     ``relation_weight``. Pairs naming an unknown passage, article or entity are skipped; a
-    pair given twice counts once.
+    pair given twice counts once, at its highest weight.
+
+    Each argument is tuples, or an Arrow table of their columns (how the build passes a large
+    pack's millions of mentions): the work is array work over node numbers, with no Python
+    object per edge, so a million-passage pack builds in seconds and a few GB.
     """
-    from scipy import sparse
+    import pyarrow.compute as pc
 
-    titles = titles or {}
-    passage_index = {p: i for i, (p, _) in enumerate(passages)}
-    entity_index = {key: j for j, (key, _) in enumerate(entities)}
-    articles = tuple(dict.fromkeys(article for _, article in passages))
-    article_index = {a: i for i, a in enumerate(articles)}
-    article_of = np.array([article_index[a] for _, a in passages], dtype=np.int64)
-    offset = len(passages)
+    from kpack.indexes import Column
 
-    def entity(key: str | None) -> int | None:
-        j = entity_index.get(key) if key is not None else None
-        return None if j is None else offset + j
-
-    title_nodes = [entity(titles.get(article)) for article in articles]
-    title_entity = np.array([-1 if n is None else n for n in title_nodes], dtype=np.int64)
-    weights: dict[tuple[int, int], float] = {}
-
-    def join(a: int | None, b: int | None, weight: float) -> None:
-        if a is None or b is None or a == b:
-            return
-        pair = (min(a, b), max(a, b))
-        weights[pair] = max(weights.get(pair, 0.0), weight)
-
-    own_title = {p: f" {titles.get(article, '')} " for p, article in passages}
-    naming: set[tuple[int, int]] = set()
-    for passage, key, spelled in mentions:
-        node, named = passage_index.get(passage), entity(key)
-        if spelled and node is not None and named is not None:
-            naming.add((named - offset, node))
-        # A page calls its subject by part of its title ("Leland" on "Leland, North
-        # Carolina"): that names the page itself, and must not join it to every other Leland.
-        if key != own_title.get(passage, "").strip() and f" {key} " in own_title.get(passage, ""):
-            continue
-        join(node, named, 1.0)
-    members: dict[int, list[int]] = {}
-    about: dict[int, list[int]] = {}
-    for i, a in enumerate(article_of):
-        members.setdefault(int(a), []).append(i)
-        if title_entity[a] >= 0:
-            join(i, int(title_entity[a]), 1.0)
-            about.setdefault(int(title_entity[a]), []).append(i)
-    for source, target in links:
-        target_entity = entity(titles.get(target))
-        for i in members.get(article_index.get(source, -1), []):
-            join(i, target_entity, 1.0)
-    for left, right in relations:
-        join(entity(left), entity(right), relation_weight)
-    size = offset + len(entities)
-    pairs = sorted(weights)
-    rows = np.array([a for a, _ in pairs] + [b for _, b in pairs], dtype=np.int64)
-    cols = np.array([b for _, b in pairs] + [a for a, _ in pairs], dtype=np.int64)
-    values = np.array([weights[p] for p in pairs] * 2, dtype=np.float64)
-    adjacency = sparse.csr_matrix((values, (rows, cols)), shape=(size, size))
-    degree = np.asarray(adjacency.sum(axis=1)).ravel()
+    passage_ids, passage_articles = _columns(passages)
+    entity_keys, entity_names = _columns(entities)
+    passage_ids, entity_keys = passage_ids.combine_chunks(), entity_keys.combine_chunks()
+    title_of = _TitleEntities(titles or {}, entity_keys, len(passage_ids))
+    size = len(passage_ids) + len(entity_keys)
+    articles = pc.unique(passage_articles)
+    article_of = rows_of(passage_articles, articles)
+    title_entity = title_of.nodes(articles)
+    mention_passages, mention_keys, mention_named = _columns(mentions, MENTION_TYPES)
+    mention_from = rows_of(mention_passages, passage_ids)
+    mention_to = title_of.entity_nodes(mention_keys)
+    # A page calls its subject by part of its title ("Leland" on "Leland, North Carolina"):
+    # that names the page itself, and must not join it to every other Leland.
+    mention_article = np.where(mention_from >= 0, article_of[mention_from], -1)
+    own = np.isin(mention_article.astype(np.int64) * size + mention_to, title_of.parts(articles))
+    titled = np.flatnonzero(title_entity[article_of] >= 0)
+    link_sources, link_targets = _columns(links)
+    relation_left, relation_right = _columns(relations)
+    adjacency = _symmetric(
+        [
+            (mention_from[~own], mention_to[~own], 1.0),
+            (titled, title_entity[article_of[titled]], 1.0),
+            (
+                *_link_edges(
+                    article_of, rows_of(link_sources, articles), title_of.nodes(link_targets)
+                ),
+                1.0,
+            ),
+            (
+                title_of.entity_nodes(relation_left),
+                title_of.entity_nodes(relation_right),
+                relation_weight,
+            ),
+        ],
+        size,
+    )
+    rows = adjacency.rows
+    degree = np.bincount(rows, weights=adjacency.data, minlength=size)
     inverse = np.divide(1.0, degree, out=np.zeros_like(degree), where=degree > 0)
     # Column j of the transition holds where node j's weight goes: A D^-1 (A is symmetric).
     # float32: PageRank needs no more, and the walk's matrix-vector product runs twice as fast.
-    transition = (adjacency @ sparse.diags(inverse)).tocsr().astype(np.float32)
-    passages_of_entity = np.bincount(
-        np.array([e for e, _ in naming], dtype=np.int64), minlength=len(entities)
+    transition = Csr(
+        adjacency.indptr,
+        adjacency.indices,
+        (adjacency.data * inverse[adjacency.indices]).astype(np.float32),
     )
+    offset = len(passage_ids)
+    about_keys = title_entity[article_of[titled]]
+    order = np.argsort(about_keys, kind="stable")
+    keys, counts = np.unique(about_keys, return_counts=True)
+    key_words = pc.list_value_length(pc.utf8_split_whitespace(entity_keys))
     return EntityGraph(
-        passages=tuple(p for p, _ in passages),
-        entities=tuple(key for key, _ in entities),
-        names=tuple(name for _, name in entities),
+        passages=Column(passage_ids),
+        entities=Column(entity_keys),
+        names=Column(entity_names),
         article_of=article_of,
         title_entity=title_entity,
         adjacency=adjacency,
         transition=transition,
-        passages_of_entity=passages_of_entity,
-        about={node: np.array(members, dtype=np.int64) for node, members in about.items()},
-        entity_index=entity_index,
-        longest_name=min(
-            MAX_LINKED_WORDS, max((len(key.split()) for key, _ in entities), default=0)
+        passages_of_entity=_naming_counts(
+            mention_from, mention_to - offset, _flags(mention_named), len(entity_keys)
         ),
+        about=SortedGroups(keys, np.concatenate([[0], np.cumsum(counts)]), titled[order]),
+        entity_index=KeyIndex(entity_keys),
+        longest_name=min(MAX_LINKED_WORDS, int(pc.max(key_words).as_py() or 0)),
     )
+
+
+def _columns(
+    tuples: Iterable[tuple] | pa.Table, types: Sequence[str] = ("string", "string")
+) -> tuple[pa.ChunkedArray, ...]:
+    """The columns of tuples (one per type, an Arrow type alias), as Arrow columns (a table's
+    are not copied)."""
+    import pyarrow as pa
+
+    if isinstance(tuples, pa.Table):
+        return tuple(tuples.column(at) for at in range(len(types)))
+    listed = list(tuples)
+    return tuple(
+        pa.chunked_array([[row[at] for row in listed]], pa.type_for_alias(alias))
+        for at, alias in enumerate(types)
+    )
+
+
+def _flags(column: pa.ChunkedArray) -> np.ndarray:
+    """A boolean column as a numpy array (a missing flag is false)."""
+    import pyarrow.compute as pc
+
+    return pc.fill_null(column, False).to_numpy(zero_copy_only=False).astype(bool)
+
+
+def _naming_counts(
+    passages: np.ndarray, entities: np.ndarray, named: np.ndarray, count: int
+) -> np.ndarray:
+    """Per entity: the distinct passages that name it (``named`` mentions of known nodes)."""
+    kept = named & (passages >= 0) & (entities >= 0)
+    stride = int(passages.max(initial=0)) + 1
+    pairs = np.unique(entities[kept].astype(np.int64) * stride + passages[kept])
+    return np.bincount(pairs // stride, minlength=count)
+
+
+def rows_of(values: pa.Array | pa.ChunkedArray, among: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """The row of each value in ``among`` (its first), -1 for a value not there (int32)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(among, pa.ChunkedArray):
+        among = among.combine_chunks()
+    found = pc.fill_null(pc.index_in(values, value_set=among), -1)
+    return found.to_numpy(zero_copy_only=False).astype(np.int32)
+
+
+class _TitleEntities:
+    """Entity nodes of keys, and of the titles of articles (``titles``: article -> key)."""
+
+    def __init__(self, titles: dict[str, str], entity_keys: pa.Array, offset: int) -> None:
+        import pyarrow as pa
+
+        self.titles = titles
+        self.articles = pa.array(list(titles), pa.string())
+        self.keys = pa.array(list(titles.values()), pa.string())
+        self.entity_keys = entity_keys
+        self.offset = offset
+
+    def entity_nodes(self, keys: pa.Array) -> np.ndarray:
+        """The node of each entity key, -1 for a key that is no entity."""
+        rows = rows_of(keys, self.entity_keys)
+        return np.where(rows >= 0, rows + self.offset, -1)
+
+    def nodes(self, articles: pa.Array) -> np.ndarray:
+        """The node of each article's title entity, -1 without one."""
+        import pyarrow.compute as pc
+
+        return self.entity_nodes(pc.take(self.keys, pc.index_in(articles, self.articles)))
+
+    def parts(self, articles: pa.Array) -> list[int]:
+        """``article row * size + entity node`` of every entity that is a proper part of an
+        article's title (its words, whole, as ``f" {key} " in f" {title} "`` finds them)."""
+        import pyarrow as pa
+
+        size = self.offset + len(self.entity_keys)
+        rows, phrases = [], []
+        for row, article in enumerate(articles.to_pylist()):
+            words = self.titles.get(article, "").split(" ")
+            for start in range(len(words)):
+                for end in range(start + 1, len(words) + 1):
+                    if end - start < len(words):
+                        rows.append(row)
+                        phrases.append(" ".join(words[start:end]))
+        nodes = self.entity_nodes(pa.array(phrases, pa.string()))
+        found = nodes >= 0
+        return (np.asarray(rows, dtype=np.int64)[found] * size + nodes[found]).tolist()
+
+
+def _link_edges(
+    article_of: np.ndarray, sources: np.ndarray, target_titles: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(passage, title entity): every passage of a linking article to the linked article's
+    title entity."""
+    known = (sources >= 0) & (target_titles >= 0)
+    sources, target_titles = sources[known], target_titles[known]
+    members = np.argsort(article_of, kind="stable")  # passages grouped by article
+    counts = np.bincount(article_of)
+    starts = np.concatenate([[0], np.cumsum(counts)])[sources]
+    return members[spans(starts, counts[sources])], np.repeat(target_titles, counts[sources])
+
+
+def _symmetric(edges: list[tuple[np.ndarray, np.ndarray, float]], size: int) -> Csr:
+    """The symmetric adjacency of undirected weighted ``edges`` (node arrays, weight), without
+    self-loops or unknown (-1) nodes, each pair once at its highest weight.
+
+    Built by sorting one int64 key per stored value (row, column and weight class packed
+    together) in place: a million-passage pack has some 80 million values, and an index
+    array per sort would double what it holds."""
+    weights = sorted({weight for _, _, weight in edges}, reverse=True)
+    taken = np.zeros(0, dtype=np.int64)  # the pairs placed so far, as low * size + high
+    keys = []
+    for number, weight in enumerate(weights):  # the highest weight first: a pair keeps it
+        pairs = np.unique(np.concatenate([_pairs(a, b, size) for a, b, w in edges if w == weight]))
+        pairs = pairs[~_holds(taken, pairs)]
+        taken = np.union1d(taken, pairs)
+        low, high = pairs // size, pairs % size
+        keys += [(low * size + high) * len(weights) + number]
+        keys += [(high * size + low) * len(weights) + number]
+        del pairs, low, high
+    del taken
+    key = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
+    del keys
+    key.sort()
+    indptr = np.searchsorted(key, np.arange(size + 1, dtype=np.int64) * size * len(weights))
+    indices = np.empty(len(key), dtype=np.int32)
+    data = np.empty(len(key), dtype=np.float32)
+    values = np.asarray(weights, dtype=np.float32)
+    for start in range(0, len(key), VECTOR_BLOCK_VALUES):
+        block = key[start : start + VECTOR_BLOCK_VALUES]
+        indices[start : start + len(block)] = (block // len(weights)) % size
+        data[start : start + len(block)] = values[block % len(weights)]
+    return Csr(indptr.astype(np.int64), indices, data)
+
+
+def _pairs(left: np.ndarray, right: np.ndarray, size: int) -> np.ndarray:
+    """Undirected pairs as ``low * size + high``, without self-loops or unknown nodes."""
+    left, right = np.asarray(left, dtype=np.int64), np.asarray(right, dtype=np.int64)
+    kept = (left >= 0) & (right >= 0) & (left != right)
+    left, right = left[kept], right[kept]
+    return np.minimum(left, right) * size + np.maximum(left, right)
+
+
+def _holds(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Whether each of ``values`` is in ``sorted_values``."""
+    if not len(sorted_values):
+        return np.zeros(len(values), dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_values, values), len(sorted_values) - 1)
+    return sorted_values[at] == values
+
+
+class KeyIndex(Mapping[str, int]):
+    """Key -> its row in an Arrow string array (a hash lookup per key, no Python dict)."""
+
+    def __init__(self, keys: pa.Array) -> None:
+        self.keys = keys
+
+    def __getitem__(self, key: str) -> int:
+        import pyarrow as pa
+
+        row = int(rows_of(pa.array([key], pa.string()), self.keys)[0])
+        if row < 0:
+            raise KeyError(key)
+        return row
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys.to_pylist())
+
+    def __len__(self) -> int:
+        return len(self.keys)
 
 
 class SortedGroups(Mapping[int, np.ndarray]):
@@ -248,84 +453,88 @@ def second_hop(graph: EntityGraph, passage: int) -> Bridges:
     return Bridges(passages[first], entities[first])
 
 
+@dataclass(frozen=True)
+class Visits:
+    """Personalized PageRank's visit probabilities: ``scores[i]`` of node ``nodes[i]`` (nodes
+    ascending), every other node 0. Sparse, since a query reaches a few thousand nodes of a
+    graph of millions."""
+
+    nodes: np.ndarray
+    scores: np.ndarray
+
+    def of(self, nodes: np.ndarray | int) -> np.ndarray:
+        """The scores of ``nodes`` (0 for a node the walk did not reach)."""
+        wanted = np.atleast_1d(np.asarray(nodes, dtype=np.int64))
+        if not len(self.nodes):
+            return np.zeros(len(wanted), dtype=np.float32)
+        at = np.minimum(np.searchsorted(self.nodes, wanted), len(self.nodes) - 1)
+        return np.where(self.nodes[at] == wanted, self.scores[at], 0.0).astype(np.float32)
+
+    def __getitem__(self, node: int) -> float:
+        return float(self.of(node)[0])
+
+    def sum(self) -> float:
+        return float(self.scores.sum())
+
+
 def personalized_pagerank(
     graph: EntityGraph,
     seeds: dict[int, float],
     damping: float = 0.5,
-    tolerance: float = PAGERANK_TOLERANCE,
-) -> np.ndarray:
+    epsilon: float = PUSH_EPSILON,
+) -> Visits:
     """Visit probabilities of a walk that follows an edge with probability ``damping`` and
-    jumps back to the seeds (weighted) otherwise; all zeros without seeds.
+    jumps back to the seeds (weighted) otherwise; nothing without seeds.
 
-    Power iteration from the seeds: after k steps, what is still missing is the weight of walks
-    longer than k, at most damping**k, so the iteration stops once that is below
-    ``tolerance`` (8 steps at damping 0.5) instead of converging to 1e-8 (20 steps): on the
-    Python docs pack the 20 passages it ranks first were the same for every question tried.
-
-    The walk runs on the seeds' neighbourhood only (:func:`walk_nodes`): every node k steps
-    can reach, so on a pack whose neighbourhoods fit in ``MAX_WALK_NODES`` the result is the
-    whole graph's, and on any pack a query costs what that neighbourhood holds, not the graph.
+    Computed by local push (Andersen, Chung and Lang 2006), all eligible nodes at once: every
+    node holds an estimate and a residual (at first, the seeds' weights); a node whose
+    residual is at least ``epsilon`` times its number of neighbours keeps ``1 - damping`` of
+    it and hands ``damping`` of it to its neighbours by edge weight. What stays below that
+    threshold is counted where it is at the end. The work is at most about
+    ``1 / (epsilon * (1 - damping))`` edges whatever the size of the graph, and it stays
+    near the seeds: an entity that thousands of passages mention (a generic one, such as
+    "Python") passes its share on only when it holds a large part of the walk.
     """
-    scores = np.zeros(graph.size, dtype=np.float32)
-    total = sum(w for w in seeds.values() if w > 0)
+    weights = {int(n): w for n, w in seeds.items() if w > 0}
+    total = sum(weights.values())
     if total <= 0:
-        return scores
-    steps = math.ceil(math.log(tolerance) / math.log(damping)) if 0 < damping < 1 else 1
-    steps = min(steps, MAX_PAGERANK_STEPS)
-    nodes = walk_nodes(graph, [n for n, w in seeds.items() if w > 0], steps)
-    position = {int(node): at for at, node in enumerate(nodes)}
-    transition = graph.transition[nodes][:, nodes]
-    restart = np.zeros(len(nodes), dtype=np.float32)
-    for node, weight in seeds.items():
-        if weight > 0:
-            restart[position[node]] += weight / total
-    jump = np.float32(1.0 - damping) * restart
-    # Only a seed can be a node without edges (nothing reaches one); what the walk puts there
-    # has nowhere to go, so it returns to the seeds. Without such a seed no mass is lost.
-    stranded = any(graph.adjacency.indptr[n + 1] == graph.adjacency.indptr[n] for n in seeds)
-    local = restart.copy()
-    for _ in range(steps):
-        spread = transition @ local
-        spread *= np.float32(damping)
-        spread += jump
+        return Visits(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32))
+    adjacency = graph.adjacency
+    seed_nodes = np.array(sorted(weights), dtype=np.int64)
+    restart = np.array([weights[n] / total for n in seed_nodes.tolist()])
+    # Dense over the graph, but calloc'd: only the pages of nodes the push touches are real.
+    estimate = np.zeros(graph.size)
+    residual = np.zeros(graph.size)
+    residual[seed_nodes] = restart
+    touched = [seed_nodes]
+    active = seed_nodes
+    work = 0
+    while len(active) and work < MAX_PUSHED_EDGES:
+        neighbours = adjacency.indptr[active + 1] - adjacency.indptr[active]
+        pushed = residual[active] >= epsilon * np.maximum(neighbours, 1)
+        active, neighbours = active[pushed], neighbours[pushed]
+        if not len(active):
+            break
+        mass = residual[active]
+        residual[active] = 0.0
+        estimate[active] += (1.0 - damping) * mass
+        # A node without edges (only a seed can be one) hands its share back to the seeds.
+        stranded = float(mass[neighbours == 0].sum())
         if stranded:
-            spread += np.float32(1.0 - spread.sum()) * restart
-        local = spread
-    scores[nodes] = local
-    return scores
-
-
-def walk_nodes(graph: EntityGraph, seeds: list[int], steps: int) -> np.ndarray:
-    """The nodes a walk of ``steps`` edges from ``seeds`` can reach, ascending, nearest first
-    when there are more than ``MAX_WALK_NODES``; an entity joined to more than
-    ``MAX_EXPANDED_PASSAGES`` passages is reached but not walked through (a generic
-    entity such as "United States" or "Python" would bring in most of the pack and says
-    nothing about the question)."""
-    indptr, indices = graph.adjacency.indptr, graph.adjacency.indices
-    offset = len(graph.passages)
-    visited = np.zeros(graph.size, dtype=bool)  # calloc'd: untouched pages cost nothing
-    taken = 0
-    frontier = np.unique(np.asarray(seeds, dtype=np.int64))
-    for _ in range(steps + 1):
-        visited[frontier] = True
-        taken += len(frontier)
-        if taken >= MAX_WALK_NODES:
-            break
-        # An entity joined to this many passages (by name or by structure) is generic.
-        generic = (frontier >= offset) & (
-            indptr[frontier + 1] - indptr[frontier] > MAX_EXPANDED_PASSAGES
-        )
-        walked = frontier[~generic]
-        if not len(walked):
-            break
-        starts, ends = indptr[walked], indptr[walked + 1]
-        counts = ends - starts
-        steps_in = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
-        reached = np.asarray(indices[np.repeat(starts, counts) + steps_in], dtype=np.int64)
-        frontier = np.unique(reached[~visited[reached]])[: MAX_WALK_NODES - taken]
-        if not len(frontier):
-            break
-    return np.flatnonzero(visited)
+            residual[seed_nodes] += damping * stranded * restart
+        at = spans(adjacency.indptr[active], neighbours)
+        targets = np.asarray(adjacency.indices[at], dtype=np.int64)
+        edge = np.asarray(adjacency.data[at], dtype=np.float64)
+        source = np.repeat(np.arange(len(active)), neighbours)
+        degree = np.bincount(source, weights=edge, minlength=len(active))
+        np.add.at(residual, targets, damping * mass[source] * edge / degree[source])
+        work += len(targets)
+        active = np.unique(np.concatenate([targets, seed_nodes if stranded else targets[:0]]))
+        touched.append(active)
+    nodes = np.unique(np.concatenate(touched))
+    scores = estimate[nodes] + residual[nodes]  # what was not pushed counts where it is
+    reached = scores > 0
+    return Visits(nodes[reached], scores[reached].astype(np.float32))
 
 
 def linked_entities(graph: EntityGraph, text: str) -> list[tuple[int, str]]:
@@ -348,15 +557,14 @@ def linked_entities(graph: EntityGraph, text: str) -> list[tuple[int, str]]:
     return list(found.items())
 
 
-def _inflow(graph: EntityGraph, scores: np.ndarray, node: int) -> tuple[np.ndarray, np.ndarray]:
+def _inflow(graph: EntityGraph, scores: Visits, node: int) -> tuple[np.ndarray, np.ndarray]:
     """(neighbour nodes, the PageRank each sends to ``node`` in one step)."""
-    start, end = graph.transition.indptr[node], graph.transition.indptr[node + 1]
-    sources = graph.transition.indices[start:end]
-    return sources, scores[sources] * graph.transition.data[start:end]
+    sources, shares = graph.transition.row(node)
+    return sources, scores.of(sources) * shares
 
 
 def strongest_path(
-    graph: EntityGraph, scores: np.ndarray, node: int, seeds: dict[int, float]
+    graph: EntityGraph, scores: Visits, node: int, seeds: dict[int, float]
 ) -> tuple[int | None, int | None]:
     """How most of a passage's PageRank reached it: (the entity it came through, the seed
     passage that entity got most of its own from), the second None when the entity is itself

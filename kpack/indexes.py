@@ -8,10 +8,14 @@ kpack.store.verify_version checks them as it checks pack.db. A reader
 
 - ``chunk_vectors.npy`` / ``section_vectors.npy``: float32 unit vectors, one row per chunk
   (section) in id order, opened with ``np.load(mmap_mode="r")``;
-- ``chunk_vectors.usearch``: an HNSW index (usearch) over the chunk vectors, written only
-  for packs of at least :func:`ann_min_vectors` chunks (below that an exact scan is faster)
-  and served from the file (``Index.restore(view=True)``); its hits are re-scored exactly
-  against the float32 matrix;
+- ``chunk_ivf_*.npy`` / ``section_ivf_*.npy``: an inverted-file (IVF) index over the
+  vectors, written only for tables of at least :func:`ann_min_vectors` rows (below that an
+  exact scan is fast enough): k-means centroids (spherical, seeded, on a sample), and the
+  rows of each centroid's list. A search scans the lists of the ``IVF_PROBES`` centroids
+  nearest the question exactly against the float32 matrix. Not HNSW: on a pack with many
+  near-duplicate passages (versioned pages, or the scale benchmark's copies) usearch's
+  graph found 0.43 of the exact top 10 at a million vectors, and took 10 to 17 minutes to
+  build on two cores; near-duplicates share a list, and the k-means takes minutes;
 - ``chunks.arrow``, ``sections.arrow``, ``articles.arrow``, ``article_entities.arrow``,
   ``facts.arrow``: Arrow IPC files sorted by their key, opened with ``pa.memory_map`` (zero
   copy) and looked up by binary search on the key column, so a query reads the rows of its
@@ -33,7 +37,9 @@ from __future__ import annotations
 import bisect
 import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from array import array as flat_array
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,17 +49,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kpack.docgraph import DOC_GRAPH_FILES
+from kpack.graph import spans
 from kpack.packs import INDEX_DIR
 from kpack.text import search_terms, words
 
 if TYPE_CHECKING:
-    from usearch.index import Index
-
     from kpack.graph import EntityGraph
 
 CHUNK_VECTORS = "chunk_vectors.npy"
 SECTION_VECTORS = "section_vectors.npy"
-ANN_FILE = "chunk_vectors.usearch"
+IVF_PARTS = ("centroids", "offsets", "rows")
+CHUNK_IVF = "chunk_ivf"
+SECTION_IVF = "section_ivf"
+ANN_FILES = {CHUNK_VECTORS: CHUNK_IVF, SECTION_VECTORS: SECTION_IVF}  # vectors -> their IVF
+IVF_FILES = tuple(f"{ivf}_{part}.npy" for ivf in ANN_FILES.values() for part in IVF_PARTS)
 CHUNKS = "chunks.arrow"
 SECTIONS = "sections.arrow"
 SECTIONS_BY_ARTICLE = "sections_by_article.npy"
@@ -104,7 +113,7 @@ KEYWORD_FILES = (
 INDEX_FILES = (
     CHUNK_VECTORS,
     SECTION_VECTORS,
-    ANN_FILE,
+    *IVF_FILES,
     CHUNKS,
     SECTIONS,
     SECTIONS_BY_ARTICLE,
@@ -123,10 +132,20 @@ ANN_MIN_VECTORS_ENV = "KPACK_ANN_MIN_VECTORS"
 # Below this many chunks the exact scan answers faster than HNSW plus re-scoring (measured by
 # bench/scale_bench.py: on one thread the exact scan of 20,000 vectors takes about 2 ms).
 DEFAULT_ANN_MIN_VECTORS = 50_000
-ANN_CONNECTIVITY = 16
-ANN_EXPANSION_ADD = 128
-ANN_EXPANSION_SEARCH = 256
-ANN_CANDIDATES = 256  # ANN hits re-scored exactly for one nearest-vector search
+# The IVF index (see the module docstring), chosen on the Python docs pack's real vectors
+# replicated to 100,000 (bench/scale_bench.py): 4 sqrt(N) lists and 32 probed found 0.995 of
+# the exact top 10 for the python_docs_qa questions, scanning 3% of the vectors.
+IVF_LISTS_PER_SQRT = 4
+IVF_PROBES = 32
+IVF_TRAINING_PER_LIST = 32  # k-means trains on this many sampled vectors per list ...
+IVF_ITERATIONS = 8  # ... for this many rounds
+IVF_SEED = 0
+IVF_BLOCK = 8_192  # rows assigned to their lists at a time
+# Keyword search takes at most this many passages per question term, the term's heaviest
+# (KeywordIndex.search): every passage of every term of a pack of up to this size.
+KEYWORD_TERM_CANDIDATES = 20_000
+VECTOR_BLOCK = 65_536  # rows of vectors copied at a time when they are saved
+STRING_BLOCK = 10_000  # texts converted to Python strings at a time
 
 RELATION_WEIGHT = 0.5  # an ENTITY_RELATION edge of the graph, against 1 for a mention
 K1 = 1.2  # BM25 as Lucene and Kuzu compute it
@@ -143,15 +162,37 @@ def ann_min_vectors() -> int:
 # -- writing ---------------------------------------------------------------------------------
 
 
-def _vectors(column: pa.ChunkedArray | pa.Array, dim: int) -> np.ndarray:
-    """A fixed-size-list vector column as a (rows, dim) float32 matrix."""
+def _save_vectors(path: Path, column: pa.ChunkedArray, order: pa.Array, dim: int) -> None:
+    """A fixed-size-list vector column, rows in ``order``, saved as a (rows, dim) float32 .npy
+    file. Written in blocks into the mapped file: a million vectors are 1.5 GB, which the
+    build should not hold twice more in memory."""
     flat = pc.list_flatten(column).to_numpy(zero_copy_only=False)
-    return np.ascontiguousarray(flat, dtype=np.float32).reshape(len(column), dim)
+    source = np.asarray(flat, dtype=np.float32).reshape(len(column), dim)
+    rows = order.to_numpy()
+    saved = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(len(rows), dim))
+    for start in range(0, len(rows), VECTOR_BLOCK):
+        saved[start : start + VECTOR_BLOCK] = source[rows[start : start + VECTOR_BLOCK]]
+    saved.flush()
+    del saved
 
 
 def _write_arrow(path: Path, table: pa.Table) -> None:
+    """A table as one record batch (a reader maps each column as one array, no copy); string
+    columns too large for 32-bit offsets become large strings."""
+    large = pa.schema(
+        [
+            field.with_type(pa.large_string())
+            if pa.types.is_string(field.type)
+            and sum(c.buffers()[2].size for c in table[field.name].chunks if c.buffers()[2])
+            >= 2**31
+            else field
+            for field in table.schema
+        ],
+        metadata=table.schema.metadata,
+    )
+    table = table.cast(large).combine_chunks()
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
+        writer.write_table(table, max_chunksize=max(table.num_rows, 1))
 
 
 write_arrow = _write_arrow  # for the index files other core modules write (kpack.docgraph)
@@ -175,21 +216,20 @@ def write_indexes(
     lists of ``dim`` floats) and ``articles`` with their ``pagerank``."""
     out = folder / INDEX_DIR
     out.mkdir(parents=True, exist_ok=True)
-    chunks = chunks.sort_by("chunk_id")
-    sections = sections.sort_by("section_id")
+    chunk_order = pc.sort_indices(chunks["chunk_id"])
+    section_order = pc.sort_indices(sections["section_id"])
+    _save_vectors(out / CHUNK_VECTORS, chunks["embedding"], chunk_order, dim)
+    _save_vectors(out / SECTION_VECTORS, sections["embedding"], section_order, dim)
+    for vectors, ivf in ANN_FILES.items():
+        if len(load_array(out, vectors)) >= ann_min_vectors():
+            write_ivf(out, ivf, load_array(out, vectors))
+    chunks = chunks.select(["chunk_id", "article_url", "content"]).take(chunk_order)
+    sections = sections.select(
+        ["section_id", "article_url", "heading_path", "title", "content", "word_count"]
+    ).take(section_order)
     articles = articles.sort_by("url")
-    chunk_vectors = _vectors(chunks["embedding"], dim)
-    np.save(out / CHUNK_VECTORS, chunk_vectors)
-    np.save(out / SECTION_VECTORS, _vectors(sections["embedding"], dim))
-    if len(chunk_vectors) >= ann_min_vectors():
-        write_ann(out / ANN_FILE, chunk_vectors)
     _write_arrow(out / CHUNKS, chunks.select(["chunk_id", "content"]))
-    _write_arrow(
-        out / SECTIONS,
-        sections.select(
-            ["section_id", "article_url", "heading_path", "title", "content", "word_count"]
-        ),
-    )
+    _write_arrow(out / SECTIONS, sections)
     np.save(
         out / SECTIONS_BY_ARTICLE,
         np.asarray(pc.sort_indices(sections["article_url"]), dtype=np.int64),
@@ -235,7 +275,7 @@ def write_indexes(
     offsets, targets = _link_csr(articles["url"], links)
     np.save(out / LINK_OFFSETS, offsets)
     np.save(out / LINK_TARGETS, targets)
-    for name, array in keyword_postings(chunks["content"].to_pylist()).items():
+    for name, array in keyword_postings(_strings(chunks["content"])).items():
         np.save(out / name, array)
     _write_graph(out, chunks, articles, entities, mentions, links, relations)
 
@@ -262,61 +302,103 @@ def _write_graph(
         )
     }
     graph = build_entity_graph(
-        list(zip(chunks["chunk_id"].to_pylist(), chunks["article_url"].to_pylist(), strict=True)),
-        list(zip(entities["entity_id"].to_pylist(), entities["name"].to_pylist(), strict=True)),
-        zip(
-            mentions["chunk_id"].to_pylist(),
-            mentions["entity_id"].to_pylist(),
-            mentions["named"].to_pylist(),
-            strict=True,
-        ),
+        chunks.select(["chunk_id", "article_url"]),
+        entities,
+        mentions.select(["chunk_id", "entity_id", "named"]),
         titles=titles,
-        links=zip(links["source_url"].to_pylist(), links["target_url"].to_pylist(), strict=True),
-        relations=zip(
-            relations["source_id"].to_pylist(), relations["target_id"].to_pylist(), strict=True
-        ),
+        links=links.select(["source_url", "target_url"]),
+        relations=relations.select(["source_id", "target_id"]),
         relation_weight=RELATION_WEIGHT,
     )
     _write_arrow(
         out / ENTITIES,
         entities.replace_schema_metadata({LONGEST_NAME_KEY: str(graph.longest_name)}),
     )
-    about = sorted(graph.about)
+    about = graph.about
     arrays = {
-        # One index type for both (scipy would copy a mapped array to make them alike).
-        GRAPH_INDPTR: graph.adjacency.indptr.astype(np.int64),
-        GRAPH_INDICES: graph.adjacency.indices.astype(np.int64),
+        GRAPH_INDPTR: graph.adjacency.indptr,
+        GRAPH_INDICES: graph.adjacency.indices,
         GRAPH_WEIGHTS: graph.adjacency.data.astype(np.float32),
-        GRAPH_TRANSITION: graph.transition.data.astype(np.float32),
+        GRAPH_TRANSITION: graph.transition.data,
         GRAPH_ARTICLE_OF: graph.article_of,
         GRAPH_TITLE_ENTITY: graph.title_entity,
-        GRAPH_PASSAGES_OF_ENTITY: np.asarray(graph.passages_of_entity, dtype=np.int64),
-        GRAPH_ABOUT_KEYS: np.array(about, dtype=np.int64),
-        GRAPH_ABOUT_OFFSETS: np.concatenate(
-            [[0], np.cumsum([len(graph.about[n]) for n in about])]
-        ).astype(np.int64),
-        GRAPH_ABOUT_PASSAGES: np.concatenate(
-            [graph.about[n] for n in about] or [np.zeros(0, dtype=np.int64)]
-        ).astype(np.int64),
+        GRAPH_PASSAGES_OF_ENTITY: graph.passages_of_entity,
+        GRAPH_ABOUT_KEYS: about.keys,
+        GRAPH_ABOUT_OFFSETS: about.offsets,
+        GRAPH_ABOUT_PASSAGES: about.values,
     }
     for name, array in arrays.items():
         np.save(out / name, array)
 
 
-def write_ann(path: Path, vectors: np.ndarray) -> None:
-    """An HNSW index of ``vectors`` (cosine, keys = rows), saved for a reader to map."""
-    from usearch.index import Index
-
-    index = Index(
-        ndim=vectors.shape[1],
-        metric="cos",
-        dtype="f32",
-        connectivity=ANN_CONNECTIVITY,
-        expansion_add=ANN_EXPANSION_ADD,
-        expansion_search=ANN_EXPANSION_SEARCH,
+def write_ivf(folder: Path, name: str, vectors: np.ndarray) -> None:
+    """An inverted-file index of unit ``vectors`` saved as ``name``_{centroids, offsets,
+    rows}.npy: spherical k-means on a seeded sample, then every row in its nearest
+    centroid's list (in blocks: a million vectors need not be in memory twice)."""
+    rng = np.random.default_rng(IVF_SEED)
+    lists = max(1, min(len(vectors), round(IVF_LISTS_PER_SQRT * math.sqrt(len(vectors)))))
+    sample = np.asarray(
+        vectors[
+            np.sort(
+                rng.choice(
+                    len(vectors), min(len(vectors), lists * IVF_TRAINING_PER_LIST), replace=False
+                )
+            )
+        ],
+        dtype=np.float32,
     )
-    index.add(np.arange(len(vectors), dtype=np.uint64), vectors, threads=os.cpu_count() or 1)
-    index.save(str(path))
+    centroids = sample[rng.choice(len(sample), lists, replace=False)]
+    for _ in range(IVF_ITERATIONS):
+        nearest = _nearest_centroid(sample, centroids)
+        sums = np.zeros_like(centroids)
+        np.add.at(sums, nearest, sample)
+        empty = np.bincount(nearest, minlength=lists) == 0
+        sums[empty] = sample[rng.choice(len(sample), int(empty.sum()))]
+        centroids = sums / np.linalg.norm(sums, axis=1, keepdims=True)
+    assigned = _nearest_centroid(vectors, centroids)
+    np.save(folder / f"{name}_centroids.npy", centroids.astype(np.float32))
+    np.save(
+        folder / f"{name}_offsets.npy",
+        np.concatenate([[0], np.cumsum(np.bincount(assigned, minlength=lists))]).astype(np.int64),
+    )
+    np.save(folder / f"{name}_rows.npy", np.argsort(assigned, kind="stable").astype(np.int32))
+
+
+def _nearest_centroid(vectors: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+    """The nearest centroid (largest dot product) of every row, a block at a time (a block's
+    scores are block x lists floats: 130 MB at a million vectors' 4,000 lists)."""
+    return np.concatenate(
+        [
+            np.argmax(np.asarray(vectors[start : start + IVF_BLOCK]) @ centroids.T, axis=1)
+            for start in range(0, len(vectors), IVF_BLOCK)
+        ]
+        or [np.zeros(0, dtype=np.int64)]
+    )
+
+
+@dataclass(frozen=True)
+class InvertedLists:
+    """A version's IVF index over one vector table (see the module docstring), mapped."""
+
+    centroids: np.ndarray
+    offsets: np.ndarray
+    rows: np.ndarray
+
+    @classmethod
+    def load(cls, folder: Path, name: str) -> InvertedLists | None:
+        """The index saved as ``name``, or None when the version has none (a small pack)."""
+        if not (folder / f"{name}_centroids.npy").is_file():
+            return None
+        return cls(*(load_array(folder, f"{name}_{part}.npy") for part in IVF_PARTS))
+
+    def candidates(self, vector: np.ndarray, wanted: int) -> np.ndarray:
+        """The rows of the lists nearest ``vector``, ascending: the ``IVF_PROBES`` nearest
+        lists, and more until they hold ``wanted`` rows."""
+        order = np.argsort(-(self.centroids @ vector), kind="stable")
+        sizes = np.diff(self.offsets)[order]
+        enough = int(np.searchsorted(np.cumsum(sizes), wanted)) + 1
+        probed = order[: max(IVF_PROBES, enough)]
+        return np.sort(self.rows[spans(self.offsets[probed], sizes[: len(probed)])])
 
 
 def _link_csr(urls: pa.ChunkedArray, links: pa.Table) -> tuple[np.ndarray, np.ndarray]:
@@ -333,45 +415,71 @@ def _link_csr(urls: pa.ChunkedArray, links: pa.Table) -> tuple[np.ndarray, np.nd
     return offsets, cols[order].astype(np.int64)
 
 
-def keyword_postings(texts: list[str]) -> dict[str, np.ndarray]:
+def _strings(column: pa.ChunkedArray) -> Iterator[str]:
+    """The values of a string column, converted a block at a time (not a million at once)."""
+    for start in range(0, len(column), STRING_BLOCK):
+        yield from column.slice(start, STRING_BLOCK).to_pylist()
+
+
+def keyword_postings(texts: Iterable[str]) -> dict[str, np.ndarray]:
     """BM25 postings of ``texts`` (kpack.text.search_terms), in the module docstring's format:
-    file name -> array."""
-    seen: dict[str, str] = {}  # word -> its term ("" for a stop word): stem each word once
-    holders: dict[str, list[tuple[int, int]]] = {}
-    lengths = np.zeros(len(texts), dtype=np.float64)
+    file name -> array.
+
+    Each text's words are counted in C (Counter) and each distinct word is stemmed once per
+    pack; the postings are gathered in flat integer arrays and grouped by one sort, so a
+    million passages' tens of millions of postings take a few hundred MB, not a Python
+    object each."""
+    term_of_word: dict[str, int] = {}  # word -> its term's number (-1 for a stop word)
+    numbers: dict[str, int] = {}  # term -> its number, in order of first use
+    rows, terms, frequencies = flat_array("i"), flat_array("i"), flat_array("i")
+    lengths = flat_array("d")
     for row, text in enumerate(texts):
-        counts: dict[str, int] = {}
-        for word in words(text):
-            term = seen.get(word)
-            if term is None:
-                term = seen[word] = next(iter(search_terms(word)), "")
-            if term:
-                counts[term] = counts.get(term, 0) + 1
-        lengths[row] = sum(counts.values())
-        for term, tf in counts.items():
-            holders.setdefault(term, []).append((row, tf))
+        counts: dict[int, int] = {}
+        for word, n in Counter(words(text)).items():
+            number = term_of_word.get(word)
+            if number is None:
+                term = next(iter(search_terms(word)), "")
+                number = term_of_word[word] = numbers.setdefault(term, len(numbers)) if term else -1
+            if number >= 0:
+                counts[number] = counts.get(number, 0) + n
+        lengths.append(sum(counts.values()))
+        rows.extend([row] * len(counts))
+        terms.extend(counts)
+        frequencies.extend(counts.values())
+    return _postings_arrays(list(numbers), rows, terms, frequencies, np.asarray(lengths))
+
+
+def _postings_arrays(
+    vocabulary: list[str],
+    rows: flat_array,
+    terms: flat_array,
+    frequencies: flat_array,
+    lengths: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """The keyword index files from flat (row, term number, frequency) postings."""
+    encoded = [term.encode() for term in vocabulary]
+    order = sorted(range(len(encoded)), key=encoded.__getitem__)  # by UTF-8 bytes
+    position = np.empty(len(order), dtype=np.int64)
+    position[order] = np.arange(len(order))
+    term = position[np.frombuffer(terms, dtype=np.int32)]
+    grouped = np.argsort(term, kind="stable")  # by term, rows ascending within each
+    at = np.frombuffer(rows, dtype=np.int32)[grouped]
+    tf = np.frombuffer(frequencies, dtype=np.int32)[grouped].astype(np.float64)
+    held = np.bincount(term, minlength=len(order))
+    offsets = np.concatenate([[0], np.cumsum(held)]).astype(np.int64)
     average = float(lengths.mean()) if len(lengths) and lengths.mean() > 0 else 1.0
     norm = K1 * (1.0 - B + B * lengths / average)
-    vocabulary = sorted(holders, key=lambda t: t.encode())
-    encoded = [t.encode() for t in vocabulary]
-    term_offsets = np.concatenate([[0], np.cumsum([len(e) for e in encoded])]).astype(np.int64)
-    offsets = np.concatenate([[0], np.cumsum([len(holders[t]) for t in vocabulary])]).astype(
-        np.int64
-    )
-    rows = np.empty(int(offsets[-1]), dtype=np.int32)
-    weights = np.empty(int(offsets[-1]), dtype=np.float32)
-    for number, term in enumerate(vocabulary):
-        held = np.array(holders[term], dtype=np.int64).reshape(-1, 2)
-        at, tf = held[:, 0], held[:, 1].astype(np.float64)
-        idf = math.log(1.0 + (len(texts) - len(at) + 0.5) / (len(at) + 0.5))
-        rows[offsets[number] : offsets[number + 1]] = at
-        weights[offsets[number] : offsets[number + 1]] = idf * tf * (K1 + 1.0) / (tf + norm[at])
+    idf = np.log(1.0 + (len(lengths) - held + 0.5) / (held + 0.5))
+    weights = np.repeat(idf, held) * tf * (K1 + 1.0) / (tf + norm[at])
+    ordered = [encoded[i] for i in order]
     return {
-        KEYWORD_VOCABULARY: np.frombuffer(b"".join(encoded), dtype=np.uint8),
-        KEYWORD_TERM_OFFSETS: term_offsets,
+        KEYWORD_VOCABULARY: np.frombuffer(b"".join(ordered), dtype=np.uint8),
+        KEYWORD_TERM_OFFSETS: np.concatenate([[0], np.cumsum([len(e) for e in ordered])]).astype(
+            np.int64
+        ),
         KEYWORD_OFFSETS: offsets,
-        KEYWORD_ROWS: rows,
-        KEYWORD_WEIGHTS: weights,
+        KEYWORD_ROWS: at.astype(np.int32),
+        KEYWORD_WEIGHTS: weights.astype(np.float32),
         KEYWORD_LENGTHS: lengths.astype(np.float32),
     }
 
@@ -381,18 +489,11 @@ def keyword_postings(texts: list[str]) -> dict[str, np.ndarray]:
 
 def load_entity_graph(folder: Path, passages: Sequence[str]) -> EntityGraph:
     """The entity-passage graph of a version, its arrays memory-mapped (see _write_graph)."""
-    from scipy import sparse
-
-    from kpack.graph import EntityGraph, SortedGroups
+    from kpack.graph import Csr, EntityGraph, SortedGroups
 
     arrays = {name: load_array(folder, name) for name in GRAPH_FILES}
     entities = load_table(folder, ENTITIES)
-    size = len(passages) + entities.num_rows
-    structure = (arrays[GRAPH_INDICES], arrays[GRAPH_INDPTR])
-
-    def matrix(values: np.ndarray) -> sparse.csr_matrix:
-        return sparse.csr_matrix((values, *structure), shape=(size, size), copy=False)
-
+    structure = (arrays[GRAPH_INDPTR], arrays[GRAPH_INDICES])
     keys = SortedKeys(entities["entity_id"])
     return EntityGraph(
         passages=passages,
@@ -400,8 +501,8 @@ def load_entity_graph(folder: Path, passages: Sequence[str]) -> EntityGraph:
         names=Column(entities["name"]),
         article_of=arrays[GRAPH_ARTICLE_OF],
         title_entity=arrays[GRAPH_TITLE_ENTITY],
-        adjacency=matrix(arrays[GRAPH_WEIGHTS]),
-        transition=matrix(arrays[GRAPH_TRANSITION]),
+        adjacency=Csr(*structure, arrays[GRAPH_WEIGHTS]),
+        transition=Csr(*structure, arrays[GRAPH_TRANSITION]),
         passages_of_entity=arrays[GRAPH_PASSAGES_OF_ENTITY],
         about=SortedGroups(
             arrays[GRAPH_ABOUT_KEYS], arrays[GRAPH_ABOUT_OFFSETS], arrays[GRAPH_ABOUT_PASSAGES]
@@ -421,26 +522,26 @@ def best_rows(scores: np.ndarray, k: int, rows: np.ndarray | None = None) -> np.
 
 
 def nearest_rows(
-    vectors: np.ndarray, vector: np.ndarray, k: int, ann: Index | None = None
+    vectors: np.ndarray, vector: np.ndarray, k: int, ann: InvertedLists | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` rows of ``vectors`` nearest a unit ``vector`` and their cosine similarities,
-    best first, ties by row. With an ``ann`` index, its ``ANN_CANDIDATES`` best hits are
-    re-scored exactly against ``vectors`` (the index only proposes); without, every row is
-    scanned."""
+    best first, ties by row. With an ``ann`` index, the rows of its lists nearest the vector
+    are scanned (exactly, against ``vectors``); without, every row is."""
     if ann is None:
         similarity = vectors @ vector
         rows = best_rows(similarity, k)
         return rows, similarity[rows]
-    found = ann.search(vector, max(k, ANN_CANDIDATES))
-    candidates = np.sort(np.asarray(found.keys, dtype=np.int64))
+    candidates = ann.candidates(vector, k)
     similarity = vectors[candidates] @ vector
     best = best_rows(similarity, k)
     return candidates[best], similarity[best]
 
 
 def load_array(folder: Path, name: str) -> np.ndarray:
-    """A saved array, memory-mapped read-only."""
-    return np.load(folder / name, mmap_mode="r", allow_pickle=False)
+    """A saved array, memory-mapped read-only, as a plain ndarray over the map (np.memmap's
+    Python-level indexing cost ~10 us per element read, which a query pays thousands of
+    times)."""
+    return np.asarray(np.load(folder / name, mmap_mode="r", allow_pickle=False))
 
 
 def load_table(folder: Path, name: str) -> pa.Table:
@@ -448,21 +549,13 @@ def load_table(folder: Path, name: str) -> pa.Table:
     return pa.ipc.open_file(pa.memory_map(str(folder / name), "r")).read_all()
 
 
-def load_ann(folder: Path) -> Index | None:
-    """The version's ANN index viewed from its file, or None when the pack has none."""
-    path = folder / ANN_FILE
-    if not path.is_file():
-        return None
-    from usearch.index import Index
-
-    return Index.restore(str(path), view=True)
-
-
 class Column(Sequence[Any]):
     """One column of a memory-mapped table as a Python sequence (values read one at a time)."""
 
-    def __init__(self, column: pa.ChunkedArray) -> None:
-        self._column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    def __init__(self, column: pa.ChunkedArray | pa.Array) -> None:
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+        self._column = column
         self._text: tuple[np.ndarray, memoryview] | None = None
         if pa.types.is_string(self._column.type) and self._column.null_count == 0:
             # A string is read from the column's offsets and bytes: Arrow's scalar access
@@ -715,10 +808,19 @@ class KeywordIndex:
 
     def search(self, text: str, k: int) -> list[tuple[int, float]]:
         """The ``k`` best rows for the terms of ``text``: (row, BM25 score), best first, ties
-        by row; rows without any of the terms are not returned."""
+        by row; rows without any of the terms are not returned.
+
+        A term held by more than ``KEYWORD_TERM_CANDIDATES`` passages (a common word of a
+        large pack) brings only that many of them, those it weighs most: summing every
+        passage of every common word is the length-N work a query must not do, and a
+        passage below them has a lower weight for that word than each of the ones kept.
+        Exact for a pack of fewer passages."""
         if k <= 0:
             return []
-        found = [self.postings(t) for t in dict.fromkeys(search_terms(text))]
+        found = [
+            _strongest(*self.postings(t), KEYWORD_TERM_CANDIDATES)
+            for t in dict.fromkeys(search_terms(text))
+        ]
         found = [(rows, weights) for rows, weights in found if len(rows)]
         if not found:
             return []
@@ -728,6 +830,14 @@ class KeywordIndex:
         scores = np.bincount(at, weights=weights, minlength=len(held))
         order = np.lexsort((held, -scores))[:k]
         return [(int(held[i]), float(scores[i])) for i in order]
+
+
+def _strongest(rows: np.ndarray, weights: np.ndarray, most: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``most`` postings of highest weight (all of them when there are no more)."""
+    if len(rows) <= most:
+        return rows, weights
+    kept = np.sort(np.argpartition(-np.asarray(weights), most - 1)[:most])
+    return rows[kept], weights[kept]
 
 
 class _Frequency(Mapping[str, int]):

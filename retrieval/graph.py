@@ -25,8 +25,8 @@ generic entities or with the first-hop hits at full weight, or bridging through 
 are not titles, cost single-hop hit@5. Every candidate a graph stage
 brings in or moves says which path did it ("via entity 'X' from passage Y"). The graph
 (MENTIONS, LINKS_TO, ENTITY_RELATION) is written by the build as CSR arrays
-(kpack.indexes) and mapped on the first query that needs it; PageRank walks only the seeds'
-neighbourhood (kpack.graph.walk_nodes).
+(kpack.indexes) and mapped on the first query that needs it; PageRank is a local push from
+the seeds (kpack.graph.personalized_pagerank), whose cost is bounded whatever the pack's size.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ import numpy as np
 from kpack.contracts import section_of_chunk
 from kpack.graph import (
     EntityGraph,
+    Visits,
     linked_entities,
     personalized_pagerank,
     second_hop,
@@ -152,11 +153,12 @@ class GraphRetriever:
                 seeds[node] = seeds.get(node, 0.0) + PASSAGE_SEED_WEIGHT / rank
         query.notes["graph"]["seeds"] = len(seeds)
         scores = personalized_pagerank(graph, seeds, query.settings.graph_damping)
-        reached = np.flatnonzero(scores[: len(graph.passages)] > 0)
+        passages = scores.nodes < len(graph.passages)
+        reached = scores.nodes[passages]
         if not len(reached):
             return
         similarity = query.passage_similarity(reached)
-        ranking = scores[reached] * np.clip(similarity, 0.0, None)
+        ranking = scores.scores[passages] * np.clip(similarity, 0.0, None)
         order = best_rows(ranking, query.depth)  # best first, ties by passage
         found = []
         for rank, at in enumerate(order, start=1):
@@ -181,7 +183,7 @@ class GraphRetriever:
 
     @staticmethod
     def _path(
-        query: Query, graph: EntityGraph, scores: np.ndarray, seeds: dict[int, float], node: int
+        query: Query, graph: EntityGraph, scores: Visits, seeds: dict[int, float], node: int
     ) -> str:
         if node in seeds:
             return "a first-hop hit"

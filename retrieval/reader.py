@@ -284,7 +284,9 @@ class PackReader:
         )
         self.chunk_vectors = ix.load_array(folder, ix.CHUNK_VECTORS)
         self.section_vectors = ix.load_array(folder, ix.SECTION_VECTORS)
-        self.ann = ix.load_ann(folder)
+        # IVF indexes, None for a table below the ANN crossover (kpack.indexes).
+        self.ann = ix.InvertedLists.load(folder, ix.CHUNK_IVF)
+        self.section_ann = ix.InvertedLists.load(folder, ix.SECTION_IVF)
         self.keywords: KeywordIndex = KeywordIndex.load(folder)
 
     def _open_database(self) -> None:
@@ -403,15 +405,15 @@ class PackReader:
         """The ``k`` nodes of a table ("Chunk" or "Section") nearest a unit ``vector``: (id,
         cosine similarity), best first, ties by table order.
 
-        Chunks of a pack with an ANN index are searched there, and the candidates re-scored
-        exactly; otherwise (small packs, and sections) by an exact scan
-        (kpack.indexes.nearest_rows), on the reader's BLAS threads (set when it opened)."""
-        ids, vectors = (
-            (self.chunk_ids, self.chunk_vectors)
+        A table with an ANN index (a pack above the ANN crossover) is searched there, and the
+        candidates re-scored exactly; otherwise by an exact scan (kpack.indexes.nearest_rows),
+        on the reader's BLAS threads (set when it opened)."""
+        ids, vectors, ann = (
+            (self.chunk_ids, self.chunk_vectors, self.ann)
             if label == "Chunk"
-            else (self.section_ids, self.section_vectors)
+            else (self.section_ids, self.section_vectors, self.section_ann)
         )
-        rows, similarity = nearest_rows(vectors, vector, k, self.ann if label == "Chunk" else None)
+        rows, similarity = nearest_rows(vectors, vector, k, ann)
         return [(ids[int(row)], float(s)) for row, s in zip(rows, similarity, strict=True)]
 
     def query(self, cypher: str, params: dict | None = None) -> list[list]:

@@ -38,3 +38,22 @@ def test_scores_are_okapi_bm25_with_lucene_idf():
     ranked = index.search("pack", 4)
     assert ranked[0][0] == 2  # three mentions beat one, despite the longer passage
     assert [row for row, _ in ranked[1:]] == [3, 1]  # one mention: the shorter passage first
+
+
+def test_a_common_word_brings_only_its_heaviest_passages(monkeypatch):
+    """In a large pack a question's common word sums only the passages it weighs most (the
+    query's work stays bounded); a passage that also holds the rare word still ranks first."""
+    import kpack.indexes
+
+    filler = "The cache keeps entries. " * 3
+    passages = [f"{filler} Note {i}." for i in range(40)]
+    passages += ["cache " * 6, "The cache and the sprocket setting.", "cache cache"]
+    index = KeywordIndex.of(passages)
+    exact = index.search("sprocket cache", 3)
+    monkeypatch.setattr(kpack.indexes, "KEYWORD_TERM_CANDIDATES", 3)
+    bounded = index.search("sprocket cache", 3)
+    assert bounded[0][0] == exact[0][0] == 41  # both words
+    # The passages the bounded search sums for "cache" are its heaviest three.
+    rows, weights = index.postings("cach")
+    heaviest = {int(r) for r in rows[weights.argsort()[::-1][:3]]}
+    assert {row for row, _ in bounded[1:]} <= heaviest
