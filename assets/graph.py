@@ -197,10 +197,11 @@ def write_staged(
         dim,
     )
     done("retrieval indexes")
+    del nodes, rels  # copies with vectors: the documentation graph needs ids and texts only
     write_doc_graph(
         staging / INDEX_DIR,
-        t["sections"].sort_by("section_id"),
-        t["chunks"].sort_by("chunk_id"),
+        t["sections"].select(["section_id", "defines"]).sort_by("section_id"),
+        t["chunks"].select(["chunk_id", "content"]).sort_by("chunk_id"),
         t["section_links"],
     )
     done("documentation graph")

@@ -23,6 +23,7 @@ bisection, from the memory-mapped files.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,7 +119,7 @@ def definition_rows(
     section_ids: list[str],
     defines: list[list[str] | None],
     runs: tuple[np.ndarray, np.ndarray],
-    texts: list[str],
+    texts: Sequence[str],
 ) -> pa.Table:
     """definitions.arrow's rows (see the module docstring), sorted by key; an identifier
     defined in several sections has a row for each."""
@@ -145,7 +146,7 @@ def definition_rows(
     )
 
 
-def _defining_chunk(name: str, texts: list[str], start: int, end: int) -> int:
+def _defining_chunk(name: str, texts: Sequence[str], start: int, end: int) -> int:
     """The first chunk row in [start, end) that writes the identifier's signature (its last part
     and a parenthesis: a method's signature writes "default(o)" for json.JSONEncoder.default),
     else the first that writes its last part (an attribute), else start."""
@@ -159,13 +160,15 @@ def _defining_chunk(name: str, texts: list[str], start: int, end: int) -> int:
 
 def write_doc_graph(folder: Path, sections: pa.Table, chunks: pa.Table, links: pa.Table) -> None:
     """Write the documentation graph's files into a version's index folder; ``sections`` and
-    ``chunks`` sorted by id, as the index folder's own tables are."""
-    from kpack.indexes import write_arrow
+    ``chunks`` sorted by id, as the index folder's own tables are. Only the passages of the
+    sections that define something are read as text (a million-passage pack's texts are
+    gigabytes as Python strings)."""
+    from kpack.indexes import Column, write_arrow
 
     section_ids = sections["section_id"].to_pylist()
     runs = _chunk_runs(section_ids, chunks["chunk_id"].to_pylist())
     definitions = definition_rows(
-        section_ids, sections["defines"].to_pylist(), runs, chunks["content"].to_pylist()
+        section_ids, sections["defines"].to_pylist(), runs, Column(chunks["content"])
     )
     defined = {
         (section, key): chunk
