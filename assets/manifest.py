@@ -112,6 +112,8 @@ def build_manifest(
             "encoder": ENCODERS[embedded["precision"]],
             "device": embedded.get("device"),
             "texts_per_second": embedded.get("texts_per_second"),
+            # "derived": longer sections' vectors are their chunks' mean (kpack.ingest.vectors).
+            "section_vectors": embedded["section_vectors"],
         },
         "extraction": {
             "method": method,
