@@ -2,9 +2,10 @@
 
 This is the only step that writes Kuzu (Kuzu has a single writer). It builds in this run's
 staging folder with COPY FROM Arrow tables (never pandas: kuzu 0.11.3 crashes on pandas 3
-string columns), checkpoints and closes, in a child process (kpack.graphdb.write_graph: a full disk aborts Kuzu). Beside the
-database it writes articles.json (url -> content hash), which the next build compares its
-pages with: a build never opens the published database. Nothing a reader sees changes until
+string columns), checkpoints and closes, in a child process (kpack.graphdb.writing_graph: a
+full disk aborts Kuzu) while this process writes the retrieval indexes on the other core.
+Beside the database it writes articles.json (url -> content hash), which the next build
+compares its pages with: a build never opens the published database. Nothing a reader sees changes until
 pack_manifest publishes the staged folder. pack_graph hands pack_manifest a
 kpack.contracts.StagedBuild record through the IO manager: the staged database's facts and
 those of the stages it was built from (each input table carries its stage's facts).
@@ -33,7 +34,7 @@ from assets.partitions import (
 )
 from kpack.changes import page_changes
 from kpack.contracts import StagedBuild, facts_of
-from kpack.graphdb import graph_counts, opened, write_graph
+from kpack.graphdb import graph_counts, opened, writing_graph
 from kpack.indexes import (
     CHUNK_VECTORS,
     CHUNKS,
@@ -143,20 +144,20 @@ def pack_graph(
     db_path = staging / "pack.db"
     nodes = node_tables(articles, sections, chunks, entities, facts, embeddings, pagerank, dim)
     rels = rel_tables(articles, sections, chunks, links, entity_mentions, relations, facts)
-    write_graph(db_path, nodes, rels, dim)
-    write_indexes(
-        staging,
-        nodes["Article"],
-        nodes["Section"],
-        nodes["Chunk"],
-        links,
-        entities,
-        entity_mentions,
-        rels["MENTIONS"],
-        relations,
-        facts,
-        dim,
-    )
+    with writing_graph(db_path, nodes, rels, dim):  # Kuzu in a child, the indexes here
+        write_indexes(
+            staging,
+            nodes["Article"],
+            nodes["Section"],
+            nodes["Chunk"],
+            links,
+            entities,
+            entity_mentions,
+            rels["MENTIONS"],
+            relations,
+            facts,
+            dim,
+        )
     write_articles(
         staging,
         dict(zip(articles["url"].to_pylist(), articles["content_hash"].to_pylist(), strict=True)),

@@ -4,7 +4,7 @@ Kuzu holds a file lock until both the connection and the database are closed, so
 here closes both; the extensions every pack uses (vector, full-text, algorithms) are loaded on
 each connection.
 
-A pack database is written in a child process (:func:`write_graph`): Kuzu 0.11 answers some
+A pack database is written in a child process (:func:`writing_graph`): Kuzu 0.11 answers some
 write errors, a full disk among them, with a C++ ``terminate`` that aborts the whole process
 (rc 134), which would take a build down without a record or a cleanup. In a child the abort is
 an error of this build, reported in one line.
@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -90,10 +91,13 @@ def load_graph(
         conn.execute("CHECKPOINT")
 
 
-def write_graph(
+@contextmanager
+def writing_graph(
     db_path: Path, nodes: dict[str, pa.Table], rels: dict[str, pa.Table], dim: int
-) -> None:
-    """:func:`load_graph` in a child process; raises PackError when it fails or aborts.
+) -> Iterator[None]:
+    """:func:`load_graph` in a child process while the block runs, so the caller's own work
+    (a build writes the retrieval indexes) takes the other core meanwhile; raises PackError
+    when the child fails or aborts, and kills it when the block raises.
 
     The tables travel pickled through the child's stdin (Arrow buffers, no temporary files:
     the disk may be the thing that is full).
@@ -102,20 +106,48 @@ def write_graph(
     inherited = os.environ.get("PYTHONPATH")
     path = os.pathsep.join([str(PROJECT_ROOT), *([inherited] if inherited else [])])
     env = {**os.environ, "PYTHONPATH": path}
-    child = subprocess.run(
-        [sys.executable, "-m", "kpack.graphdb"], input=payload, capture_output=True, env=env
+    child = subprocess.Popen(
+        [sys.executable, "-m", "kpack.graphdb"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
     )
-    if child.returncode == 0:
-        return
-    lines = child.stderr.decode(errors="replace").strip().splitlines()
-    detail = lines[-1] if lines else _exit_reason(child.returncode)
+    stderr: list[bytes] = []
+    # communicate() feeds stdin and drains stderr together, so neither pipe can fill and
+    # stall the child while the block runs.
+    talker = threading.Thread(target=lambda: stderr.append(child.communicate(payload)[1]))
+    talker.start()
+    try:
+        yield
+    except BaseException:
+        child.kill()
+        raise
+    finally:
+        talker.join()
+    if child.returncode != 0:
+        raise write_failure(db_path, child.returncode, stderr[0] if stderr else b"")
+
+
+def write_graph(
+    db_path: Path, nodes: dict[str, pa.Table], rels: dict[str, pa.Table], dim: int
+) -> None:
+    """:func:`load_graph` in a child process, waited for (see :func:`writing_graph`)."""
+    with writing_graph(db_path, nodes, rels, dim):
+        pass
+
+
+def write_failure(db_path: Path, returncode: int, stderr: bytes) -> PackError:
+    """The one-line error of a writer child that failed: a full disk named as such."""
+    lines = stderr.decode(errors="replace").strip().splitlines()
+    detail = lines[-1] if lines else _exit_reason(returncode)
     free = shutil.disk_usage(db_path.parent).free
     if "No space left" in detail or free < LOW_SPACE_BYTES:
-        raise PackError(
+        return PackError(
             f"no space left on device while writing the pack database in {db_path.parent} "
             f"({free / 2**20:.1f} MiB free); free some space and build again"
         )
-    raise PackError(f"writing the pack database failed: {detail}")
+    return PackError(f"writing the pack database failed: {detail}")
 
 
 def _exit_reason(returncode: int) -> str:
