@@ -10,9 +10,10 @@ A section longer than one chunk has a text of its own. With ``section_vectors: e
 model embeds it too, but reads only its first 256 tokens, which its first chunk already holds;
 with ``derived`` (the default) the section takes its first chunk's vector
 (:func:`derived_section_vectors`) and the model embeds chunk texts only: 1,361 fewer of the
-Python docs' 8,722 texts (16%), 95 fewer of HotpotQA's 1,089. Measured in bench/RESULTS.md (issue 24): the retrieval figures
-do not change, while the mean of a section's chunk vectors, the other way to derive one,
-lost hit@1 (SQuAD vector search 0.659 -> 0.626, Python docs 0.743 -> 0.714).
+Python docs' 8,722 texts (16%), 45 fewer of HotpotQA's 1,089. Measured in bench/RESULTS.md
+(issue 24): the retrieval figures do not change, while the mean of a section's chunk
+vectors, the other way to derive one, lost hit@1 (SQuAD vector search 0.659 -> 0.626,
+Python docs 0.743 -> 0.714).
 """
 
 from __future__ import annotations
