@@ -5,8 +5,8 @@ staging folder with COPY FROM Arrow tables (never pandas: kuzu 0.11.3 crashes on
 string columns), checkpoints and closes, in a child process (kpack.graphdb.writing_graph: a
 full disk aborts Kuzu) while this process writes the retrieval indexes on the other core.
 Beside the database it writes articles.json (url -> content hash), which the next build
-compares its pages with: a build never opens the published database. Nothing a reader sees changes until
-pack_manifest publishes the staged folder. pack_graph hands pack_manifest a
+compares its pages with: a build never opens the published database. Nothing a reader sees
+changes until pack_manifest publishes the staged folder. pack_graph hands pack_manifest a
 kpack.contracts.StagedBuild record through the IO manager: the staged database's facts and
 those of the stages it was built from (each input table carries its stage's facts).
 
