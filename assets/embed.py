@@ -1,5 +1,8 @@
 """Stage 5, embeddings: one vector per distinct section and chunk text (kpack.ingest.vectors),
 cached by (model, precision, content hash) across builds, so a rebuild embeds only new text.
+With ``section_vectors: derived`` (the default) the model embeds chunk texts only, and
+``embeddings`` adds each longer section's vector, its first chunk's (kpack.ingest.vectors;
+never cached: it costs no model call).
 The model runs on the machine's device in the pack's precision (kpack.embedding); each step
 records the device and its texts per second, and ``embeddings`` gathers them for the manifest.
 
@@ -20,7 +23,7 @@ from assets.partitions import build_stage
 from kpack.contracts import facts_of
 from kpack.embedding import ENCODERS, effective_precision, model_label, vector_namespace
 from kpack.ingest.shards import embed_shard, shard_count, shard_of
-from kpack.ingest.vectors import distinct_texts
+from kpack.ingest.vectors import derived_section_vectors, distinct_texts
 from resources.embedder import EmbedderResource
 from resources.pack_store import PackStore
 from resources.storage import ContentCacheResource
@@ -32,12 +35,14 @@ SHARD_NAMES = [f"embeddings_shard_{index}" for index in range(SHARDS)]
 
 @dataclass(frozen=True)
 class EmbedStep:
-    """One run of an embedding step: the pack, the embedding model its config names and the
-    precision its config means on this machine, and when the step started."""
+    """One run of an embedding step: the pack, the embedding model its config names, the
+    precision its config means on this machine, whether the model embeds section texts (else
+    they are derived from chunk vectors), and when the step started."""
 
     pack: str
     model: str
     precision: str
+    embed_sections: bool
     started: float
 
     @classmethod
@@ -46,7 +51,8 @@ class EmbedStep:
         pack = context.partition_key
         config = pack_store.config(pack)
         precision = effective_precision(config.embedding_precision)
-        return cls(pack, config.embedding_model, precision, started)
+        embed_sections = config.section_vectors == "embedded"
+        return cls(pack, config.embedding_model, precision, embed_sections, started)
 
     @property
     def cache_namespace(self) -> str:
@@ -78,7 +84,7 @@ def shard_asset(index: int) -> AssetsDefinition:
         step = EmbedStep.begin(context, pack_store)
         texts = {
             h: text
-            for h, text in distinct_texts(sections, chunks).items()
+            for h, text in distinct_texts(sections, chunks, step.embed_sections).items()
             if shard_of(h, SHARDS) == index
         }
         # The model is loaded on first use: a shard served from the cache never loads it.
@@ -118,12 +124,14 @@ embedding_shards = [shard_asset(index) for index in range(SHARDS)]
     group_name="embed",
     compute_kind="sentence-transformers",
     description="Vectors of every distinct section and chunk text (sentence-transformers "
-    "fp32, or its int8 export).",
+    "fp32, or its int8 export); a longer section takes its first chunk's by default.",
 )
 def embeddings(
     context: AssetExecutionContext,
     content_cache: ContentCacheResource,
     pack_store: PackStore,
+    sections: pa.Table,
+    chunks: pa.Table,
     **shards: pa.Table,
 ) -> Output[pa.Table]:
     step = EmbedStep.begin(context, pack_store)
@@ -137,14 +145,17 @@ def embeddings(
     if embedded:
         # The cache becomes exactly this pack's texts: new vectors in, vanished texts out.
         content_cache.save(step.cache_namespace, step.pack, table)
+    derived = derived_section_vectors(sections, chunks, table)
     return Output(
-        table,
+        pa.concat_tables([table, derived]),
         metadata={
             "model": model_label(step.model),
             "dimension": len(table["embedding"][0]) if table.num_rows else 0,
             "texts": table.num_rows,
             "embedded": embedded,
             "cached": table.num_rows - embedded,
+            "section_vectors": "embedded" if step.embed_sections else "derived",
+            "derived": derived.num_rows,
             "shards": SHARDS,
             "precision": step.precision,
             "encoder": ENCODERS[step.precision],

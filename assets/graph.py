@@ -2,10 +2,11 @@
 
 This is the only step that writes Kuzu (Kuzu has a single writer). It builds in this run's
 staging folder with COPY FROM Arrow tables (never pandas: kuzu 0.11.3 crashes on pandas 3
-string columns), checkpoints and closes, in a child process (kpack.graphdb.write_graph: a full disk aborts Kuzu). Beside the
-database it writes articles.json (url -> content hash), which the next build compares its
-pages with: a build never opens the published database. Nothing a reader sees changes until
-pack_manifest publishes the staged folder. pack_graph hands pack_manifest a
+string columns), checkpoints and closes, in a child process (kpack.graphdb.writing_graph: a
+full disk aborts Kuzu) while this process writes the retrieval indexes on the other core.
+Beside the database it writes articles.json (url -> content hash), which the next build
+compares its pages with: a build never opens the published database. Nothing a reader sees
+changes until pack_manifest publishes the staged folder. pack_graph hands pack_manifest a
 kpack.contracts.StagedBuild record through the IO manager: the staged database's facts and
 those of the stages it was built from (each input table carries its stage's facts).
 
@@ -36,7 +37,7 @@ from assets.partitions import (
 from kpack.changes import page_changes
 from kpack.contracts import StagedBuild, facts_of
 from kpack.docgraph import write_doc_graph
-from kpack.graphdb import graph_counts, opened, write_graph
+from kpack.graphdb import graph_counts, opened, writing_graph
 from kpack.indexes import (
     CHUNK_IVF,
     CHUNK_VECTORS,
@@ -181,22 +182,21 @@ def write_staged(
         t["entity_mentions"],
     )
     done("relationship tables")
-    write_graph(staging / "pack.db", nodes, rels, dim)
-    done("Kuzu database")
-    write_indexes(
-        staging,
-        nodes["Article"],
-        nodes["Section"],
-        nodes["Chunk"],
-        t["links"],
-        t["entities"],
-        t["entity_mentions"],
-        t["mentions"],
-        t["relations"],
-        t["facts"],
-        dim,
-    )
-    done("retrieval indexes")
+    with writing_graph(staging / "pack.db", nodes, rels, dim):  # Kuzu in a child, the indexes here
+        write_indexes(
+            staging,
+            nodes["Article"],
+            nodes["Section"],
+            nodes["Chunk"],
+            t["links"],
+            t["entities"],
+            t["entity_mentions"],
+            t["mentions"],
+            t["relations"],
+            t["facts"],
+            dim,
+        )
+    done("Kuzu database and retrieval indexes")
     del nodes, rels  # copies with vectors: the documentation graph needs ids and texts only
     write_doc_graph(
         staging / INDEX_DIR,

@@ -112,6 +112,8 @@ def build_manifest(
             "encoder": ENCODERS[embedded["precision"]],
             "device": embedded.get("device"),
             "texts_per_second": embedded.get("texts_per_second"),
+            # "derived": a longer section has its first chunk's vector (kpack.ingest.vectors).
+            "section_vectors": embedded["section_vectors"],
         },
         "extraction": {
             "method": method,

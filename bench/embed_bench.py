@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -42,7 +41,6 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from build_bench import (
@@ -50,13 +48,15 @@ from build_bench import (
     child_build,
     embedded_texts,
     forget_previous_build,
+    hotpotqa_corpus,
     machine,
     markdown_table,
     python_docs_corpus,
     squad_corpus,
 )
-from corpora import DEFAULT_HOTPOTQA, DEFAULT_SQUAD, make_pack, page_urls, render_hotpotqa, serve
+from corpora import DEFAULT_HOTPOTQA, DEFAULT_SQUAD, make_pack, page_urls, serve
 from harness import OFFLINE_ENV, OUT_DIR, RESULT_MARK, emit, peak_rss_mib, run_child
+from limits import flops_per_text, higher_peaks, int8_export, peaks
 
 os.environ.update(OFFLINE_ENV)
 
@@ -64,8 +64,6 @@ HERE = Path(__file__).resolve()
 PACKS = ("hotpotqa_100", "squad_wiki6", "python_docs")
 PRECISIONS = ("fp32", "int8")
 TODAY = "today: sentence-transformers fp32, cpu"
-PEAK_SIZE = 2048  # square matrices of the peak measurements
-PEAK_REPEATS = 5
 SLICES = 8  # the texts embedded alone are cut into slices that the paths take in turns
 
 
@@ -101,105 +99,7 @@ def child_worker(texts_file: Path, precision: str, device: str, vectors_file: Pa
     }
 
 
-def child_export() -> dict:
-    """The int8 export of the packaged model, made here unless this machine has it."""
-    started = time.perf_counter()
-    from kpack.quantized import ensure_export
-
-    folder, exported = ensure_export("default")
-    record = json.loads((folder / "export.json").read_text())
-    return {
-        "folder": str(folder),
-        "exported": exported,
-        "seconds": round(time.perf_counter() - started, 3),
-        "int8_cosine_to_fp32_on_probes": record["int8_cosine_to_fp32"],
-    }
-
-
-def child_peaks() -> dict:
-    """Measured peak throughput of a large fp32 and int8 matrix product on every core."""
-    import onnx
-    import onnxruntime
-    from onnx import TensorProto, helper, numpy_helper
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    logging.getLogger().setLevel(logging.ERROR)  # the quantizer's advice on every call
-    rng = np.random.default_rng(0)
-    n = PEAK_SIZE
-    a = rng.standard_normal((n, n), dtype=np.float32)
-    b = rng.standard_normal((n, n), dtype=np.float32)
-
-    def best_seconds(run: Any) -> float:
-        run()  # warm-up
-        times = []
-        for _ in range(PEAK_REPEATS):
-            started = time.perf_counter()
-            run()
-            times.append(time.perf_counter() - started)
-        return min(times)
-
-    fp32_s = best_seconds(lambda: a @ b)
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"])],
-        "peak",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, n])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, n])],
-        [numpy_helper.from_array(b, "w")],
-    )
-    with tempfile.TemporaryDirectory() as folder:
-        fp32_model, int8_model = Path(folder, "fp32.onnx"), Path(folder, "int8.onnx")
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-        onnx.save(model, fp32_model)
-        quantize_dynamic(fp32_model, int8_model, weight_type=QuantType.QInt8, per_channel=True)
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = len(os.sched_getaffinity(0))
-        session = onnxruntime.InferenceSession(
-            str(int8_model), options, providers=["CPUExecutionProvider"]
-        )
-        int8_s = best_seconds(lambda: session.run(None, {"x": a}))
-    flops = 2.0 * n**3
-    return {
-        "cores": len(os.sched_getaffinity(0)),
-        "matrix": n,
-        "fp32_gflops": round(flops / fp32_s / 1e9, 1),
-        "int8_gops": round(flops / int8_s / 1e9, 1),
-    }
-
-
-# --- The physical limit --------------------------------------------------------------------
-
-
-def flops_per_text(texts: list[str]) -> float:
-    """Mean FLOPs of MiniLM's matrix products per text, at each text's own token count: per
-    layer and token the four attention projections and the two feed-forward ones, plus the
-    attention's two products over the text's tokens."""
-    from tokenizers import Tokenizer
-
-    from kpack.embedding import resolve_model_path
-
-    folder = Path(resolve_model_path("default"))
-    config = json.loads((folder / "config.json").read_text())
-    max_tokens = json.loads((folder / "sentence_bert_config.json").read_text())["max_seq_length"]
-    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    tokenizer.enable_truncation(max_tokens)
-    hidden, inner = config["hidden_size"], config["intermediate_size"]
-    per_token = 2 * (4 * hidden * hidden + 2 * hidden * inner)
-    total = 0.0
-    for encoding in tokenizer.encode_batch(texts):
-        tokens = len(encoding.ids)
-        total += config["num_hidden_layers"] * (tokens * per_token + 4 * tokens * tokens * hidden)
-    return total / max(len(texts), 1)
-
-
 # --- Corpora -------------------------------------------------------------------------------
-
-
-def hotpotqa_corpus(args: argparse.Namespace, workspace: Path) -> Corpus:
-    corpus_file = args.hotpotqa / "hotpotqa_100_corpus.json"
-    if not corpus_file.is_file():
-        sys.exit(f"{corpus_file}: no such file (pass --hotpotqa FOLDER)")
-    root = workspace / "corpora" / "hotpotqa_100"
-    return Corpus("hotpotqa_100", root, render_hotpotqa(corpus_file, root)["pages"])
 
 
 CORPORA = {
@@ -307,7 +207,7 @@ def embed_alone(corpus: Corpus, workspace: Path, default_device: str, sample: in
 # --- Report --------------------------------------------------------------------------------
 
 
-def report(results: dict[str, dict], peaks: dict, export: dict) -> str:
+def report(results: dict[str, dict], machine_peaks: dict, export: dict) -> str:
     builds = markdown_table(
         ["pack", "precision", "build s", "texts", "embedding s", "texts/s (embedding)"],
         [
@@ -329,8 +229,8 @@ def report(results: dict[str, dict], peaks: dict, export: dict) -> str:
     for pack, r in results.items():
         mflop = r["alone"]["flops_per_text"] / 1e6
         limits = {
-            "fp32": peaks["fp32_gflops"] * 1e9 / r["alone"]["flops_per_text"],
-            "int8": peaks["int8_gops"] * 1e9 / r["alone"]["flops_per_text"],
+            "fp32": machine_peaks["fp32_gflops"] * 1e9 / r["alone"]["flops_per_text"],
+            "int8": machine_peaks["int8_gops"] * 1e9 / r["alone"]["flops_per_text"],
         }
         for name, run in r["alone"]["paths"].items():
             limit = limits[run["precision"]] if run["device"] == "cpu" else None
@@ -375,9 +275,9 @@ def report(results: dict[str, dict], peaks: dict, export: dict) -> str:
         "",
         alone,
         "",
-        f"CPU limit: FLOPs per text over the measured peak on {peaks['cores']} cores: "
-        f"fp32 {peaks['fp32_gflops']} GFLOP/s (numpy matmul {peaks['matrix']}^3), int8 "
-        f"{peaks['int8_gops']} GOP/s (onnxruntime dynamic-quantized MatMul, same size).",
+        f"CPU limit: FLOPs per text over the measured peak on {machine_peaks['cores']} cores: "
+        f"fp32 {machine_peaks['fp32_gflops']} GFLOP/s (numpy matmul {machine_peaks['matrix']}^3), int8 "
+        f"{machine_peaks['int8_gops']} GOP/s (onnxruntime dynamic-quantized MatMul, same size).",
         f"int8 export: {export['seconds']} s "
         f"({'made in this run' if export['exported'] else 'reused from this machine'}).",
     ]
@@ -430,10 +330,10 @@ def main(argv: list[str] | None = None) -> None:
         emit(child_worker(Path(texts), precision, device, Path(vectors)))
         return
     if args._child_export:
-        emit(child_export())
+        emit(int8_export())
         return
     if args._child_peaks:
-        emit(child_peaks())
+        emit(peaks())
         return
 
     workspace = (args.workdir or Path(tempfile.mkdtemp(prefix="kpack-embed-bench-"))).resolve()
@@ -451,12 +351,8 @@ def main(argv: list[str] | None = None) -> None:
         alone = embed_alone(corpus, workspace, device, args.alone_sample)
         results[name] = {"builds": builds, "alone": alone}
     # The peaks again at the end, keeping the higher: a shared machine lowers them at times.
-    last_peaks = run_child(HERE, ["--_child-peaks"])
-    peaks = {
-        **first_peaks,
-        **{k: max(first_peaks[k], last_peaks[k]) for k in ("fp32_gflops", "int8_gops")},
-    }
-    table = report(results, peaks, export)
+    machine_peaks = higher_peaks(first_peaks, run_child(HERE, ["--_child-peaks"]))
+    table = report(results, machine_peaks, export)
     print()
     print(table)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -466,7 +362,7 @@ def main(argv: list[str] | None = None) -> None:
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),
         "workspace": str(workspace),
-        "peaks": peaks,
+        "peaks": machine_peaks,
         "export": export,
         "packs": results,
     }

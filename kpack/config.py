@@ -232,16 +232,23 @@ class PackConfig(_Settings):
         "default",
         description="sentence-transformers model; 'default' is the packaged all-MiniLM-L6-v2",
     )
-    # Not int8 by default: issue 24 makes int8 the default only once it is measured side by
-    # side with fp32 (>= 1.3x faster, retrieval within 0.005), which bench/RESULTS.md has not
-    # shown yet.
+    # Not int8 by default: issue 24 makes int8 the default only when, side by side with fp32,
+    # it is >= 1.3x faster with the named retrieval figures within 0.005; measured in
+    # bench/RESULTS.md, Python docs and demo hit@1 and HotpotQA recall@5 dropped by more.
     embedding_precision: Literal["auto", "fp32", "int8"] = Field(
         "fp32",
         description="fp32: sentence-transformers, on a GPU when there is one; int8: the "
         "model's int8 export through onnxruntime on the CPU (vectors at cosine ~0.993 of fp32; "
-        "exported once per machine; not the default until measured side by side, see "
-        "docs/building-packs.md); auto: int8 when the build "
+        "exported once per machine; about twice as fast on a CPU, not the default because three "
+        "retrieval figures dropped, see docs/building-packs.md); auto: int8 when the build "
         "embeds on the CPU, fp32 on a GPU",
+    )
+    section_vectors: Literal["derived", "embedded"] = Field(
+        "derived",
+        description="derived: a section longer than one chunk takes its first chunk's vector "
+        "(the model reads only a text's first 256 tokens, which that chunk holds), so the "
+        "model embeds chunk texts only; embedded: the model embeds section texts too, as "
+        "builds did before (16% more texts on the Python docs, the same retrieval figures)",
     )
     extraction: Literal["auto", "claude", "offline"] = Field(
         "auto",

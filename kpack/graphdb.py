@@ -4,7 +4,7 @@ Kuzu holds a file lock until both the connection and the database are closed, so
 here closes both; the extensions every pack uses (vector, full-text, algorithms) are loaded on
 each connection.
 
-A pack database is written in a child process (:func:`write_graph`): Kuzu 0.11 answers some
+A pack database is written in a child process (:func:`writing_graph`): Kuzu 0.11 answers some
 write errors, a full disk among them, with a C++ ``terminate`` that aborts the whole process
 (rc 134), which would take a build down without a record or a cleanup. In a child the abort is
 an error of this build, reported in one line.
@@ -97,10 +97,13 @@ def _copied(
         yield table.name, rels[table.name]
 
 
-def write_graph(
+@contextmanager
+def writing_graph(
     db_path: Path, nodes: dict[str, pa.Table], rels: dict[str, pa.Table], dim: int
-) -> None:
-    """:func:`load_graph` in a child process; raises PackError when it fails or aborts.
+) -> Iterator[None]:
+    """:func:`load_graph` in a child process while the block runs, so the caller's own work
+    (a build writes the retrieval indexes) takes the other core meanwhile; raises PackError
+    when the child fails or aborts, and kills it when the block raises.
 
     The tables travel through the child's stdin as Arrow IPC streams, one after another
     (no temporary files: the disk may be the thing that is full; no pickled copy of them
@@ -112,29 +115,48 @@ def write_graph(
     child = subprocess.Popen(
         [sys.executable, "-m", "kpack.graphdb", str(db_path), str(dim)],
         stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         env=env,
     )
     errors: list[bytes] = []
+    # Feeding stdin and draining stderr in threads of their own: neither pipe can fill and
+    # stall the child while the block runs.
     drain = threading.Thread(target=lambda: errors.append(child.stderr.read()), daemon=True)
+    feed = threading.Thread(target=_feed, args=(child.stdin, nodes, rels), daemon=True)
     drain.start()
-    with suppress(BrokenPipeError):  # the child failed; its stderr says why
+    feed.start()
+    try:
+        yield
+    except BaseException:
+        child.kill()
+        raise
+    finally:
+        feed.join()
+        child.wait()
+        drain.join()
+    if child.returncode != 0:
+        raise write_failure(db_path, child.returncode, b"".join(errors))
+
+
+def _feed(sink: IO[bytes], nodes: dict[str, pa.Table], rels: dict[str, pa.Table]) -> None:
+    with suppress(BrokenPipeError):  # the child failed or was killed; its stderr says why
         for name, table in _copied(nodes, rels):
-            _send(child.stdin, name, table)
-        child.stdin.close()
-    returncode = child.wait()
-    drain.join()
-    if returncode == 0:
-        return
-    lines = b"".join(errors).decode(errors="replace").strip().splitlines()
+            _send(sink, name, table)
+        sink.close()
+
+
+def write_failure(db_path: Path, returncode: int, stderr: bytes) -> PackError:
+    """The one-line error of a writer child that failed: a full disk named as such."""
+    lines = stderr.decode(errors="replace").strip().splitlines()
     detail = lines[-1] if lines else _exit_reason(returncode)
     free = shutil.disk_usage(db_path.parent).free
     if "No space left" in detail or free < LOW_SPACE_BYTES:
-        raise PackError(
+        return PackError(
             f"no space left on device while writing the pack database in {db_path.parent} "
             f"({free / 2**20:.1f} MiB free); free some space and build again"
         )
-    raise PackError(f"writing the pack database failed: {detail}")
+    return PackError(f"writing the pack database failed: {detail}")
 
 
 def _send(sink: IO[bytes], name: str, table: pa.Table) -> None:
@@ -159,7 +181,7 @@ def _exit_reason(returncode: int) -> str:
     return f"the writer process exited with status {returncode}"
 
 
-if __name__ == "__main__":  # the child of write_graph: argv = database path, dimension
+if __name__ == "__main__":  # the child of writing_graph: argv = database path, dimension
     try:
         load_graph(Path(sys.argv[1]), _received(sys.stdin.buffer), int(sys.argv[2]))
     except Exception as exc:  # one line for the parent; its traceback would say no more

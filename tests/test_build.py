@@ -221,6 +221,7 @@ def test_the_manifest_records_how_the_vectors_were_made(
         "encoder": "sentence-transformers",
         "device": "cpu",
         "embedded_this_build": texts,
+        "section_vectors": "derived",
     }
     assert first.manifest["embedding"]["texts_per_second"] > 0
     hits = retrieval.search(folder, "Which variable sets where the sprocket cache lives?", k=3)
