@@ -54,10 +54,11 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
+from kpack.contracts import chunk_id
 from kpack.text import (
     fence_roles,
     fold_word,
@@ -71,6 +72,7 @@ from retrieval.answer_type import answer_kind, holds_answer
 from retrieval.key_items import (
     QUESTION_IDENTIFIER,
     QUESTION_NAME,
+    VERSION,
     WRITTEN_IDENTIFIER,
     defined_name,
     identifiers,
@@ -95,12 +97,16 @@ MAX_CHAINED, MAX_SOURCES = 4, 3
 COVERAGE_WEIGHT = 0.5
 # The question's terms held only by the sentence before a unit count at this share.
 CONTEXT_SHARE = 0.5
-# A further unit is quoted only when it scores at least this share of the best one.
-FOLLOWER_SHARE = 0.8
-# A unit must add more than this many terms to the question's own to say anything new.
-MIN_NEW_TERMS = 1
+# A further unit is quoted only when what it adds is worth this share of the best unit's score.
+FURTHER_SHARE = 0.6
 # A question term matched by meaning only (word vectors) counts at most this share.
 MEANING_SHARE = 0.6
+# A further unit's coverage counts this share for the terms no quoted unit holds yet, the rest
+# for all its terms (answering_sentences).
+NOVELTY_SHARE = 0.3
+# In a question that describes a situation before it asks ("I call basicConfig twice and
+# nothing changes. Why?"), the terms of the asking sentences weigh this many times more.
+ASKED_WEIGHT = 2.0
 
 # Every offline answer that declines starts so (the benchmarks count them by it).
 DECLINED = "The pack's passages do not"
@@ -131,6 +137,11 @@ NAVIGATION_LINKS = 3
 # A sentence that announces the code after it without a colon ("This example gets the
 # python.org main page ...", "Look at the following example, which ..."): quoted with it.
 ANNOUNCES_CODE = re.compile(r"\b(examples?|following|below|as follows|like this|snippet)\b", re.I)
+# The words inside an identifier: its parts between dots and underscores, split at case.
+NAME_SEPARATOR = re.compile(r"[._]")
+NAME_WORD_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+# A fence line of a code block ("```", "~~~").
+FENCE_LINE = re.compile(r"^\s*(`{3,}|~{3,})")
 # Interactive-session lines left in prose (">>> print(row)"): code, not a sentence.
 PROMPT = ">>>"
 
@@ -175,6 +186,8 @@ class ScoredSentence:
     score: float
     matched: frozenset[str]  # the question's terms it holds
     position: int  # its place among the candidates, which keep the passages' order
+    # What each question term it holds (by word, context or meaning) adds to its coverage.
+    credit: tuple[tuple[str, float], ...] = ()
 
     @property
     def text(self) -> str:
@@ -236,6 +249,91 @@ def _blocks(text: str) -> list[tuple[str, str]]:
     return blocks
 
 
+def passage_in_context(chunk: str, text: str, chunk_text: Mapping[str, str]) -> str:
+    """The text of passage ``chunk`` with what its section holds around it that its units
+    need (module docstring, point 1): the definition line its first units explain, when the
+    passage begins after it (a long entry is cut into several passages), and the code block
+    its last lead-in introduces, when the passage ends before it; a code block it begins
+    inside of is left out. All of it comes from the passages next to it in its section
+    (``chunk_text``: passage id to text), so the answer still quotes only the pack's text."""
+    section, _, number = chunk.rpartition("-")
+    if not number.isdigit():
+        return text
+    index = int(number)
+    earlier = [chunk_text.get(chunk_id(section, index - n), "") for n in range(1, 3) if index >= n]
+    if earlier and _opens_inside_code(text, earlier[0]):
+        text = _without_code_head(text)
+    definition = _definition_before(text, earlier)
+    text, code = _code_after(text, chunk_text.get(chunk_id(section, index + 1), ""))
+    return "\n".join(part for part in (definition, text, code) if part)
+
+
+def _overlap_start(text: str, previous: str) -> int:
+    """Where the passage's first line stands in the passage before it (they overlap), or the
+    end of that passage when they do not."""
+    opening = next((line for line in text.split("\n") if line.strip()), "")
+    at = previous.rfind(opening) if opening else -1
+    return at if at >= 0 else len(previous)
+
+
+def _opens_inside_code(text: str, previous: str) -> bool:
+    """True when the passage begins inside a code block the passage before it opened."""
+    head = previous[: _overlap_start(text, previous)]
+    roles = [role for _, role in fence_roles(head.split("\n"))]
+    return bool(roles) and roles[-1] in ("open", "code")
+
+
+def _without_code_head(text: str) -> str:
+    """The passage without the end of a code block it begins in (up to its closing fence)."""
+    lines = text.split("\n")
+    close = next((i for i, line in enumerate(lines) if FENCE_LINE.match(line)), len(lines) - 1)
+    return "\n".join(lines[close + 1 :])
+
+
+def _definition_before(text: str, earlier: list[str]) -> str:
+    """The last definition line before the passage in the passages before it (nearest first),
+    when the passage's first sentences come before any definition line of its own."""
+    first = next((kind for kind, _ in _blocks(text) if kind != "code"), None)
+    if first != "prose":
+        return ""
+    current = text
+    for previous in earlier:
+        head = previous[: _overlap_start(current, previous)]
+        found = [body for kind, body in _blocks(head) if kind == "signature"]
+        if found:
+            return found[-1]
+        current = previous
+    return ""
+
+
+def _code_after(text: str, following: str) -> tuple[str, str]:
+    """The passage without a code block it cuts off, and the complete block that follows
+    its last line in the next passage (at most ``MAX_CODE_LINES`` lines), or ""."""
+    lines = text.split("\n")
+    roles = [role for _, role in fence_roles(lines)]
+    opened = [i for i, role in enumerate(roles) if role == "open"]
+    if opened and "close" not in roles[opened[-1] :]:
+        lines = lines[: opened[-1]]
+    last = next((line for line in reversed(lines) if line.strip()), "")
+    if not following or not last or not last.strip() or FENCE_LINE.match(last):
+        return "\n".join(lines), ""
+    at = following.find(last)
+    if at < 0:
+        return "\n".join(lines), ""
+    rest = following[at + len(last) :].lstrip("\n").split("\n")
+    block: list[str] = []
+    for line, role in fence_roles(rest):
+        if role == "text":
+            break
+        block.append(line)
+        if role == "close":
+            break
+    closed = len(block) >= 2 and FENCE_LINE.match(block[-1])
+    if not closed or len(block) - 2 > MAX_CODE_LINES:
+        return "\n".join(lines), ""
+    return "\n".join(lines), "\n".join(block)
+
+
 @lru_cache(maxsize=16384)
 def units_of(text: str) -> tuple[Unit, ...]:
     """The units of a passage that could answer (module docstring, point 1), each with the
@@ -271,6 +369,19 @@ def units_of(text: str) -> tuple[Unit, ...]:
             elif not lead_in:  # a lead-in with nothing after it in the passage is no unit
                 units.append(Unit(quoted, before=before, signature=signature))
     return tuple(units)
+
+
+@lru_cache(maxsize=16384)
+def name_words(text: str) -> frozenset[str]:
+    """The stemmed words of the identifiers a text writes ("with_suffix": with, suffix;
+    "TemporaryDirectory": temporary, directory): what a name says in the question's words."""
+    parts = [
+        word
+        for name in identifiers(text)
+        for piece in NAME_SEPARATOR.split(name)
+        for word in NAME_WORD_PART.findall(piece)
+    ]
+    return stems(" ".join(parts))
 
 
 @lru_cache(maxsize=16384)
@@ -343,7 +454,17 @@ def missing_names(
     for identifier in dict.fromkeys(m.group(0) for m in QUESTION_IDENTIFIER.finditer(question)):
         if identifier.lower() not in known:
             missing.append(identifier)
+    # A release the question names ("Python 3.14") that no passage mentions: the passages
+    # are about other releases, however close their words.
+    held = " ".join(p.text for p in passages)
+    missing += [v for v in dict.fromkeys(VERSION.findall(question)) if not _holds_version(held, v)]
     return missing
+
+
+def _holds_version(text: str, version: str) -> bool:
+    """True when the text writes the version (not as part of a longer one: "3.14" is not
+    "3.1")."""
+    return re.search(rf"(?<![\w.]){re.escape(version)}(?![\w]|\.\d)", text) is not None
 
 
 def score_sentences(
@@ -374,25 +495,29 @@ def score_sentences(
         weight = {t: math.log(1 + len(units) / (1 + frequency[t])) for t in wanted}
     else:
         weight = {t: idf(t) for t in wanted}
+    asked = stems(asking_part(question))
+    weight = {t: w * (ASKED_WEIGHT if t in asked else 1.0) for t, w in weight.items()}
     total = sum(weight.values()) or 1.0
     kind = answer_kind(question)
     scored = []
     for position, (unit, matched, lead) in enumerate(zip(units, found, led, strict=True)):
-        if len(stems(unit.text) - wanted) <= MIN_NEW_TERMS and not (
-            kind is not None and holds_answer(kind, unit.text, question)
-        ):
-            continue  # it restates the question (what it asks for is new: "3.6")
+        if not stems(unit.subject) - wanted:
+            continue  # it only restates the question
         typed = kind is not None and holds_answer(kind, unit.subject, question)
-        coverage = sum(weight[t] * (1.0 if t in lead else 0.5) for t in matched)
-        # The sentence before it ("These methods will raise ...") and the definition it
-        # explains say what it is about: their terms at half weight.
-        context = (stems(unit.before) | stems(unit.signature)) & wanted - matched
-        coverage += CONTEXT_SHARE * sum(weight[t] for t in context)
+        credit = {t: weight[t] * (1.0 if t in lead else 0.5) for t in matched}
+        # The sentence before it ("These methods will raise ..."), the definition it explains
+        # and the words of the names it writes say what it is about: their terms at half
+        # weight.
+        about = stems(unit.before) | stems(unit.signature) | name_words(unit.subject)
+        context = about & wanted - matched
+        for t in context:
+            credit[t] = CONTEXT_SHARE * weight[t]
         unmatched = wanted - matched - context
         if meaning is not None and unmatched:
             closeness = meaning.closeness(tuple(sorted(unmatched)), unit.text)
-            coverage += sum(MEANING_SHARE * weight[t] * c for t, c in closeness.items())
-        coverage /= total
+            for t, c in closeness.items():
+                credit[t] = MEANING_SHARE * weight[t] * c
+        coverage = sum(credit.values()) / total
         similarity = seen[unit].similarity
         score = (
             (1 - COVERAGE_WEIGHT) * similarity
@@ -400,58 +525,71 @@ def score_sentences(
             + (ANSWER_TYPE_BONUS if typed else 0.0)
         )
         scored.append(
-            ScoredSentence(unit, seen[unit], similarity, coverage, typed, score, matched, position)
+            ScoredSentence(
+                unit,
+                seen[unit],
+                similarity,
+                coverage,
+                typed,
+                score,
+                matched,
+                position,
+                tuple((t, c / total) for t, c in credit.items()),
+            )
         )
     return sorted(scored, key=lambda s: -s.score)
 
 
 def answering_sentences(scored: list[ScoredSentence], parts: int = 1) -> list[ScoredSentence]:
-    """The units to quote, at most three: the best, if it answers, and those close to it,
-    each followed by the unit after it in its passage when that one answers too; then, for a
-    question of several ``parts``, one more unit per further part: the one that holds most of
-    the question's terms not quoted yet (on a tie, one explaining the same definition as the
-    best unit: "since which version" of ``contextlib.chdir`` is its own "New in version
-    3.11", not the one of the entry before). When none of these holds the kind of answer
-    asked for (a version, a name, an identifier), the best unit that does is added (one of
-    the same definition first); a unit that holds it goes first.
-
-    The sentence that matches a question best often restates its situation ("A rebuild in
-    which no page changed publishes nothing") and the next one says what to do about it ("To
-    publish a new version anyway, run ... --force"): a continuation that clears the answer
-    threshold is quoted with it, as the passage reads.
-    """
+    """The units to quote: the best, if it answers, then one at a time the unit that adds most
+    (:func:`added_value`) while that clears the answer threshold: at most three, and one more
+    for each further part of a question of several ``parts``. A second sentence that says the
+    best one's words again adds less than one that holds what it lacks: the bridge's second
+    passage of a two-hop question, the fix after the sentence that restates the problem. When
+    none of these holds the kind of answer asked for (a version, a name, an identifier), the
+    best unit that does is added (one explaining the same definition as the best unit first:
+    "since which version" of ``contextlib.chdir`` is its own "New in version 3.11", not the
+    one of the entry before); units that hold it go first."""
     if not scored or scored[0].score < ANSWER_THRESHOLD:
         return []
-    floor = max(ANSWER_THRESHOLD, FOLLOWER_SHARE * scored[0].score)
-    at = {s.position: s for s in scored}
-    chosen: dict[int, ScoredSentence] = {}
-    for sentence in (s for s in scored if s.score >= floor):
-        following = at.get(sentence.position + 1)
-        chosen.setdefault(sentence.position, sentence)
-        if (
-            following is not None
-            and following.passage is sentence.passage
-            and following.score >= ANSWER_THRESHOLD
-        ):
-            chosen.setdefault(following.position, following)
-        if len(chosen) >= EXTRACTIVE_SENTENCES:
-            break
-    picked = list(chosen.values())[:EXTRACTIVE_SENTENCES]
-    covered = frozenset().union(*(s.matched for s in picked))
-    anchor = picked[0]
-    for _ in range(parts - 1):
-        fresh = [s for s in scored if s.score >= ANSWER_THRESHOLD and s.matched - covered]
-        if not fresh:
-            break
-        best = max(
-            fresh, key=lambda s: (len(s.matched - covered), _same_definition(s, anchor), s.score)
+    picked = [scored[0]]
+    earned = dict(scored[0].credit)
+    while len(picked) < EXTRACTIVE_SENTENCES + parts - 1:
+        value, best = max(
+            ((added_value(s, earned), s) for s in scored if all(s is not p for p in picked)),
+            key=lambda pair: pair[0],
+            default=(0.0, None),
         )
+        if best is None or value < max(ANSWER_THRESHOLD, FURTHER_SHARE * scored[0].score):
+            break
         picked.append(best)
-        covered |= best.matched
+        for term, share in best.credit:
+            earned[term] = max(earned.get(term, 0.0), share)
+    anchor = picked[0]
     typed = [s for s in scored if s.typed and s.score >= ANSWER_THRESHOLD]
     if typed and not any(s.typed for s in picked):
         picked.append(max(typed, key=lambda s: (_same_definition(s, anchor), s.score)))
     return sorted(picked, key=lambda s: not s.typed)
+
+
+def added_value(unit: ScoredSentence, earned: dict[str, float]) -> float:
+    """A further unit's score when ``earned`` is what the quoted units hold of each question
+    term: its coverage counts ``NOVELTY_SHARE`` for what it holds beyond them."""
+    fresh = sum(max(0.0, share - earned.get(term, 0.0)) for term, share in unit.credit)
+    coverage = NOVELTY_SHARE * fresh + (1 - NOVELTY_SHARE) * unit.coverage
+    return (
+        (1 - COVERAGE_WEIGHT) * unit.similarity
+        + COVERAGE_WEIGHT * coverage
+        + (ANSWER_TYPE_BONUS if unit.typed else 0.0)
+    )
+
+
+def asking_part(question: str) -> str:
+    """The sentences of a question that ask (end in "?"), when others describe a situation
+    first; else the whole question."""
+    sentences = [s for s in split_sentences(question) if s.strip()]
+    asking = [s for s in sentences if s.rstrip().endswith("?")]
+    return " ".join(asking) if asking and len(asking) < len(sentences) else question
 
 
 def _same_definition(unit: ScoredSentence, anchor: ScoredSentence) -> bool:
