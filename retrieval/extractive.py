@@ -57,6 +57,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import pairwise
 
 from kpack.contracts import chunk_id
 from kpack.text import (
@@ -540,10 +541,15 @@ def score_sentences(
     return sorted(scored, key=lambda s: -s.score)
 
 
-def answering_sentences(scored: list[ScoredSentence], parts: int = 1) -> list[ScoredSentence]:
-    """The units to quote: the best, if it answers, then one at a time the unit that adds most
-    (:func:`added_value`) while that clears the answer threshold: at most three, and one more
-    for each further part of a question of several ``parts``. A second sentence that says the
+def answering_sentences(
+    scored: list[ScoredSentence], parts: list[frozenset[str]] | None = None
+) -> list[ScoredSentence]:
+    """The units to quote: the best, if it answers; for a question of several ``parts`` (the
+    terms only each part asks with, :func:`part_terms`), the unit holding most of a part's
+    terms when no quoted unit holds any; then one at a time the unit that adds most
+    (:func:`added_value`) while that clears the answer threshold and is worth
+    ``FURTHER_SHARE`` of the best: at most three, and one more for each further part. A
+    second sentence that says the
     best one's words again adds less than one that holds what it lacks: the bridge's second
     passage of a two-hop question, the fix after the sentence that restates the problem. When
     none of these holds the kind of answer asked for (a version, a name, an identifier), the
@@ -554,7 +560,14 @@ def answering_sentences(scored: list[ScoredSentence], parts: int = 1) -> list[Sc
         return []
     picked = [scored[0]]
     earned = dict(scored[0].credit)
-    while len(picked) < EXTRACTIVE_SENTENCES + parts - 1:
+    parts = parts or []
+    for terms in parts if len(parts) > 1 else []:
+        if not any(earned.get(t, 0.0) for t in terms):
+            best = _best_for(terms, scored)
+            if best is not None:
+                picked.append(best)
+                _earn(earned, best)
+    while len(picked) < EXTRACTIVE_SENTENCES + max(len(parts), 1) - 1:
         value, best = max(
             ((added_value(s, earned), s) for s in scored if all(s is not p for p in picked)),
             key=lambda pair: pair[0],
@@ -563,13 +576,29 @@ def answering_sentences(scored: list[ScoredSentence], parts: int = 1) -> list[Sc
         if best is None or value < max(ANSWER_THRESHOLD, FURTHER_SHARE * scored[0].score):
             break
         picked.append(best)
-        for term, share in best.credit:
-            earned[term] = max(earned.get(term, 0.0), share)
+        _earn(earned, best)
     anchor = picked[0]
     typed = [s for s in scored if s.typed and s.score >= ANSWER_THRESHOLD]
     if typed and not any(s.typed for s in picked):
         picked.append(max(typed, key=lambda s: (_same_definition(s, anchor), s.score)))
     return sorted(picked, key=lambda s: not s.typed)
+
+
+def _best_for(terms: frozenset[str], scored: list[ScoredSentence]) -> ScoredSentence | None:
+    """The answering unit that holds most of a part's terms, or None when none holds any."""
+    held = [
+        (sum(c for t, c in s.credit if t in terms), s.score, s)
+        for s in scored
+        if s.score >= ANSWER_THRESHOLD
+    ]
+    share, _, best = max(held, key=lambda h: h[:2], default=(0.0, 0.0, None))
+    return best if share > 0 else None
+
+
+def _earn(earned: dict[str, float], unit: ScoredSentence) -> None:
+    """Count what a quoted unit holds of each question term."""
+    for term, share in unit.credit:
+        earned[term] = max(earned.get(term, 0.0), share)
 
 
 def added_value(unit: ScoredSentence, earned: dict[str, float]) -> float:
@@ -605,6 +634,16 @@ FURTHER_PART = re.compile(
     r"will|should|since)\b",
     re.IGNORECASE,
 )
+
+
+def part_terms(question: str) -> list[frozenset[str]]:
+    """The search terms only each part of a question asks with (one part for most; "Which
+    function writes the JSON, and what closes the file?": its two halves, less the terms
+    both share)."""
+    cuts = [m.start() for m in FURTHER_PART.finditer(question)][:2]
+    bounds = [0, *cuts, len(question)]
+    terms = [stems(question[a:b]) for a, b in pairwise(bounds)]
+    return [t - frozenset().union(*(o for o in terms if o is not t)) for t in terms]
 
 
 def question_parts(question: str) -> int:
@@ -703,9 +742,7 @@ def extractive_answer(
     if missing:
         return f"{DECLINED} mention {', '.join(missing)}, so they do not answer this question.", []
     scored = score_sentences(question, passages, idf, meaning)
-    chosen = chain(
-        answering_sentences(scored, question_parts(question)), scored, passages, question
-    )
+    chosen = chain(answering_sentences(scored, part_terms(question)), scored, passages, question)
     chosen = with_named_definitions(chosen, scored, question)
     if not chosen:
         return NO_SENTENCE_ANSWER, []
