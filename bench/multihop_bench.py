@@ -81,7 +81,7 @@ from bench.corpora import (  # noqa: E402
     render_hotpotqa,
     serve,
 )
-from bench.harness import OUT_DIR, workspace_env  # noqa: E402
+from bench.harness import OUT_DIR, CitationTally, workspace_env  # noqa: E402
 
 DEFAULT_WORKDIR = OUT_DIR / "multihop"
 PACK = "hotpotqa_100"
@@ -396,18 +396,14 @@ CITATION = re.compile(r"\s*\[Source: [^\]]*\]")
 def answer_row(pack_dir: Path, profile: str, questions: list[dict]) -> dict[str, Any]:
     """The offline answers of one profile: gold-answer containment, sources, citation checks."""
     import retrieval
-    from retrieval.citations import SUPPORT_THRESHOLD
     from retrieval.eval.metrics import contains_answer
 
     print(f"  answers: {profile} ...", flush=True)
-    rows, sources, checked, supported, kept_low = [], [], 0, 0, 0
+    rows, sources, tally = [], [], CitationTally()
     for q in questions:
         result = retrieval.query(pack_dir, q["question"], profile=profile, use_llm=False)
         answer = CITATION.sub("", result["answer"])
-        checks = result["trace"].get("citations") or []
-        checked += len(checks)
-        supported += sum(c["supported"] for c in checks)
-        kept_low += sum(c["supported"] and c["support"] < SUPPORT_THRESHOLD for c in checks)
+        tally.add(result)
         sources.append(len(result["sources"]))
         rows.append(
             {
@@ -422,9 +418,7 @@ def answer_row(pack_dir: Path, profile: str, questions: list[dict]) -> dict[str,
         "contains_gold": sum(r["contains_gold"] for r in rows),
         "mean_sources": round(statistics.mean(sources), 2) if sources else 0.0,
         "max_sources": max(sources, default=0),
-        "statements_checked": checked,
-        "statements_supported": supported,
-        "kept_below_threshold": kept_low,
+        **tally.as_row(),
         "rows": rows,
     }
 
