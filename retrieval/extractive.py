@@ -265,7 +265,7 @@ def passage_in_context(chunk: str, text: str, chunk_text: Mapping[str, str]) -> 
     if earlier and _opens_inside_code(text, earlier[0]):
         text = _without_code_head(text)
     definition = _definition_before(text, earlier)
-    text, code = _code_after(text, chunk_text.get(chunk_id(section, index + 1), ""))
+    code = _code_after(text, chunk_text.get(chunk_id(section, index + 1), ""))
     return "\n".join(part for part in (definition, text, code) if part)
 
 
@@ -307,32 +307,38 @@ def _definition_before(text: str, earlier: list[str]) -> str:
     return ""
 
 
-def _code_after(text: str, following: str) -> tuple[str, str]:
-    """The passage without a code block it cuts off, and the complete block that follows
-    its last line in the next passage (at most ``MAX_CODE_LINES`` lines), or ""."""
-    lines = text.split("\n")
-    roles = [role for _, role in fence_roles(lines)]
-    opened = [i for i, role in enumerate(roles) if role == "open"]
-    if opened and "close" not in roles[opened[-1] :]:
-        lines = lines[: opened[-1]]
-    last = next((line for line in reversed(lines) if line.strip()), "")
-    if not following or not last or not last.strip() or FENCE_LINE.match(last):
-        return "\n".join(lines), ""
-    at = following.find(last)
-    if at < 0:
-        return "\n".join(lines), ""
-    rest = following[at + len(last) :].lstrip("\n").split("\n")
+def _code_after(text: str, following: str) -> str:
+    """The rest of the code block the passage's end needs from the next passage: the lines
+    up to its closing fence when the passage ends inside a block, or the block that follows
+    when it ends with prose (a lead-in); "" otherwise, or when the block would be longer than
+    ``MAX_CODE_LINES``."""
+    roles = [role for _, role in fence_roles(text.split("\n"))]
+    inside = bool(roles) and roles[-1] in ("open", "code")
+    last = next((line for line in reversed(text.split("\n")) if line.strip()), "")
+    rest = _continuation(text, following).split("\n")
+    while rest and not rest[0].strip():
+        rest = rest[1:]
+    if not rest or not (
+        inside or (last and not FENCE_LINE.match(last) and FENCE_LINE.match(rest[0]))
+    ):
+        return ""
     block: list[str] = []
-    for line, role in fence_roles(rest):
-        if role == "text":
-            break
+    for line, role in fence_roles(["```", *rest] if inside else rest):
         block.append(line)
         if role == "close":
             break
     closed = len(block) >= 2 and FENCE_LINE.match(block[-1])
     if not closed or len(block) - 2 > MAX_CODE_LINES:
-        return "\n".join(lines), ""
-    return "\n".join(lines), "\n".join(block)
+        return ""
+    return "\n".join(block[1:] if inside else block)
+
+
+def _continuation(text: str, following: str) -> str:
+    """The next passage without the lines it repeats from the end of this one (passages
+    overlap by whole lines, or by the last words of one)."""
+    ends = [i for i, char in enumerate(following) if char == "\n"] + [len(following)]
+    repeated = max((end for end in ends if text.endswith(following[:end])), default=0)
+    return following[repeated:]
 
 
 @lru_cache(maxsize=16384)
