@@ -9,7 +9,10 @@ the pack says. Which sentences:
    quoted as a fenced block so a how-to keeps the code it needs; so is a sentence that ends
    its paragraph and announces the code after it ("This example gets the main page and
    displays the first 300 bytes of it."). A lead-in whose code is not in the passage (or is
-   longer than ``MAX_CODE_LINES``) would end in nothing and is skipped. A definition line of
+   longer than ``MAX_CODE_LINES``) would end in nothing and is skipped. A passage is read
+   with what its section holds around it that its units need (:func:`passage_in_context`):
+   the code its last lead-in introduces and the definition line its first sentences explain,
+   when the chunking cut them off into the passages next to it. A definition line of
    API documentation (retrieval.key_items.SIGNATURE: ``json.dumps(obj, *, indent=None,
    ...)``, ``class csv.DictReader(f, ...)``) is no sentence: the units after it explain it,
    so each keeps it, counts its words as context and is quoted after it, as code (once per
@@ -17,12 +20,15 @@ the pack says. Which sentences:
    page ("This page describes ..."), point elsewhere ("... is described in [pack layout]
    (pack-layout.md)"), are navigation (a line of links) or are the tail of a sentence cut at
    a passage boundary are no answers either; markdown links are quoted as their text. A
-   sentence that adds at most one term to the question's own (it restates the question)
-   answers nothing.
+   sentence that adds no term to the question's own, counting its definition line (it
+   restates the question), answers nothing.
 2. Each unit gets two scores on the same 0..1 scale: the cosine similarity of its passage to
    the question (the embedding model's, as the search computed it) and the IDF-weighted share
    of the question's terms it contains (kpack.text's terms; IDF over the pack's passages when
-   the reader's keyword index is at hand, else over the candidates). A question term the unit
+   the reader's keyword index is at hand, else over the candidates; the asking sentences of a
+   question that first describes a situation weigh ``ASKED_WEIGHT`` times more; the terms of
+   the sentence before the unit, of its definition line and the words of the names it writes
+   count half: :func:`name_words`). A question term the unit
    lacks counts by meaning too: its closest word of the unit by the embedding model's word
    vectors (retrieval.meaning), when close enough, gives part of the term's weight ("folder"
    for "directory"). Embedding every sentence with the full model would be the better
@@ -33,12 +39,15 @@ the pack says. Which sentences:
    question asks for (retrieval.answer_type: a version for which version, a number or date
    for how many / when, a name for who / which, an identifier for a how-to) that the
    question does not already hold; those units are quoted first, and when none of the
-   chosen ones holds it, the best that does is added (:func:`answering_sentences`). A
+   chosen ones holds it, the best that does is added. After the best unit, each further one
+   is chosen for what it adds to the quoted ones, and each part of a question of several
+   parts gets the unit that holds its own terms (:func:`answering_sentences`). A
    question that names API names ("time.perf_counter or time.process_time?") is answered
    from each definition it names as well (:func:`with_named_definitions`).
 3. The answer says plainly that the passages do not answer, instead of quoting weak matches,
-   when the question names something (a capitalised name: "Neo4j", "Windows", or an
-   identifier: "requests.get") that none of the passages mentions, or when even the best unit
+   when the question names something (a capitalised name: "Neo4j", "Windows", an
+   identifier: "requests.get", or a release: "Python 3.14") that none of the passages
+   mentions, or when even the best unit
    scores below ``ANSWER_THRESHOLD``. The threshold was measured, not tuned per question: it
    is the highest round score that wrongly refuses at most 1% of the answerable questions
    whose gold passage was retrieved, on SQuAD (0.7%) and on the demo pack's 32 questions.
