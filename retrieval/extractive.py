@@ -82,7 +82,7 @@ from retrieval.answer_type import answer_kind, holds_answer
 from retrieval.key_items import (
     QUESTION_IDENTIFIER,
     QUESTION_NAME,
-    VERSION,
+    RELEASE,
     WRITTEN_IDENTIFIER,
     defined_name,
     identifiers,
@@ -473,7 +473,7 @@ def missing_names(
     # A release the question names ("Python 3.14") that no passage mentions: the passages
     # are about other releases, however close their words.
     held = " ".join(p.text for p in passages)
-    missing += [v for v in dict.fromkeys(VERSION.findall(question)) if not _holds_version(held, v)]
+    missing += [v for v in dict.fromkeys(RELEASE.findall(question)) if not _holds_version(held, v)]
     return missing
 
 

@@ -197,6 +197,9 @@ def test_what_kind_of_error_is_answered_by_the_exception_entry(docs):
 def test_a_release_the_passages_never_name_is_declined(docs):
     answer = docs.query("What did Python 3.14 change in jsonlite.loads?")["answer"]
     assert answer.startswith(DECLINED) and "3.14" in answer
+    # A number that is no release is no reason to decline.
+    decimal = docs.query("Can jsonlite.dump pretty-print with an indent of 2.5?")["answer"]
+    assert not decimal.startswith(DECLINED)
 
 
 def test_a_sentence_deep_in_a_long_entry_keeps_its_definition_line(archives):
