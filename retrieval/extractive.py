@@ -141,6 +141,8 @@ POINTER = re.compile(
 )
 # A link's target without its text ("as described in (building-packs.md)").
 LINK_RESIDUE = re.compile(r"(?<!\])\([\w./-]+\.(md|html?|rst|txt)\)")
+# What no sentence starts with but the tail of one that a passage boundary cut does.
+CUT_START = frozenset("=,;:.)]}|/%&")
 # A list of links: a table of contents, "Next: [x](y)".
 NAVIGATION_LINKS = 3
 
@@ -212,8 +214,9 @@ def stems(text: str) -> frozenset[str]:
 
 def is_boilerplate(sentence: str) -> bool:
     """True for a sentence about the page itself, a pointer elsewhere, navigation, or the tail
-    of a sentence that a passage boundary cut (it starts in lower case)."""
-    if sentence[:1].islower():
+    of a sentence that a passage boundary cut (it starts in lower case, or with the
+    punctuation of a sentence's middle: "= expression, the function is said to ...")."""
+    if sentence[:1].islower() or sentence[:1] in CUT_START:
         return True
     plain = MARKDOWN_LINK.sub(r"\1", sentence).strip(" -*")
     if SELF_REFERENCE.match(plain) or POINTER.search(plain) or LINK_RESIDUE.search(sentence):
