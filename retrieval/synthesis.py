@@ -207,16 +207,16 @@ def validated(query: Query, answer: str, passages: list[ContextSection], embedde
 
 def answer_passages(query: Query) -> list[ContextSection]:
     """The passages an offline answer quotes from: the k kept by ranking, best first (the
-    whole context when a profile kept none), each with the definition line and the code block
-    its section holds around it that its sentences need (extractive.passage_in_context). A
-    passage the graph stages brought in through another passage (a bridge) has ``via``
-    ``bridge``."""
+    whole context when a profile kept none). A passage the graph stages brought in through
+    another passage (a bridge) has ``via`` ``bridge``."""
     kept = [c for c in query.candidates if c.rank is not None]
     if not kept:
         return query.context
     passages = []
     for candidate in sorted(kept, key=lambda c: c.rank or 0):
         section = candidate.as_context()
+        # With the definition line and the code its sentences need from the passages next
+        # to it in its section (extractive.passage_in_context).
         section.text = passage_in_context(
             candidate.passage_id, candidate.text, query.reader.chunk_text
         )
