@@ -141,6 +141,8 @@ POINTER = re.compile(
 )
 # A link's target without its text ("as described in (building-packs.md)").
 LINK_RESIDUE = re.compile(r"(?<!\])\([\w./-]+\.(md|html?|rst|txt)\)")
+# A row of a table as the page's text writes it: its cells joined by " | ".
+TABLE_ROW = re.compile(r"\S \| \S")
 # What no sentence starts with but the tail of one that a passage boundary cut does.
 CUT_START = frozenset("=,;:.)]}|/%&")
 # A list of links: a table of contents, "Next: [x](y)".
@@ -212,14 +214,16 @@ def stems(text: str) -> frozenset[str]:
     return frozenset(search_terms(text))
 
 
-def is_boilerplate(sentence: str) -> bool:
-    """True for a sentence about the page itself, a pointer elsewhere, navigation, or the tail
-    of a sentence that a passage boundary cut (it starts in lower case, or with the
-    punctuation of a sentence's middle: "= expression, the function is said to ...")."""
-    if sentence[:1].islower() or sentence[:1] in CUT_START:
+def is_boilerplate(sentence: str, cut: bool = True) -> bool:
+    """True for a sentence about the page itself, a pointer elsewhere, navigation, or (where
+    a passage boundary can ``cut`` one) the tail of a sentence: it starts in lower case, or
+    with the punctuation of a sentence's middle ("= expression, the function is said to ...")."""
+    if cut and (sentence[:1].islower() or sentence[:1] in CUT_START):
         return True
     plain = MARKDOWN_LINK.sub(r"\1", sentence).strip(" -*")
-    if SELF_REFERENCE.match(plain) or POINTER.search(plain) or LINK_RESIDUE.search(sentence):
+    # A pointer to an API name ("For example, see time.perf_counter().") names the answer.
+    pointer = POINTER.search(plain) and not identifiers(plain)
+    if SELF_REFERENCE.match(plain) or pointer or LINK_RESIDUE.search(sentence):
         return True
     links = MARKDOWN_LINK.findall(sentence)
     linked_words = sum(len(text.split()) for text, _ in links)
@@ -227,10 +231,12 @@ def is_boilerplate(sentence: str) -> bool:
 
 
 def _blocks(text: str) -> list[tuple[str, str]]:
-    """The passage as ("prose", paragraph), ("code", fenced block) and ("signature", definition
-    line) pieces, in order; a code block the passage cuts off (no closing fence) is left out.
+    """The passage as ("prose", paragraph), ("row", table row), ("code", fenced block) and
+    ("signature", definition line) pieces, in order; a code block the passage cuts off (no closing fence) is left out.
     A definition line of API documentation ends the paragraph before it: it is no sentence
-    ("contextlib.chdir(path)" is not the tail of "New in version 3.5.")."""
+    ("contextlib.chdir(path)" is not the tail of "New in version 3.5."); a table row is a
+    piece of its own ("'x' | open for exclusive creation, failing if the file already
+    exists")."""
     blocks: list[tuple[str, str]] = []
     prose: list[str] = []
     code: list[str] = []
@@ -245,6 +251,9 @@ def _blocks(text: str) -> list[tuple[str, str]]:
             if is_signature(line):
                 flush_prose()
                 blocks.append(("signature", line.strip()))
+            elif TABLE_ROW.search(line):  # a row is read on its own, not as one long sentence
+                flush_prose()
+                blocks.append(("row", " ".join(line.split())))
             elif line.strip():
                 prose.append(line)
             else:
@@ -274,7 +283,7 @@ def passage_in_context(chunk: str, text: str, chunk_text: Mapping[str, str]) -> 
         return text
     index = int(number)
     earlier = [chunk_text.get(chunk_id(section, index - n), "") for n in range(1, 3) if index >= n]
-    if earlier and _opens_inside_code(text, earlier[0]):
+    if _opens_inside_code(section, index, chunk_text):
         text = _without_code_head(text)
     definition = _definition_before(text, earlier)
     code = _code_after(text, chunk_text.get(chunk_id(section, index + 1), ""))
@@ -289,11 +298,19 @@ def _overlap_start(text: str, previous: str) -> int:
     return at if at >= 0 else len(previous)
 
 
-def _opens_inside_code(text: str, previous: str) -> bool:
-    """True when the passage begins inside a code block the passage before it opened."""
-    head = previous[: _overlap_start(text, previous)]
-    roles = [role for _, role in fence_roles(head.split("\n"))]
-    return bool(roles) and roles[-1] in ("open", "code")
+def _opens_inside_code(section: str, index: int, chunk_text: Mapping[str, str]) -> bool:
+    """True when passage ``index`` of a section begins inside a code block an earlier passage
+    opened: whether a fence line opens or closes a block depends on all the section before
+    it, so the state is carried through the section's passages from its first, which begins
+    outside any block."""
+    inside = False
+    for number in range(1, index + 1):
+        previous = chunk_text.get(chunk_id(section, number - 1), "")
+        current = chunk_text.get(chunk_id(section, number), "")
+        head = previous[: _overlap_start(current, previous)].split("\n")
+        roles = [role for _, role in fence_roles(["```", *head] if inside else head)]
+        inside = bool(roles) and roles[-1] in ("open", "code")
+    return inside
 
 
 def _without_code_head(text: str) -> str:
@@ -363,15 +380,17 @@ def units_of(text: str) -> tuple[Unit, ...]:
     for index, (kind, body) in enumerate(blocks):
         if kind == "signature":
             signature = body
-        if kind != "prose":
+        if kind not in ("prose", "row"):
             continue
-        sentences = split_sentences(body)
+        # A table row is one unit; it may start with a name in lower case ("defaultdict | dict
+        # subclass that calls a factory function to supply missing values").
+        sentences = [body] if kind == "row" else split_sentences(body)
         following = blocks[index + 1] if index + 1 < len(blocks) else None
         for number, sentence in enumerate(sentences):
             before = MARKDOWN_LINK.sub(r"\1", sentences[number - 1]) if number else ""
             if not MIN_SENTENCE_WORDS <= len(sentence.split()) <= MAX_SENTENCE_WORDS:
                 continue
-            if is_boilerplate(sentence) or PROMPT in sentence:
+            if is_boilerplate(sentence, cut=kind == "prose") or PROMPT in sentence:
                 continue
             quoted = MARKDOWN_LINK.sub(r"\1", sentence)
             code_after = (

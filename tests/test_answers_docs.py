@@ -110,6 +110,10 @@ TARLITE = page(
         "# the index is written here</pre>",
         "Adding a member whose name is already in the archive replaces the older member.",
     ),
+    "<p>The modes an archive is opened with:</p><table><tr><th>mode</th><th>meaning</th></tr>"
+    "<tr><td>r</td><td>read the members of an existing archive</td></tr>"
+    "<tr><td>a</td><td>append members to an existing archive</td></tr>"
+    "<tr><td>w</td><td>write a new archive, replacing any file at path</td></tr></table>",
 )
 PAGES = {"jsonlite.html": JSONLITE, "csvlite.html": CSVLITE}
 CITED = re.compile(r"\[Source: ([^\]]+)\]")
@@ -231,3 +235,13 @@ def test_a_lead_in_is_quoted_with_the_code_the_next_passage_holds(archives):
     assert answer.index("# the index is written here") < answer.index("[Source: tarlite")
     checked = result["citations_checked"]
     assert checked["supported"] == checked["checked"] >= 1
+
+
+def test_a_table_row_is_quoted_on_its_own(archives):
+    agent = KnowledgeGraphAgent(archives, use_llm=False, context_confidence_threshold=0.0)
+    answer = agent.query("Which mode writes a new archive and replaces the file that is there?")[
+        "answer"
+    ]
+    # The row that answers, though it starts with a name in lower case; not the whole table.
+    assert "w | write a new archive, replacing any file at path [Source:" in answer
+    assert "r | read the members" not in answer
