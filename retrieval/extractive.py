@@ -271,19 +271,26 @@ def _blocks(text: str) -> list[tuple[str, str]]:
     return blocks
 
 
-def passage_in_context(chunk: str, text: str, chunk_text: Mapping[str, str]) -> str:
+def passage_in_context(
+    chunk: str,
+    text: str,
+    chunk_text: Mapping[str, str],
+    code_starts: dict[str, bool] | None = None,
+) -> str:
     """The text of passage ``chunk`` with what its section holds around it that its units
     need (module docstring, point 1): the definition line its first units explain, when the
     passage begins after it (a long entry is cut into several passages), and the code block
     its last lead-in introduces, when the passage ends before it; a code block it begins
     inside of is left out. All of it comes from the passages next to it in its section
-    (``chunk_text``: passage id to text), so the answer still quotes only the pack's text."""
+    (``chunk_text``: passage id to text), so the answer still quotes only the pack's text.
+    ``code_starts`` keeps what is learnt of which passages begin inside a code block (a
+    reader keeps one for its version: ``reader.code_starts``)."""
     section, _, number = chunk.rpartition("-")
     if not number.isdigit():
         return text
     index = int(number)
     earlier = [chunk_text.get(chunk_id(section, index - n), "") for n in range(1, 3) if index >= n]
-    if _opens_inside_code(section, index, chunk_text):
+    if _opens_inside_code(section, index, chunk_text, {} if code_starts is None else code_starts):
         text = _without_code_head(text)
     definition = _definition_before(text, earlier)
     code = _code_after(text, chunk_text.get(chunk_id(section, index + 1), ""))
@@ -298,18 +305,25 @@ def _overlap_start(text: str, previous: str) -> int:
     return at if at >= 0 else len(previous)
 
 
-def _opens_inside_code(section: str, index: int, chunk_text: Mapping[str, str]) -> bool:
+def _opens_inside_code(
+    section: str, index: int, chunk_text: Mapping[str, str], known: dict[str, bool]
+) -> bool:
     """True when passage ``index`` of a section begins inside a code block an earlier passage
     opened: whether a fence line opens or closes a block depends on all the section before
-    it, so the state is carried through the section's passages from its first, which begins
-    outside any block."""
-    inside = False
-    for number in range(1, index + 1):
-        previous = chunk_text.get(chunk_id(section, number - 1), "")
+    it, so the state is carried through the section's passages from the nearest one whose
+    state is ``known`` (the first begins outside any block), and learnt on the way."""
+    start = index
+    while start > 0 and chunk_id(section, start) not in known:
+        start -= 1
+    inside = known.get(chunk_id(section, start), False)
+    previous = chunk_text.get(chunk_id(section, start), "")
+    for number in range(start + 1, index + 1):
         current = chunk_text.get(chunk_id(section, number), "")
         head = previous[: _overlap_start(current, previous)].split("\n")
         roles = [role for _, role in fence_roles(["```", *head] if inside else head)]
         inside = bool(roles) and roles[-1] in ("open", "code")
+        known[chunk_id(section, number)] = inside
+        previous = current
     return inside
 
 

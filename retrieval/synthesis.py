@@ -218,7 +218,10 @@ def answer_passages(query: Query) -> list[ContextSection]:
         # With the definition line and the code its sentences need from the passages next
         # to it in its section (extractive.passage_in_context).
         section.text = passage_in_context(
-            candidate.passage_id, candidate.text, query.reader.chunk_text
+            candidate.passage_id,
+            candidate.text,
+            query.reader.chunk_text,
+            query.reader.code_starts,
         )
         if any(BRIDGED.search(reason) for reason in candidate.reasons):
             section.via = "bridge"
