@@ -15,7 +15,9 @@ Per profile (offline: no key, ``use_llm=False``):
   answer-term group (case-insensitive), sources per answer, and how many out-of-domain
   questions are refused: the gate fired, or the answer cites nothing (a plain "the pack does
   not cover this");
-- p50 of the query latency.
+- p50 of the query latency;
+- the citation check of the answers: statements supported of those checked, and how many were
+  kept with a support below the threshold (bench.harness.CitationTally).
 
 The JSON keeps a row per question (gold rank, term groups matched, refused) so failures can be
 read. This script measures; nothing in the project is tuned to these questions.
@@ -48,7 +50,7 @@ from bench.corpora import (  # noqa: E402
     python_doc_pages,
     serve,
 )
-from bench.harness import OUT_DIR, build_here  # noqa: E402
+from bench.harness import OUT_DIR, CitationTally, build_here  # noqa: E402
 
 DEFAULT_QUESTIONS = REPO.parent / "shared/benchmarks/python_docs_qa/questions.jsonl"
 PACK = "python_docs"
@@ -101,12 +103,14 @@ def measure(folder: Path, profile: str, questions: list[dict[str, Any]]) -> dict
 
     retrieval.search(folder, "warm up the reader", k=SEARCH_K, profile=profile)
     rows, latencies = [], []
+    tally = CitationTally()
     for item in questions:
         hits = retrieval.search(folder, item["question"], k=SEARCH_K, profile=profile)
         pages = [page_of(hit["url"]) for hit in hits]
         started = time.perf_counter()
         result = retrieval.query(folder, item["question"], profile=profile, use_llm=False)
         latencies.append((time.perf_counter() - started) * 1000)
+        tally.add(result)
         gold = set(item.get("gold_pages") or [])
         matched = terms_matched(result["answer"], item.get("answer_terms") or [])
         rows.append(
@@ -125,7 +129,8 @@ def measure(folder: Path, profile: str, questions: list[dict[str, Any]]) -> dict
                 "answer": result["answer"],
             }
         )
-    return {"profile": profile, "summary": summarize(rows, latencies), "rows": rows}
+    summary = summarize(rows, latencies) | tally.as_row()
+    return {"profile": profile, "summary": summary, "rows": rows}
 
 
 def summarize(rows: list[dict[str, Any]], latencies: list[float]) -> dict[str, Any]:
@@ -159,8 +164,8 @@ def render(results: list[dict[str, Any]], questions_file: Path) -> str:
         f"{results[0]['summary']['out_of_domain']} out-of-domain questions\n",
         "| profile | hit@1 | hit@5 | MRR@10 | two-page, all gold in top 5 / 10 | answers with "
         "every term group | answerable refused | out-of-domain refused | sources per answer | "
-        "query p50 ms |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "query p50 ms | statements supported / checked | kept below the support threshold |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for result in results:
         s = result["summary"]
@@ -169,7 +174,8 @@ def render(results: list[dict[str, Any]], questions_file: Path) -> str:
             f"| {s['twopage_all_in_top5']} / {s['twopage_all_in_top10']} of {s['twopage']} "
             f"| {s['answers_with_all_terms']} of {s['answerable']} | {s['answerable_refused']} "
             f"| {s['out_of_domain_refused']} of {s['out_of_domain']} | {s['mean_sources']} "
-            f"| {s['query_p50_ms']} |"
+            f"| {s['query_p50_ms']} | {s['statements_supported']} / {s['statements_checked']} "
+            f"| {s['kept_below_threshold']} |"
         )
     return "\n".join(lines)
 

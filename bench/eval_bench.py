@@ -9,8 +9,9 @@
    hit is a retrieved passage that contains a gold answer (case and whitespace ignored).
 2. Offline answers (balanced profile, no key): of the answerable questions whose gold passage
    is among the 5 passages kept, the share whose answer contains a gold answer span (issue 10
-   item 5), how often the answer says the passages do not answer, and how many sources the
-   response lists.
+   item 5), how often the answer says the passages do not answer, how many sources the
+   response lists, and what the citation check made of the answers' statements (supported,
+   and kept with a support below the threshold).
 3. The 702 unanswerable questions: how often the gate refuses them (and, for contrast, the
    answerable ones), and whether the offline answer ever states a sentence that is not in the
    retrieved passages.
@@ -18,6 +19,7 @@
    the question files packs/demo/eval/questions.jsonl and bench/python_docs_questions.jsonl.
 
     .venv/bin/python bench/eval_bench.py --workdir /work/bench-workspace
+    .venv/bin/python bench/eval_bench.py --workdir WS --skip squad,unanswerable,demo,python  # answers
     .venv/bin/python bench/eval_bench.py --workdir WS/int8 --skip answers,unanswerable,demo,python \
         --conditions 'vector (exact scan),balanced profile'
 """
@@ -40,7 +42,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np  # noqa: E402
 
 from bench.corpora import DEFAULT_SQUAD, load_squad  # noqa: E402
-from bench.harness import OUT_DIR  # noqa: E402
+from bench.harness import OUT_DIR, CitationTally  # noqa: E402
 from kpack.contracts import passage_text  # noqa: E402
 from retrieval.agent import KnowledgeGraphAgent  # noqa: E402
 from retrieval.candidates import keyword_passages  # noqa: E402
@@ -165,8 +167,10 @@ def answer_table(pack_folder: Path, answerable: list[Question]) -> dict:
     chunk_text = open_pack(pack_folder).chunk_text
     eligible = contained = declined = 0
     sources = []
+    tally = CitationTally()
     for question in answerable:
         result = agent.query(question.question, max_results=5)
+        tally.add(result)
         sources.append(len(result["sources"]))
         kept = [c["passage_id"] for c in result["trace"]["candidates"] if c.get("rank")]
         if not any(contains_answer(chunk_text.get(p, ""), question.answers) for p in kept):
@@ -183,6 +187,7 @@ def answer_table(pack_folder: Path, answerable: list[Question]) -> dict:
         "answer_says_passages_do_not_answer": declined,
         "mean_sources": round(sum(sources) / len(sources), 2) if sources else 0.0,
         "max_sources": max(sources, default=0),
+        **tally.as_row(),
     }
 
 
@@ -328,11 +333,14 @@ def render(report: dict) -> str:
         lines += [
             "\n## Offline answers (balanced, no key, k=5)\n",
             "| answerable questions | gold passage in top 5 | answer contains a gold span | share | "
-            "answer says the passages do not answer | sources per answer (mean / max) |",
-            "|---|---|---|---|---|---|",
+            "answer says the passages do not answer | sources per answer (mean / max) | "
+            "statements supported / checked | kept below the support threshold |",
+            "|---|---|---|---|---|---|---|---|",
             f"| {row['questions']} | {row['gold_passage_in_top5']} | {row['answer_contains_gold_span']} "
             f"| {row['share']:.3f} | {row['answer_says_passages_do_not_answer']} "
-            f"| {row['mean_sources']} / {row['max_sources']} |",
+            f"| {row['mean_sources']} / {row['max_sources']} "
+            f"| {row['statements_supported']} / {row['statements_checked']} "
+            f"| {row['kept_below_threshold']} |",
         ]
     if "squad_unanswerable" in report:
         block = report["squad_unanswerable"]

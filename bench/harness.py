@@ -102,3 +102,32 @@ def build_here(pack: str, workspace: Path, executor: dict | None = None) -> Time
         )
     built = time.perf_counter()
     return TimedBuild(result, round(imported - started, 3), round(built - imported, 3))
+
+
+@dataclass
+class CitationTally:
+    """What the citation check made of the statements of a benchmark's answers."""
+
+    checked: int = 0
+    supported: int = 0
+    kept_below_threshold: int = 0  # kept (supported) with a support under the threshold
+
+    def add(self, result: dict[str, Any]) -> None:
+        """Count the checks of one ``retrieval.query`` result (its trace's ``citations``)."""
+        from retrieval.citations import SUPPORT_THRESHOLD
+
+        checks = result["trace"].get("citations") or []
+        self.checked += len(checks)
+        self.supported += sum(c["supported"] for c in checks)
+        self.kept_below_threshold += sum(
+            c["supported"] and c["support"] < SUPPORT_THRESHOLD for c in checks
+        )
+
+    def as_row(self) -> dict[str, Any]:
+        rate = round(self.supported / self.checked, 3) if self.checked else None
+        return {
+            "statements_checked": self.checked,
+            "statements_supported": self.supported,
+            "support_rate": rate,
+            "kept_below_threshold": self.kept_below_threshold,
+        }

@@ -27,14 +27,22 @@ passages; see its README for the convention, which is HippoRAG 2's). This script
    alone. p50 ms per query is the wall time of one retriever call per question, after one
    warm-up query that is not a benchmark question (model load and pack opening excluded).
 
+4. with ``--answers``, the offline answers of each profile (``retrieval.query(pack, question,
+   profile=P, use_llm=False)``, the default k): how many contain the gold answer (case and
+   whitespace ignored, citations removed), how many sources each lists (mean and max), and how
+   many of their cited statements the citation check supported and how many it kept with a
+   support below the threshold.
+
 Results: a Markdown table on stdout and in bench/out/multihop_bench.md, everything (with each
-question's top 5 per retriever) in bench/out/multihop_bench.json.
+question's top 5 per retriever, and with ``--answers`` each question's answer) in
+bench/out/multihop_bench.json.
 
     .venv/bin/python bench/multihop_bench.py                          # build once, evaluate
     .venv/bin/python bench/multihop_bench.py --profiles baseline,balanced,graph --keep-pack
     .venv/bin/python bench/multihop_bench.py --rebuild                # cold build, then evaluate
     .venv/bin/python bench/multihop_bench.py --workdir /tmp/mh --skip-profiles
     .venv/bin/python bench/multihop_bench.py --skip-peers --pack WS/int8/packs/hotpotqa_100
+    .venv/bin/python bench/multihop_bench.py --keep-pack --skip-peers --profiles balanced --answers
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -72,7 +81,7 @@ from bench.corpora import (  # noqa: E402
     render_hotpotqa,
     serve,
 )
-from bench.harness import OUT_DIR, workspace_env  # noqa: E402
+from bench.harness import OUT_DIR, CitationTally, workspace_env  # noqa: E402
 
 DEFAULT_WORKDIR = OUT_DIR / "multihop"
 PACK = "hotpotqa_100"
@@ -99,6 +108,7 @@ def load_questions(path: Path) -> list[dict[str, Any]]:
         {
             "id": item["_id"],
             "question": item["question"],
+            "answer": item["answer"],
             "type": item["type"],
             "gold": sorted({title for title, _ in item["supporting_facts"]}),
         }
@@ -378,6 +388,41 @@ def scores(ranked: list[list[str]], questions: list[dict]) -> dict[str, Any]:
     return row
 
 
+# --- Answers -------------------------------------------------------------------------------
+
+CITATION = re.compile(r"\s*\[Source: [^\]]*\]")
+
+
+def answer_row(pack_dir: Path, profile: str, questions: list[dict]) -> dict[str, Any]:
+    """The offline answers of one profile: gold-answer containment, sources, citation checks."""
+    import retrieval
+    from retrieval.eval.metrics import contains_answer
+
+    print(f"  answers: {profile} ...", flush=True)
+    rows, sources, tally = [], [], CitationTally()
+    for q in questions:
+        result = retrieval.query(pack_dir, q["question"], profile=profile, use_llm=False)
+        answer = CITATION.sub("", result["answer"])
+        tally.add(result)
+        sources.append(len(result["sources"]))
+        rows.append(
+            {
+                "id": q["id"],
+                "contains_gold": contains_answer(answer, [q["answer"]]),
+                "sources": len(result["sources"]),
+                "answer": result["answer"],
+            }
+        )
+    return {
+        "questions": len(questions),
+        "contains_gold": sum(r["contains_gold"] for r in rows),
+        "mean_sources": round(statistics.mean(sources), 2) if sources else 0.0,
+        "max_sources": max(sources, default=0),
+        **tally.as_row(),
+        "rows": rows,
+    }
+
+
 # --- Report --------------------------------------------------------------------------------
 
 
@@ -402,6 +447,20 @@ def render(report: dict) -> str:
             for t in types
         )
         lines.append(f"| {name} | {cells} |")
+    if report.get("answers"):
+        lines += [
+            "",
+            "| offline answers | contain the gold answer | sources mean / max | statements "
+            "supported / checked | kept below the support threshold |",
+            "|---|---|---|---|---|",
+        ]
+        for profile, row in report["answers"].items():
+            lines.append(
+                f"| {profile} | {row['contains_gold']} of {row['questions']} "
+                f"| {row['mean_sources']} / {row['max_sources']} "
+                f"| {row['statements_supported']} / {row['statements_checked']} "
+                f"| {row['kept_below_threshold']} |"
+            )
     links = report["links"]
     stages = pack.get("stage_seconds") or {}
     embedding = pack.get("embedding") or {}
@@ -465,6 +524,12 @@ def main() -> None:
         help="evaluate this pack, built elsewhere from the same pages, instead of building one",
     )
     parser.add_argument("--skip-peers", action="store_true")
+    parser.add_argument(
+        "--answers",
+        action="store_true",
+        help="also answer every question offline with each profile and count the answers "
+        "that contain the gold answer",
+    )
     parser.add_argument("--skip-profiles", action="store_true")
     args = parser.parse_args()
     workdir = args.workdir.resolve()
@@ -508,6 +573,9 @@ def main() -> None:
         "retrievers": {name: evaluate(name, s, questions) for name, s in retrievers.items()},
         "gold": {q["id"]: q["gold"] for q in questions},
     }
+    if args.answers:
+        profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
+        report["answers"] = {p: answer_row(Path(build["pack_dir"]), p, questions) for p in profiles}
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     (OUT_DIR / "multihop_bench.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     table = render(report)

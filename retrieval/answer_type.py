@@ -19,21 +19,22 @@ Kind = Literal["version", "number", "name", "identifier"]
 
 # A version is asked for: "which version", "since which release", "what Python version".
 VERSION_QUESTION = re.compile(r"\b(which|what) (\w+ )?(version|release)\b", re.IGNORECASE)
-# "When" asks for a date where it opens the question or a part of it, not as a conjunction
-# ("Which exception do I get when ...").
+# "When" asks for a date where it opens the question or a part of it, or after "since" ("Since
+# when has math.dist existed?": "New in version 3.8"), not as a conjunction ("Which exception
+# do I get when ...").
 NUMBER_QUESTION = re.compile(
     r"\b(how (many|much|long|old|far|big|large|often)|what (year|percentage|number|age)|"
-    r"which year|in which year|(?:^|[.?!,;]\s+|\band\s+)when\b)",
+    r"which year|in which year|(?:^|[.?!,;]\s+|\band\s+|\bsince\s+)when\b)",
     re.IGNORECASE,
 )
 NAME_QUESTION = re.compile(
     r"\b(who|whom|whose)\b|^(which|what) [a-z]+ (is|was|were|did|won)\b", re.I
 )
-# What a how-to asks for by name: "which exception", "what methods".
+# What a how-to asks for by name: "which exception", "what methods", "what kind of error".
 NAMED_THINGS = "function method class module exception error option argument parameter attribute"
 HOWTO_QUESTION = re.compile(
     rf"\b(how (do|can|should|would) (i|we|you|my)|what should i use|"
-    rf"(which|what) ({'|'.join(NAMED_THINGS.split())})s?)\b",
+    rf"(which|what) ((kind|type|sort)s? of )?({'|'.join(NAMED_THINGS.split())})s?)\b",
     re.IGNORECASE,
 )
 

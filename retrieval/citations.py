@@ -139,18 +139,26 @@ def check_answer(
 
 
 def apply_checks(answer: str, checks: list[StatementCheck], mode: str) -> str:
-    """The answer with each unsupported statement removed (``remove``) or marked (``mark``)."""
-    pieces = []
+    """The answer with each unsupported statement removed (``remove``) or marked (``mark``).
+    Only the seams where a statement was taken out are tidied: the rest, the indentation of a
+    quoted code block included, stays as written."""
+    kept = ""
     at = 0
     for check in checks:
         if check.supported:
             continue
-        pieces.append(answer[at : check.start])
+        kept = _joined(kept, answer[at : check.start])
         if mode == "mark":
-            pieces.append(answer[check.start : check.end] + MARK)
+            kept = _joined(kept, answer[check.start : check.end] + MARK)
         at = check.end
-    pieces.append(answer[at:])
-    return re.sub(r"[ \t]{2,}", " ", "".join(pieces)).strip()
+    return _joined(kept, answer[at:]).strip()
+
+
+def _joined(left: str, right: str) -> str:
+    """Two pieces of an answer with one space between them where they meet mid-line."""
+    if not left or not right or left.endswith("\n") or right.startswith("\n"):
+        return left + right
+    return f"{left.rstrip(' ')} {right.lstrip(' ')}"
 
 
 def summary(checks: list[StatementCheck], mode: str) -> dict:

@@ -9,7 +9,10 @@ the pack says. Which sentences:
    quoted as a fenced block so a how-to keeps the code it needs; so is a sentence that ends
    its paragraph and announces the code after it ("This example gets the main page and
    displays the first 300 bytes of it."). A lead-in whose code is not in the passage (or is
-   longer than ``MAX_CODE_LINES``) would end in nothing and is skipped. A definition line of
+   longer than ``MAX_CODE_LINES``) would end in nothing and is skipped. A passage is read
+   with what its section holds around it that its units need (:func:`passage_in_context`):
+   the code its last lead-in introduces and the definition line its first sentences explain,
+   when the chunking cut them off into the passages next to it. A definition line of
    API documentation (retrieval.key_items.SIGNATURE: ``json.dumps(obj, *, indent=None,
    ...)``, ``class csv.DictReader(f, ...)``) is no sentence: the units after it explain it,
    so each keeps it, counts its words as context and is quoted after it, as code (once per
@@ -17,12 +20,15 @@ the pack says. Which sentences:
    page ("This page describes ..."), point elsewhere ("... is described in [pack layout]
    (pack-layout.md)"), are navigation (a line of links) or are the tail of a sentence cut at
    a passage boundary are no answers either; markdown links are quoted as their text. A
-   sentence that adds at most one term to the question's own (it restates the question)
-   answers nothing.
+   sentence that adds no term to the question's own, counting its definition line (it
+   restates the question), answers nothing.
 2. Each unit gets two scores on the same 0..1 scale: the cosine similarity of its passage to
    the question (the embedding model's, as the search computed it) and the IDF-weighted share
    of the question's terms it contains (kpack.text's terms; IDF over the pack's passages when
-   the reader's keyword index is at hand, else over the candidates). A question term the unit
+   the reader's keyword index is at hand, else over the candidates; the asking sentences of a
+   question that first describes a situation weigh ``ASKED_WEIGHT`` times more; the terms of
+   the sentence before the unit, of its definition line and the words of the names it writes
+   count half: :func:`name_words`). A question term the unit
    lacks counts by meaning too: its closest word of the unit by the embedding model's word
    vectors (retrieval.meaning), when close enough, gives part of the term's weight ("folder"
    for "directory"). Embedding every sentence with the full model would be the better
@@ -33,12 +39,15 @@ the pack says. Which sentences:
    question asks for (retrieval.answer_type: a version for which version, a number or date
    for how many / when, a name for who / which, an identifier for a how-to) that the
    question does not already hold; those units are quoted first, and when none of the
-   chosen ones holds it, the best that does is added (:func:`answering_sentences`). A
+   chosen ones holds it, the best that does is added. After the best unit, each further one
+   is chosen for what it adds to the quoted ones, and each part of a question of several
+   parts gets the unit that holds its own terms (:func:`answering_sentences`). A
    question that names API names ("time.perf_counter or time.process_time?") is answered
    from each definition it names as well (:func:`with_named_definitions`).
 3. The answer says plainly that the passages do not answer, instead of quoting weak matches,
-   when the question names something (a capitalised name: "Neo4j", "Windows", or an
-   identifier: "requests.get") that none of the passages mentions, or when even the best unit
+   when the question names something (a capitalised name: "Neo4j", "Windows", an
+   identifier: "requests.get", or a release: "Python 3.14") that none of the passages
+   mentions, or when even the best unit
    scores below ``ANSWER_THRESHOLD``. The threshold was measured, not tuned per question: it
    is the highest round score that wrongly refuses at most 1% of the answerable questions
    whose gold passage was retrieved, on SQuAD (0.7%) and on the demo pack's 32 questions.
@@ -54,10 +63,12 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import pairwise
 
+from kpack.contracts import chunk_id
 from kpack.text import (
     fence_roles,
     fold_word,
@@ -71,6 +82,7 @@ from retrieval.answer_type import answer_kind, holds_answer
 from retrieval.key_items import (
     QUESTION_IDENTIFIER,
     QUESTION_NAME,
+    RELEASE,
     WRITTEN_IDENTIFIER,
     defined_name,
     identifiers,
@@ -95,12 +107,16 @@ MAX_CHAINED, MAX_SOURCES = 4, 3
 COVERAGE_WEIGHT = 0.5
 # The question's terms held only by the sentence before a unit count at this share.
 CONTEXT_SHARE = 0.5
-# A further unit is quoted only when it scores at least this share of the best one.
-FOLLOWER_SHARE = 0.8
-# A unit must add more than this many terms to the question's own to say anything new.
-MIN_NEW_TERMS = 1
+# A further unit is quoted only when what it adds is worth this share of the best unit's score.
+FURTHER_SHARE = 0.6
 # A question term matched by meaning only (word vectors) counts at most this share.
 MEANING_SHARE = 0.6
+# A further unit's coverage counts this share for the terms no quoted unit holds yet, the rest
+# for all its terms (answering_sentences).
+NOVELTY_SHARE = 0.3
+# In a question that describes a situation before it asks ("I call basicConfig twice and
+# nothing changes. Why?"), the terms of the asking sentences weigh this many times more.
+ASKED_WEIGHT = 2.0
 
 # Every offline answer that declines starts so (the benchmarks count them by it).
 DECLINED = "The pack's passages do not"
@@ -125,12 +141,21 @@ POINTER = re.compile(
 )
 # A link's target without its text ("as described in (building-packs.md)").
 LINK_RESIDUE = re.compile(r"(?<!\])\([\w./-]+\.(md|html?|rst|txt)\)")
+# A row of a table as the page's text writes it: its cells joined by " | ".
+TABLE_ROW = re.compile(r"\S \| \S")
+# What no sentence starts with but the tail of one that a passage boundary cut does.
+CUT_START = frozenset("=,;:.)]}|/%&")
 # A list of links: a table of contents, "Next: [x](y)".
 NAVIGATION_LINKS = 3
 
 # A sentence that announces the code after it without a colon ("This example gets the
 # python.org main page ...", "Look at the following example, which ..."): quoted with it.
 ANNOUNCES_CODE = re.compile(r"\b(examples?|following|below|as follows|like this|snippet)\b", re.I)
+# The words inside an identifier: its parts between dots and underscores, split at case.
+NAME_SEPARATOR = re.compile(r"[._]")
+NAME_WORD_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+# A fence line of a code block ("```", "~~~").
+FENCE_LINE = re.compile(r"^\s*(`{3,}|~{3,})")
 # Interactive-session lines left in prose (">>> print(row)"): code, not a sentence.
 PROMPT = ">>>"
 
@@ -175,6 +200,8 @@ class ScoredSentence:
     score: float
     matched: frozenset[str]  # the question's terms it holds
     position: int  # its place among the candidates, which keep the passages' order
+    # What each question term it holds (by word, context or meaning) adds to its coverage.
+    credit: tuple[tuple[str, float], ...] = ()
 
     @property
     def text(self) -> str:
@@ -187,13 +214,16 @@ def stems(text: str) -> frozenset[str]:
     return frozenset(search_terms(text))
 
 
-def is_boilerplate(sentence: str) -> bool:
-    """True for a sentence about the page itself, a pointer elsewhere, navigation, or the tail
-    of a sentence that a passage boundary cut (it starts in lower case)."""
-    if sentence[:1].islower():
+def is_boilerplate(sentence: str, cut: bool = True) -> bool:
+    """True for a sentence about the page itself, a pointer elsewhere, navigation, or (where
+    a passage boundary can ``cut`` one) the tail of a sentence: it starts in lower case, or
+    with the punctuation of a sentence's middle ("= expression, the function is said to ...")."""
+    if cut and (sentence[:1].islower() or sentence[:1] in CUT_START):
         return True
     plain = MARKDOWN_LINK.sub(r"\1", sentence).strip(" -*")
-    if SELF_REFERENCE.match(plain) or POINTER.search(plain) or LINK_RESIDUE.search(sentence):
+    # A pointer to an API name ("For example, see time.perf_counter().") names the answer.
+    pointer = POINTER.search(plain) and not identifiers(plain)
+    if SELF_REFERENCE.match(plain) or pointer or LINK_RESIDUE.search(sentence):
         return True
     links = MARKDOWN_LINK.findall(sentence)
     linked_words = sum(len(text.split()) for text, _ in links)
@@ -201,10 +231,12 @@ def is_boilerplate(sentence: str) -> bool:
 
 
 def _blocks(text: str) -> list[tuple[str, str]]:
-    """The passage as ("prose", paragraph), ("code", fenced block) and ("signature", definition
-    line) pieces, in order; a code block the passage cuts off (no closing fence) is left out.
+    """The passage as ("prose", paragraph), ("row", table row), ("code", fenced block) and
+    ("signature", definition line) pieces, in order; a code block the passage cuts off (no closing fence) is left out.
     A definition line of API documentation ends the paragraph before it: it is no sentence
-    ("contextlib.chdir(path)" is not the tail of "New in version 3.5.")."""
+    ("contextlib.chdir(path)" is not the tail of "New in version 3.5."); a table row is a
+    piece of its own ("'x' | open for exclusive creation, failing if the file already
+    exists")."""
     blocks: list[tuple[str, str]] = []
     prose: list[str] = []
     code: list[str] = []
@@ -219,6 +251,9 @@ def _blocks(text: str) -> list[tuple[str, str]]:
             if is_signature(line):
                 flush_prose()
                 blocks.append(("signature", line.strip()))
+            elif TABLE_ROW.search(line):  # a row is read on its own, not as one long sentence
+                flush_prose()
+                blocks.append(("row", " ".join(line.split())))
             elif line.strip():
                 prose.append(line)
             else:
@@ -236,6 +271,119 @@ def _blocks(text: str) -> list[tuple[str, str]]:
     return blocks
 
 
+def passage_in_context(
+    chunk: str,
+    text: str,
+    chunk_text: Mapping[str, str],
+    code_starts: dict[str, bool] | None = None,
+) -> str:
+    """The text of passage ``chunk`` with what its section holds around it that its units
+    need (module docstring, point 1): the definition line its first units explain, when the
+    passage begins after it (a long entry is cut into several passages), and the code block
+    its last lead-in introduces, when the passage ends before it; a code block it begins
+    inside of is left out. All of it comes from the passages next to it in its section
+    (``chunk_text``: passage id to text), so the answer still quotes only the pack's text.
+    ``code_starts`` keeps what is learnt of which passages begin inside a code block (a
+    reader keeps one for its version: ``reader.code_starts``)."""
+    section, _, number = chunk.rpartition("-")
+    if not number.isdigit():
+        return text
+    index = int(number)
+    earlier = [chunk_text.get(chunk_id(section, index - n), "") for n in range(1, 3) if index >= n]
+    if _opens_inside_code(section, index, chunk_text, {} if code_starts is None else code_starts):
+        text = _without_code_head(text)
+    definition = _definition_before(text, earlier)
+    code = _code_after(text, chunk_text.get(chunk_id(section, index + 1), ""))
+    return "\n".join(part for part in (definition, text, code) if part)
+
+
+def _overlap_start(text: str, previous: str) -> int:
+    """Where the passage's first line stands in the passage before it (they overlap), or the
+    end of that passage when they do not."""
+    opening = next((line for line in text.split("\n") if line.strip()), "")
+    at = previous.rfind(opening) if opening else -1
+    return at if at >= 0 else len(previous)
+
+
+def _opens_inside_code(
+    section: str, index: int, chunk_text: Mapping[str, str], known: dict[str, bool]
+) -> bool:
+    """True when passage ``index`` of a section begins inside a code block an earlier passage
+    opened: whether a fence line opens or closes a block depends on all the section before
+    it, so the state is carried through the section's passages from the nearest one whose
+    state is ``known`` (the first begins outside any block), and learnt on the way."""
+    start = index
+    while start > 0 and chunk_id(section, start) not in known:
+        start -= 1
+    inside = known.get(chunk_id(section, start), False)
+    previous = chunk_text.get(chunk_id(section, start), "")
+    for number in range(start + 1, index + 1):
+        current = chunk_text.get(chunk_id(section, number), "")
+        head = previous[: _overlap_start(current, previous)].split("\n")
+        roles = [role for _, role in fence_roles(["```", *head] if inside else head)]
+        inside = bool(roles) and roles[-1] in ("open", "code")
+        known[chunk_id(section, number)] = inside
+        previous = current
+    return inside
+
+
+def _without_code_head(text: str) -> str:
+    """The passage without the end of a code block it begins in (up to its closing fence)."""
+    lines = text.split("\n")
+    close = next((i for i, line in enumerate(lines) if FENCE_LINE.match(line)), len(lines) - 1)
+    return "\n".join(lines[close + 1 :])
+
+
+def _definition_before(text: str, earlier: list[str]) -> str:
+    """The last definition line before the passage in the passages before it (nearest first),
+    when the passage's first sentences come before any definition line of its own."""
+    first = next((kind for kind, _ in _blocks(text) if kind != "code"), None)
+    if first != "prose":
+        return ""
+    current = text
+    for previous in earlier:
+        head = previous[: _overlap_start(current, previous)]
+        found = [body for kind, body in _blocks(head) if kind == "signature"]
+        if found:
+            return found[-1]
+        current = previous
+    return ""
+
+
+def _code_after(text: str, following: str) -> str:
+    """The rest of the code block the passage's end needs from the next passage: the lines
+    up to its closing fence when the passage ends inside a block, or the block that follows
+    when it ends with prose (a lead-in); "" otherwise, or when the block would be longer than
+    ``MAX_CODE_LINES``."""
+    roles = [role for _, role in fence_roles(text.split("\n"))]
+    inside = bool(roles) and roles[-1] in ("open", "code")
+    last = next((line for line in reversed(text.split("\n")) if line.strip()), "")
+    rest = _continuation(text, following).split("\n")
+    while rest and not rest[0].strip():
+        rest = rest[1:]
+    if not rest or not (
+        inside or (last and not FENCE_LINE.match(last) and FENCE_LINE.match(rest[0]))
+    ):
+        return ""
+    block: list[str] = []
+    for line, role in fence_roles(["```", *rest] if inside else rest):
+        block.append(line)
+        if role == "close":
+            break
+    closed = len(block) >= 2 and FENCE_LINE.match(block[-1])
+    if not closed or len(block) - 2 > MAX_CODE_LINES:
+        return ""
+    return "\n".join(block[1:] if inside else block)
+
+
+def _continuation(text: str, following: str) -> str:
+    """The next passage without the lines it repeats from the end of this one (passages
+    overlap by whole lines, or by the last words of one)."""
+    ends = [i for i, char in enumerate(following) if char == "\n"] + [len(following)]
+    repeated = max((end for end in ends if text.endswith(following[:end])), default=0)
+    return following[repeated:]
+
+
 @lru_cache(maxsize=16384)
 def units_of(text: str) -> tuple[Unit, ...]:
     """The units of a passage that could answer (module docstring, point 1), each with the
@@ -246,15 +394,17 @@ def units_of(text: str) -> tuple[Unit, ...]:
     for index, (kind, body) in enumerate(blocks):
         if kind == "signature":
             signature = body
-        if kind != "prose":
+        if kind not in ("prose", "row"):
             continue
-        sentences = split_sentences(body)
+        # A table row is one unit; it may start with a name in lower case ("defaultdict | dict
+        # subclass that calls a factory function to supply missing values").
+        sentences = [body] if kind == "row" else split_sentences(body)
         following = blocks[index + 1] if index + 1 < len(blocks) else None
         for number, sentence in enumerate(sentences):
             before = MARKDOWN_LINK.sub(r"\1", sentences[number - 1]) if number else ""
             if not MIN_SENTENCE_WORDS <= len(sentence.split()) <= MAX_SENTENCE_WORDS:
                 continue
-            if is_boilerplate(sentence) or PROMPT in sentence:
+            if is_boilerplate(sentence, cut=kind == "prose") or PROMPT in sentence:
                 continue
             quoted = MARKDOWN_LINK.sub(r"\1", sentence)
             code_after = (
@@ -271,6 +421,19 @@ def units_of(text: str) -> tuple[Unit, ...]:
             elif not lead_in:  # a lead-in with nothing after it in the passage is no unit
                 units.append(Unit(quoted, before=before, signature=signature))
     return tuple(units)
+
+
+@lru_cache(maxsize=16384)
+def name_words(text: str) -> frozenset[str]:
+    """The stemmed words of the identifiers a text writes ("with_suffix": with, suffix;
+    "TemporaryDirectory": temporary, directory): what a name says in the question's words."""
+    parts = [
+        word
+        for name in identifiers(text)
+        for piece in NAME_SEPARATOR.split(name)
+        for word in NAME_WORD_PART.findall(piece)
+    ]
+    return stems(" ".join(parts))
 
 
 @lru_cache(maxsize=16384)
@@ -343,7 +506,17 @@ def missing_names(
     for identifier in dict.fromkeys(m.group(0) for m in QUESTION_IDENTIFIER.finditer(question)):
         if identifier.lower() not in known:
             missing.append(identifier)
+    # A release the question names ("Python 3.14") that no passage mentions: the passages
+    # are about other releases, however close their words.
+    held = " ".join(p.text for p in passages)
+    missing += [v for v in dict.fromkeys(RELEASE.findall(question)) if not _holds_version(held, v)]
     return missing
+
+
+def _holds_version(text: str, version: str) -> bool:
+    """True when the text writes the version (not as part of a longer one: "3.14" is not
+    "3.1")."""
+    return re.search(rf"(?<![\w.]){re.escape(version)}(?![\w]|\.\d)", text) is not None
 
 
 def score_sentences(
@@ -374,25 +547,29 @@ def score_sentences(
         weight = {t: math.log(1 + len(units) / (1 + frequency[t])) for t in wanted}
     else:
         weight = {t: idf(t) for t in wanted}
+    asked = stems(asking_part(question))
+    weight = {t: w * (ASKED_WEIGHT if t in asked else 1.0) for t, w in weight.items()}
     total = sum(weight.values()) or 1.0
     kind = answer_kind(question)
     scored = []
     for position, (unit, matched, lead) in enumerate(zip(units, found, led, strict=True)):
-        if len(stems(unit.text) - wanted) <= MIN_NEW_TERMS and not (
-            kind is not None and holds_answer(kind, unit.text, question)
-        ):
-            continue  # it restates the question (what it asks for is new: "3.6")
+        if not stems(unit.subject) - wanted:
+            continue  # it only restates the question
         typed = kind is not None and holds_answer(kind, unit.subject, question)
-        coverage = sum(weight[t] * (1.0 if t in lead else 0.5) for t in matched)
-        # The sentence before it ("These methods will raise ...") and the definition it
-        # explains say what it is about: their terms at half weight.
-        context = (stems(unit.before) | stems(unit.signature)) & wanted - matched
-        coverage += CONTEXT_SHARE * sum(weight[t] for t in context)
+        credit = {t: weight[t] * (1.0 if t in lead else 0.5) for t in matched}
+        # The sentence before it ("These methods will raise ..."), the definition it explains
+        # and the words of the names it writes say what it is about: their terms at half
+        # weight.
+        about = stems(unit.before) | stems(unit.signature) | name_words(unit.subject)
+        context = about & wanted - matched
+        for t in context:
+            credit[t] = CONTEXT_SHARE * weight[t]
         unmatched = wanted - matched - context
         if meaning is not None and unmatched:
             closeness = meaning.closeness(tuple(sorted(unmatched)), unit.text)
-            coverage += sum(MEANING_SHARE * weight[t] * c for t, c in closeness.items())
-        coverage /= total
+            for t, c in closeness.items():
+                credit[t] = MEANING_SHARE * weight[t] * c
+        coverage = sum(credit.values()) / total
         similarity = seen[unit].similarity
         score = (
             (1 - COVERAGE_WEIGHT) * similarity
@@ -400,58 +577,99 @@ def score_sentences(
             + (ANSWER_TYPE_BONUS if typed else 0.0)
         )
         scored.append(
-            ScoredSentence(unit, seen[unit], similarity, coverage, typed, score, matched, position)
+            ScoredSentence(
+                unit,
+                seen[unit],
+                similarity,
+                coverage,
+                typed,
+                score,
+                matched,
+                position,
+                tuple((t, c / total) for t, c in credit.items()),
+            )
         )
     return sorted(scored, key=lambda s: -s.score)
 
 
-def answering_sentences(scored: list[ScoredSentence], parts: int = 1) -> list[ScoredSentence]:
-    """The units to quote, at most three: the best, if it answers, and those close to it,
-    each followed by the unit after it in its passage when that one answers too; then, for a
-    question of several ``parts``, one more unit per further part: the one that holds most of
-    the question's terms not quoted yet (on a tie, one explaining the same definition as the
-    best unit: "since which version" of ``contextlib.chdir`` is its own "New in version
-    3.11", not the one of the entry before). When none of these holds the kind of answer
-    asked for (a version, a name, an identifier), the best unit that does is added (one of
-    the same definition first); a unit that holds it goes first.
-
-    The sentence that matches a question best often restates its situation ("A rebuild in
-    which no page changed publishes nothing") and the next one says what to do about it ("To
-    publish a new version anyway, run ... --force"): a continuation that clears the answer
-    threshold is quoted with it, as the passage reads.
-    """
+def answering_sentences(
+    scored: list[ScoredSentence], parts: list[frozenset[str]] | None = None
+) -> list[ScoredSentence]:
+    """The units to quote: the best, if it answers; for a question of several ``parts`` (the
+    terms only each part asks with, :func:`part_terms`), the unit holding most of a part's
+    terms when no quoted unit holds any; then one at a time the unit that adds most
+    (:func:`added_value`) while that clears the answer threshold and is worth
+    ``FURTHER_SHARE`` of the best: at most three, and one more for each further part. A
+    second sentence that says the
+    best one's words again adds less than one that holds what it lacks: the bridge's second
+    passage of a two-hop question, the fix after the sentence that restates the problem. When
+    none of these holds the kind of answer asked for (a version, a name, an identifier), the
+    best unit that does is added (one explaining the same definition as the best unit first:
+    "since which version" of ``contextlib.chdir`` is its own "New in version 3.11", not the
+    one of the entry before); units that hold it go first."""
     if not scored or scored[0].score < ANSWER_THRESHOLD:
         return []
-    floor = max(ANSWER_THRESHOLD, FOLLOWER_SHARE * scored[0].score)
-    at = {s.position: s for s in scored}
-    chosen: dict[int, ScoredSentence] = {}
-    for sentence in (s for s in scored if s.score >= floor):
-        following = at.get(sentence.position + 1)
-        chosen.setdefault(sentence.position, sentence)
-        if (
-            following is not None
-            and following.passage is sentence.passage
-            and following.score >= ANSWER_THRESHOLD
-        ):
-            chosen.setdefault(following.position, following)
-        if len(chosen) >= EXTRACTIVE_SENTENCES:
-            break
-    picked = list(chosen.values())[:EXTRACTIVE_SENTENCES]
-    covered = frozenset().union(*(s.matched for s in picked))
-    anchor = picked[0]
-    for _ in range(parts - 1):
-        fresh = [s for s in scored if s.score >= ANSWER_THRESHOLD and s.matched - covered]
-        if not fresh:
-            break
-        best = max(
-            fresh, key=lambda s: (len(s.matched - covered), _same_definition(s, anchor), s.score)
+    picked = [scored[0]]
+    earned = dict(scored[0].credit)
+    parts = parts or []
+    for terms in parts if len(parts) > 1 else []:
+        if not any(earned.get(t, 0.0) for t in terms):
+            best = _best_for(terms, scored)
+            if best is not None:
+                picked.append(best)
+                _earn(earned, best)
+    while len(picked) < EXTRACTIVE_SENTENCES + max(len(parts), 1) - 1:
+        value, best = max(
+            ((added_value(s, earned), s) for s in scored if all(s is not p for p in picked)),
+            key=lambda pair: pair[0],
+            default=(0.0, None),
         )
+        if best is None or value < max(ANSWER_THRESHOLD, FURTHER_SHARE * scored[0].score):
+            break
         picked.append(best)
-        covered |= best.matched
+        _earn(earned, best)
+    anchor = picked[0]
     typed = [s for s in scored if s.typed and s.score >= ANSWER_THRESHOLD]
     if typed and not any(s.typed for s in picked):
         picked.append(max(typed, key=lambda s: (_same_definition(s, anchor), s.score)))
     return sorted(picked, key=lambda s: not s.typed)
+
+
+def _best_for(terms: frozenset[str], scored: list[ScoredSentence]) -> ScoredSentence | None:
+    """The answering unit that holds most of a part's terms, or None when none holds any."""
+    held = [
+        (sum(c for t, c in s.credit if t in terms), s.score, s)
+        for s in scored
+        if s.score >= ANSWER_THRESHOLD
+    ]
+    share, _, best = max(held, key=lambda h: h[:2], default=(0.0, 0.0, None))
+    return best if share > 0 else None
+
+
+def _earn(earned: dict[str, float], unit: ScoredSentence) -> None:
+    """Count what a quoted unit holds of each question term."""
+    for term, share in unit.credit:
+        earned[term] = max(earned.get(term, 0.0), share)
+
+
+def added_value(unit: ScoredSentence, earned: dict[str, float]) -> float:
+    """A further unit's score when ``earned`` is what the quoted units hold of each question
+    term: its coverage counts ``NOVELTY_SHARE`` for what it holds beyond them."""
+    fresh = sum(max(0.0, share - earned.get(term, 0.0)) for term, share in unit.credit)
+    coverage = NOVELTY_SHARE * fresh + (1 - NOVELTY_SHARE) * unit.coverage
+    return (
+        (1 - COVERAGE_WEIGHT) * unit.similarity
+        + COVERAGE_WEIGHT * coverage
+        + (ANSWER_TYPE_BONUS if unit.typed else 0.0)
+    )
+
+
+def asking_part(question: str) -> str:
+    """The sentences of a question that ask (end in "?"), when others describe a situation
+    first; else the whole question."""
+    sentences = [s for s in split_sentences(question) if s.strip()]
+    asking = [s for s in sentences if s.rstrip().endswith("?")]
+    return " ".join(asking) if asking and len(asking) < len(sentences) else question
 
 
 def _same_definition(unit: ScoredSentence, anchor: ScoredSentence) -> bool:
@@ -467,6 +685,16 @@ FURTHER_PART = re.compile(
     r"will|should|since)\b",
     re.IGNORECASE,
 )
+
+
+def part_terms(question: str) -> list[frozenset[str]]:
+    """The search terms only each part of a question asks with (one part for most; "Which
+    function writes the JSON, and what closes the file?": its two halves, less the terms
+    both share)."""
+    cuts = [m.start() for m in FURTHER_PART.finditer(question)][:2]
+    bounds = [0, *cuts, len(question)]
+    terms = [stems(question[a:b]) for a, b in pairwise(bounds)]
+    return [t - frozenset().union(*(o for o in terms if o is not t)) for t in terms]
 
 
 def question_parts(question: str) -> int:
@@ -565,9 +793,7 @@ def extractive_answer(
     if missing:
         return f"{DECLINED} mention {', '.join(missing)}, so they do not answer this question.", []
     scored = score_sentences(question, passages, idf, meaning)
-    chosen = chain(
-        answering_sentences(scored, question_parts(question)), scored, passages, question
-    )
+    chosen = chain(answering_sentences(scored, part_terms(question)), scored, passages, question)
     chosen = with_named_definitions(chosen, scored, question)
     if not chosen:
         return NO_SENTENCE_ANSWER, []

@@ -17,6 +17,9 @@ from kpack.text import CODE_NAME, SIGNATURE_KINDS
 NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?!\w)")
 # A version number: "3.11", "2.7.18" (a release, where NUMBER is any number).
 VERSION = re.compile(r"(?<![\w.])\d+\.\d+(?:\.\d+)?(?![\w]|\.\d)")
+# A release a question names: a version number after "Python", "version" or "release"
+# ("Python 3.14", "version 2.7"), not any decimal ("round(2.5)").
+RELEASE = re.compile(r"\b(?:python|version|release)\s+v?(\d+\.\d+(?:\.\d+)?)(?!\w|\.\d)", re.I)
 # A name inside a sentence: a capitalised word after a lower-case word, a number or a comma
 # (the first word of a sentence is capitalised whatever it is).
 NAME = re.compile(r"(?<=[a-z0-9,;)]\s)[A-Z][\w'’-]+")

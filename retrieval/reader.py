@@ -372,6 +372,12 @@ class PackReader:
         return written_identifiers(self.chunk_text.values())
 
     @cached_property
+    def code_starts(self) -> dict[str, bool]:
+        """Which passages begin inside a code block, by passage id, learnt as offline answers
+        read passages with their neighbours (retrieval.extractive.passage_in_context)."""
+        return {}
+
+    @cached_property
     def example_vectors(self) -> np.ndarray:
         """Vectors of the few-shot pool's questions (retrieval.fewshot), embedded on first use:
         an answer without an LLM uses no examples and embeds nothing."""

@@ -33,6 +33,7 @@ from retrieval.docgraph import MOVED_DOWN
 from retrieval.extractive import (
     NO_SENTENCE_ANSWER,
     extractive_answer,
+    passage_in_context,
     stems,
 )
 from retrieval.gate import pack_vocabulary
@@ -223,6 +224,14 @@ def answer_passages(query: Query) -> list[ContextSection]:
     passages = []
     for candidate in sorted(kept, key=lambda c: c.rank or 0) + moved:
         section = candidate.as_context()
+        # With the definition line and the code its sentences need from the passages next
+        # to it in its section (extractive.passage_in_context).
+        section.text = passage_in_context(
+            candidate.passage_id,
+            candidate.text,
+            query.reader.chunk_text,
+            query.reader.code_starts,
+        )
         if any(BRIDGED.search(reason) for reason in candidate.reasons):
             section.via = "bridge"
         passages.append(section)

@@ -148,6 +148,16 @@ def test_a_misspelled_name_is_answered_and_an_unknown_one_still_refused(offline)
     assert offline.query("Can Gizmo publish to WordPress?")["answer"].startswith(DECLINED)
 
 
+def test_a_question_of_two_parts_is_answered_from_the_passage_of_each(offline):
+    result = offline.query(
+        "Where does the deploy command read the SFTP password from, and how long are build "
+        "logs kept?"
+    )
+    answer = result["answer"]
+    assert "GIZMO_SFTP_PASSWORD" in answer and "thirty days" in answer
+    assert set(CITED.findall(answer)) == {"Deploying", "Output Layout"}
+
+
 def test_offline_sources_are_only_the_passages_the_answer_quotes(offline):
     result = offline.query("Where does the deploy command read the SFTP password from?", 3)
     assert "GIZMO_SFTP_PASSWORD" in result["answer"]

@@ -1,9 +1,10 @@
 """Offline answers over API reference pages: the definition line comes with what explains it.
 
-One pack is built for this module from two HTML pages laid out as Sphinx writes a library
+Two packs are built for this module from HTML pages laid out as Sphinx writes a library
 reference (a ``dl`` per function or exception: the signature in ``dt``, its explanation in
 ``dd``), with small chunks so a section is cut into passages of one sentence a line, as the
-Python docs pack's long sections are.
+Python docs pack's long sections are. The second holds one long entry that the chunks cut in
+the middle, and a lead-in whose code block falls into the next passage.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from retrieval.agent import KnowledgeGraphAgent
+from retrieval.extractive import DECLINED
+from retrieval.reader import open_pack
 from tests.conftest import build, write_pack
 
 
@@ -78,22 +81,71 @@ CSVLITE = page(
         "column names.",
     ),
 )
+TARLITE = page(
+    "tarlite — archive files",
+    "The tarlite module reads and writes archive files that bundle many members into one file.",
+    "Archive Objects",
+    entry(
+        "class",
+        "class tarlite.Archive(path, mode='r')",
+        "Open the archive file at path for reading or, with mode 'a', for appending members.",
+        "An archive keeps an index of its members in memory while it is open and reads the "
+        "members themselves only when a caller asks for them.",
+        "The path may be a string or any path-like object, and the file it names must exist "
+        "unless the mode is 'w'.",
+        "Several archives may be open at the same time; each keeps its own index and its own "
+        "file handle.",
+        "Closing the archive writes its index back to the end of the file, so the members "
+        "added to an archive that is never closed are lost.",
+    ),
+    entry(
+        "method",
+        "Archive.add(name, data)",
+        "Add a member called name that holds the bytes data to the index of the archive.",
+        "The member is written to the file at once, but it can only be found again after the "
+        "index is written when the archive is closed.",
+        "To add a member and write the index in one step, use the archive in a with statement:"
+        "<pre>with tarlite.Archive('backup.tar', mode='a') as archive:\n"
+        "    archive.add('notes.txt', b'hello')\n    archive.add('todo.txt', b'later')\n"
+        "# the index is written here</pre>",
+        "Adding a member whose name is already in the archive replaces the older member.",
+    ),
+    "<p>The modes an archive is opened with:</p><table><tr><th>mode</th><th>meaning</th></tr>"
+    "<tr><td>r</td><td>read the members of an existing archive</td></tr>"
+    "<tr><td>a</td><td>append members to an existing archive</td></tr>"
+    "<tr><td>w</td><td>write a new archive, replacing any file at path</td></tr></table>",
+)
 PAGES = {"jsonlite.html": JSONLITE, "csvlite.html": CSVLITE}
 CITED = re.compile(r"\[Source: ([^\]]+)\]")
 
 
-@pytest.fixture(scope="module")
-def docs(tmp_path_factory) -> KnowledgeGraphAgent:
-    root = tmp_path_factory.mktemp("apidocs")
+def built(root: Path, pages: dict[str, str]) -> Path:
+    """A pack of the pages, cut into small chunks (about 67 words)."""
     (root / "docs").mkdir()
-    for name, text in PAGES.items():
+    for name, text in pages.items():
         (root / "docs" / name).write_text(text)
-    urls = [f"file:../../docs/{name}" for name in PAGES]
+    urls = [f"file:../../docs/{name}" for name in pages]
     config = {"chunk_tokens": 90, "chunk_overlap_tokens": 8}
     folder: Path = write_pack(root, "apidocs", urls, config)
     assert build(root, "apidocs").success
+    return folder
+
+
+@pytest.fixture(scope="module")
+def docs(tmp_path_factory) -> KnowledgeGraphAgent:
+    folder = built(tmp_path_factory.mktemp("apidocs"), PAGES)
     # The gate is tested elsewhere: here every question reaches the answer stage.
     return KnowledgeGraphAgent(folder, use_llm=False, context_confidence_threshold=0.0)
+
+
+@pytest.fixture(scope="module")
+def archives(tmp_path_factory) -> Path:
+    return built(tmp_path_factory.mktemp("archives"), {"tarlite.html": TARLITE})
+
+
+def passages_with(folder: Path, words: str) -> list[str]:
+    """The texts of the pack's passages that hold the words."""
+    return [text for text in open_pack(folder).chunk_text.values() if words in text]
 
 
 def test_pretty_printing_is_answered_with_indent_under_its_signature(docs):
@@ -130,3 +182,66 @@ def test_a_question_naming_two_definitions_is_answered_from_both(docs):
     ]
     assert "`jsonlite.dump(obj, fp, *, indent=None, sort_keys=False)`: " in answer
     assert "`jsonlite.loads(s, *, object_hook=None)`: " in answer
+
+
+def test_a_version_question_asked_since_when_gets_the_version_note(docs):
+    answer = docs.query("Since when does jsonlite have loads?")["answer"]
+    assert answer.startswith("`jsonlite.loads(s, *, object_hook=None)`: New in version 3.6.")
+
+
+def test_what_kind_of_error_is_answered_by_the_exception_entry(docs):
+    question = (
+        "I parse files with jsonlite and some of them are broken. What kind of error is "
+        "raised then?"
+    )
+    answer = docs.query(question)["answer"]
+    assert answer.startswith("`exception jsonlite.DecodeFailure(msg, doc, pos)`: ")
+
+
+def test_a_release_the_passages_never_name_is_declined(docs):
+    answer = docs.query("What did Python 3.14 change in jsonlite.loads?")["answer"]
+    assert answer.startswith(DECLINED) and "3.14" in answer
+    # A number that is no release is no reason to decline.
+    decimal = docs.query("Can jsonlite.dump pretty-print with an indent of 2.5?")["answer"]
+    assert not decimal.startswith(DECLINED)
+
+
+def test_a_sentence_deep_in_a_long_entry_keeps_its_definition_line(archives):
+    # The entry is longer than a passage: the passage holding its last sentence starts after
+    # the definition line, which the answer takes from the passage before it.
+    (cut,) = passages_with(archives, "Closing the archive writes")
+    assert "class tarlite.Archive" not in cut
+    agent = KnowledgeGraphAgent(archives, use_llm=False, context_confidence_threshold=0.0)
+    result = agent.query("What happens to the members I add to an archive if I never close it?")
+    assert result["answer"].startswith(
+        "`class tarlite.Archive(path, mode='r')`: Closing the archive writes its index back"
+    )
+    checked = result["citations_checked"]
+    assert checked["supported"] == checked["checked"] >= 1
+
+
+def test_a_lead_in_is_quoted_with_the_code_the_next_passage_holds(archives):
+    (lead_in,) = passages_with(archives, "use the archive in a with statement:")
+    assert "archive.add('notes.txt'" not in lead_in  # the passage ends before its code
+    agent = KnowledgeGraphAgent(archives, use_llm=False, context_confidence_threshold=0.0)
+    result = agent.query("How do I add a member and write the index in one step?")
+    answer = result["answer"]
+    assert "use the archive in a with statement:\n\n```\n" in answer
+    # The code as the page writes it, indentation included, before the citation.
+    assert (
+        "with tarlite.Archive('backup.tar', mode='a') as archive:\n"
+        "    archive.add('notes.txt', b'hello')\n"
+    ) in answer
+    assert answer.index("# the index is written here") < answer.index("[Source: tarlite")
+    checked = result["citations_checked"]
+    assert checked["supported"] == checked["checked"] >= 1
+
+
+def test_a_table_row_is_quoted_on_its_own(archives):
+    agent = KnowledgeGraphAgent(archives, use_llm=False, context_confidence_threshold=0.0)
+    answer = agent.query("Which mode writes a new archive and replaces the file that is there?")[
+        "answer"
+    ]
+    # The row that answers, though it starts with a name in lower case; not the whole table.
+    assert "w | write a new archive, replacing any file at path [Source:" in answer
+    assert "r | read the members" not in answer
