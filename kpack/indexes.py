@@ -42,7 +42,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -623,13 +623,34 @@ class _KeyView(Sequence[Any]):
         return self.keys._key(position)
 
 
-class RowMap(Mapping[str, Any]):
-    """A table sorted by its first column as a read-only mapping key -> ``make(row)``."""
+V = TypeVar("V")
+
+
+class Lookup(Mapping[str, V]):
+    """A read-only mapping over a memory-mapped index: a subclass says what ``found(key)`` is
+    (None when the key is absent) and how to list its keys."""
+
+    def found(self, key: str) -> V | None:
+        raise NotImplementedError
+
+    def __getitem__(self, key: str) -> V:
+        value = self.found(key)
+        if value is None:
+            raise KeyError(key)
+        return value
+
+
+class _TableLookup(Lookup[V]):
+    """A lookup over a table sorted by its first column; ``make`` builds the values."""
 
     def __init__(self, table: pa.Table, make: Any) -> None:
         self.table = table
         self.keys = SortedKeys(table.column(0))
         self._make = make
+
+
+class RowMap(_TableLookup[Any]):
+    """A table sorted by its first column as a read-only mapping key -> ``make(row)``."""
 
     def row(self, key: str) -> int | None:
         return self.keys.row(key)
@@ -639,11 +660,9 @@ class RowMap(Mapping[str, Any]):
             *(self.table.column(i)[row].as_py() for i in range(self.table.num_columns))
         )
 
-    def __getitem__(self, key: str) -> Any:
+    def found(self, key: str) -> Any:
         row = self.row(key)
-        if row is None:
-            raise KeyError(key)
-        return self.record(row)
+        return None if row is None else self.record(row)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.keys.values)
@@ -652,18 +671,13 @@ class RowMap(Mapping[str, Any]):
         return self.table.num_rows
 
 
-class GroupMap(Mapping[str, list]):
+class GroupMap(_TableLookup[list]):
     """A table sorted by its first column as key -> the ``make(*rest)`` of its rows, in order."""
 
-    def __init__(self, table: pa.Table, make: Any) -> None:
-        self.table = table
-        self.keys = SortedKeys(table.column(0))
-        self._make = make
-
-    def __getitem__(self, key: str) -> list:
+    def found(self, key: str) -> list | None:
         span = self.keys.span(key)
         if not span:
-            raise KeyError(key)
+            return None
         part = self.table.slice(span.start, len(span)).to_pylist()
         names = self.table.column_names[1:]
         return [self._make(*(item[n] for n in names)) for item in part]
@@ -675,17 +689,14 @@ class GroupMap(Mapping[str, list]):
         return len(set(self.keys.values))
 
 
-class RowOf(Mapping[str, int]):
+class RowOf(Lookup[int]):
     """Key -> row of a table sorted by that key (its first column)."""
 
     def __init__(self, keys: SortedKeys) -> None:
         self.keys = keys
 
-    def __getitem__(self, key: str) -> int:
-        row = self.keys.row(key)
-        if row is None:
-            raise KeyError(key)
-        return row
+    def found(self, key: str) -> int | None:
+        return self.keys.row(key)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.keys.values)
@@ -694,17 +705,14 @@ class RowOf(Mapping[str, int]):
         return len(self.keys.values)
 
 
-class RowsOf(Mapping[str, list]):
+class RowsOf(Lookup[list]):
     """Key -> the rows holding it, for a column the table is not sorted by (``keys.order``)."""
 
     def __init__(self, keys: SortedKeys) -> None:
         self.keys = keys
 
-    def __getitem__(self, key: str) -> list[int]:
-        rows = self.keys.rows(key)
-        if not rows:
-            raise KeyError(key)
-        return rows
+    def found(self, key: str) -> list[int] | None:
+        return self.keys.rows(key) or None
 
     def __iter__(self) -> Iterator[str]:
         return iter(dict.fromkeys(self.keys.values))
@@ -713,16 +721,16 @@ class RowsOf(Mapping[str, list]):
         return len(set(self.keys.values))
 
 
-class Neighbours(Mapping[str, list]):
+class Neighbours(Lookup[list]):
     """Article url -> the urls it links to or is linked from (CSR over article rows)."""
 
     def __init__(self, urls: SortedKeys, offsets: np.ndarray, targets: np.ndarray) -> None:
         self.urls, self.offsets, self.targets = urls, offsets, targets
 
-    def __getitem__(self, url: str) -> list[str]:
+    def found(self, url: str) -> list[str] | None:
         row = self.urls.row(url)
         if row is None or self.offsets[row] == self.offsets[row + 1]:
-            raise KeyError(url)
+            return None
         linked = self.targets[self.offsets[row] : self.offsets[row + 1]]
         return [self.urls.values[int(r)] for r in linked]
 
@@ -840,16 +848,16 @@ def _strongest(rows: np.ndarray, weights: np.ndarray, most: int) -> tuple[np.nda
     return rows[kept], weights[kept]
 
 
-class _Frequency(Mapping[str, int]):
+class _Frequency(Lookup[int]):
     """term -> how many passages hold it, read from the postings' offsets."""
 
     def __init__(self, index: KeywordIndex) -> None:
         self._index = index
 
-    def __getitem__(self, term: str) -> int:
+    def found(self, term: str) -> int | None:
         number = self._index.number_of(term)
         if number is None:
-            raise KeyError(term)
+            return None
         return int(self._index._offsets[number + 1] - self._index._offsets[number])
 
     def __iter__(self) -> Iterator[str]:

@@ -124,6 +124,14 @@ def _label(query: Query, graph: EntityGraph, node: int) -> str:
     return section.heading if section.heading.startswith(title) else f"{title} > {section.heading}"
 
 
+def entity_graph(query: Query) -> GraphIndex | None:
+    """The version's entity graph, or None with the note that tells the user why a graph
+    stage did nothing."""
+    if query.reader.graph is None:
+        query.notes["graph"] = NO_GRAPH
+    return query.reader.graph
+
+
 class GraphRetriever:
     """Personalized PageRank from the question's specific entities and the first-hop hits;
     see the module docstring. Settings: ``graph_weight`` and ``graph_damping``."""
@@ -133,9 +141,8 @@ class GraphRetriever:
     def __call__(self, query: Query) -> None:
         if query.settings.graph_weight <= 0:
             return
-        index = query.reader.graph
+        index = entity_graph(query)
         if index is None:
-            query.notes["graph"] = NO_GRAPH
             return
         graph = index.graph
         linked = linked_entities(graph, query.text)
@@ -205,9 +212,8 @@ class SecondHop:
     name, phase, toggle = "graph_second_hop", "rank", "enable_graph"
 
     def __call__(self, query: Query) -> None:
-        index = query.reader.graph
+        index = entity_graph(query)
         if index is None:
-            query.notes["graph"] = NO_GRAPH
             return
         asked = frozenset(search_terms(query.text))
         ranked: list[Candidate] = []

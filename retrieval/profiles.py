@@ -124,6 +124,16 @@ RANKED_ANSWER = (
     KEEP_PARTS,
     *CONTEXT_AND_ANSWER,
 )
+# The same tail for the profiles with the graph retrieval stages: the graph's authority, its
+# second hop and the documentation graph's expansion before top k.
+GRAPH_RANKED_ANSWER = (
+    GraphReranker(),
+    SecondHop(),
+    DocGraphExpansion(),
+    top_k,
+    KEEP_PARTS,
+    *CONTEXT_AND_ANSWER,
+)
 
 # One profile for each name of kpack.config.PROFILE_NAMES, the one list of names (kg_config.json,
 # the CLI, the HTTP API and the MCP server accept those; tests/test_retrieval.py checks that the
@@ -146,12 +156,7 @@ PROFILES: dict[str, Profile] = {
                 GraphRetriever(),
                 fuse,
                 ConfidenceGate(),
-                GraphReranker(),
-                SecondHop(),
-                DocGraphExpansion(),
-                top_k,
-                KEEP_PARTS,
-                *CONTEXT_AND_ANSWER,
+                *GRAPH_RANKED_ANSWER,
             ),
             BALANCED_SETTINGS | GRAPH_SETTINGS,
             "plus graph retrieval (entity PageRank, second hop), multi-document context, quality "
@@ -167,12 +172,7 @@ PROFILES: dict[str, Profile] = {
                 fuse,
                 ConfidenceGate(),
                 CrossEncoderReranker(),
-                GraphReranker(),
-                SecondHop(),
-                DocGraphExpansion(),
-                top_k,
-                KEEP_PARTS,
-                *CONTEXT_AND_ANSWER,
+                *GRAPH_RANKED_ANSWER,
             ),
             BALANCED_SETTINGS | GRAPH_SETTINGS,
             "balanced plus multi-query expansion and the cross-encoder",
