@@ -76,12 +76,14 @@ def load_graph(db_path: Path, tables: Iterator[tuple[str, pa.Table]], dim: int) 
     (kpack.indexes), and Kuzu's took 90 of the 98 seconds of writing a Python-docs-sized
     database (HNSW 57 s, FTS 33 s, +66 MB, measured on a loaded 2-core machine). A Cypher
     user creates them with CREATE_VECTOR_INDEX / CREATE_FTS_INDEX (docs/data-model.md)."""
+    declared = {table.name: table for table in (*KUZU_NODES, *KUZU_RELS)}
     with opened(db_path, read_only=False) as conn:
-        for table in (*KUZU_NODES, *KUZU_RELS):
+        for table in declared.values():
             conn.execute(table.ddl(dim))
         for name, data in tables:
+            table = declared[name]  # a name read from the pipe is only ever a declared table's
             if data.num_rows:
-                conn.execute(f"COPY {name} FROM $data", {"data": data})
+                conn.execute(f"COPY {table.name} FROM $data", {"data": data})
             del data  # one table in memory at a time
         conn.execute("CHECKPOINT")
 

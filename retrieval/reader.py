@@ -68,6 +68,7 @@ from retrieval.meaning import WordVectors
 log = logging.getLogger(__name__)
 
 RECYCLE_AFTER_QUERIES = 500
+BACKGROUND_NICE = 10  # the CPU priority of a server's thread that opens a new version
 THREADS_ENV = "KPACK_READER_THREADS"
 DEFAULT_THREADS = 1
 FEW_SHOT_FILE = "few_shot_examples.json"
@@ -501,7 +502,15 @@ class _PackSlot:
     changed: threading.Condition = field(default_factory=threading.Condition)
     reader: PackReader | None = None
     opening: Path | None = None  # the version a thread is opening now, outside the lock
+    failed: Path | None = None  # a version whose background open failed (not tried again)
 
+
+# Servers set this (open_versions_in_background): a new version is then opened and warmed by a
+# thread of its own, at a lower CPU priority, while the old version answers every request, so
+# no request pays for an open and the other packs' requests keep the cores. Elsewhere (a
+# notebook, the CLI) the first caller opens it and waits, so a query right after a build
+# answers from the new version.
+_background_opens = False
 
 _slots: dict[Path, _PackSlot] = {}
 _slots_lock = threading.Lock()  # only to find or add a pack's slot; never held while opening
@@ -524,13 +533,23 @@ def open_warm(folder: Path, version: Path) -> PackReader:
     return reader
 
 
+def open_versions_in_background(enabled: bool = True) -> bool:
+    """Whether this process opens new versions in the background (see ``_background_opens``);
+    returns what it was."""
+    global _background_opens
+    was, _background_opens = _background_opens, enabled
+    return was
+
+
 def checkout(pack: str | Path | PackReader) -> PackReader:
     """The reader of the pack's current version, marked in use: pair it with ``release()``.
 
     A reader that is passed in is used as it is (a caller pinning one version). A version not
     open yet is opened and warmed by the first caller that asks for it, holding no lock: callers
     of the same pack that come meanwhile get the previous version's reader (when there is one),
-    callers of other packs never wait for it.
+    callers of other packs never wait for it. In a server (:func:`open_versions_in_background`)
+    a thread of its own opens it, and the previous version answers every caller until it is
+    warm; a version whose open failed there is not tried again (the log says why).
     """
     if isinstance(pack, PackReader):
         pack.acquire()
@@ -548,6 +567,18 @@ def checkout(pack: str | Path | PackReader) -> PackReader:
             if reader is not None and reader.version_dir == version and not reader.closed:
                 reader.acquire()
                 return reader
+            serving = reader is not None and not reader.closed
+            if slot.opening is None and _background_opens and serving:
+                if slot.failed != version:
+                    slot.opening = version
+                    threading.Thread(
+                        target=_open_in_background,
+                        args=(slot, folder, version),
+                        name=f"open {folder.name}",
+                        daemon=True,
+                    ).start()
+                reader.acquire()
+                return reader
             if slot.opening is None:
                 slot.opening = version
                 break
@@ -555,20 +586,36 @@ def checkout(pack: str | Path | PackReader) -> PackReader:
                 reader.acquire()  # another thread opens the new version: answer from this one
                 return reader
             slot.changed.wait()
+    fresh = _open_into(slot, folder, version)
+    fresh.acquire()
+    return fresh
+
+
+def _open_into(slot: _PackSlot, folder: Path, version: Path) -> PackReader:
+    """Open and warm ``version``, make it the slot's reader and retire the one it replaces."""
     try:
         fresh = open_warm(folder, version)
     except BaseException:
         with slot.changed:
-            slot.opening = None
+            slot.opening, slot.failed = None, version
             slot.changed.notify_all()
         raise
     with slot.changed:
-        previous, slot.reader, slot.opening = slot.reader, fresh, None
-        fresh.acquire()
+        previous, slot.reader, slot.opening, slot.failed = slot.reader, fresh, None, None
         slot.changed.notify_all()
     if previous is not None:
         previous.retire()
     return fresh
+
+
+def _open_in_background(slot: _PackSlot, folder: Path, version: Path) -> None:
+    # Linux gives each thread its own nice value: the open yields the cores to requests.
+    with suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
+    try:
+        _open_into(slot, folder, version)
+    except Exception as exc:  # the old version keeps answering; the log says why
+        log.error("pack %r version %s could not be opened: %s", folder.name, version.name, exc)
 
 
 @contextmanager

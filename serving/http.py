@@ -53,6 +53,7 @@ import retrieval
 from kpack.llm import API_KEY_ENV
 from kpack.packs import PackError
 from retrieval.query import MAX_QUESTION_CHARS, MAX_SERVED_K, QuestionError, clean_question
+from retrieval.reader import open_versions_in_background
 from serving import catalog
 from serving.catalog import ProfileName
 from serving.connections import HEADER_TIMEOUT_S, default_max_connections, guarded_protocol
@@ -121,9 +122,12 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # A publish never makes a request wait for the new version's open (retrieval.reader).
+        was = open_versions_in_background(True)
         if warmup:
             await asyncio.get_running_loop().run_in_executor(pool, _warm_up, root)
         yield
+        open_versions_in_background(was)
         for executor in (pool, llm_pool):
             executor.shutdown(wait=False, cancel_futures=True)
 

@@ -47,6 +47,7 @@ from pydantic import Field, ValidationError
 import retrieval
 from kpack.packs import PackError
 from retrieval.query import MAX_QUESTION_CHARS, MAX_SERVED_K, clean_question
+from retrieval.reader import open_versions_in_background
 from serving import catalog
 from serving.catalog import ProfileName
 
@@ -262,4 +263,5 @@ def run_stdio(packs_dir: Path | None = None) -> None:
     # Warnings and the SDK's own log lines go to stderr, which Claude Code shows as the
     # server's log; INFO lines per tool call would only be noise there.
     logging.getLogger("mcp").setLevel(logging.WARNING)
+    open_versions_in_background()  # a publish never makes a tool call wait for an open
     create_server(packs_dir).run("stdio")
