@@ -573,6 +573,7 @@ def stage_versions(folder: Path, count: int) -> list[Path]:
         (target / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
         seal_version(target)
         staged.append(target)
+    os.sync()  # the copies' writeback is the build's cost too, not the publish's
     return staged
 
 

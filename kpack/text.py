@@ -51,6 +51,12 @@ POSSESSIVE = re.compile(r"['’]s$")
 # Function words: never a search term, never the start of a name.
 STOPWORDS = frozenset(
     [
+        # the letters an apostrophe leaves of a contraction or a possessive ("don't", "it's",
+        # "I'd", "I'm"; "re" is not one of them: it names a Python module)
+        "d",
+        "m",
+        "s",
+        "t",
         "a",
         "after",
         "all",
@@ -179,8 +185,10 @@ def _stemmer() -> Stemmer.Stemmer:
 
 
 def search_words(text: str) -> list[str]:
-    """The words of a text that become search terms: two characters or more, no stop words."""
-    return [w for w in words(text) if len(w) > 1 and w not in STOPWORDS]
+    """The words of a text that become search terms: no stop words. A one-letter word is
+    a term ("Malcolm X", "the C library", "F. Scott"), except the pieces an apostrophe
+    leaves ("don't" -> "don", "t"), which are stop words."""
+    return [w for w in words(text) if w not in STOPWORDS]
 
 
 def search_terms(text: str) -> list[str]:
