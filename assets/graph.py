@@ -39,12 +39,12 @@ from kpack.contracts import StagedBuild, facts_of
 from kpack.docgraph import write_doc_graph
 from kpack.graphdb import graph_counts, opened, writing_graph
 from kpack.indexes import (
-    CHUNK_IVF,
+    CHUNK_ANN,
     CHUNK_VECTORS,
     CHUNKS,
     Column,
-    InvertedLists,
     KeywordIndex,
+    load_ann,
     load_array,
     load_table,
     nearest_rows,
@@ -317,7 +317,7 @@ def graph_is_queryable(
     keywords = KeywordIndex.load(folder)
     vector_hits = keyword_hits = 0
     if len(vectors):
-        ann = InvertedLists.load(folder, CHUNK_IVF)
+        ann = load_ann(folder, CHUNK_ANN)
         rows, _ = nearest_rows(vectors, np.asarray(vectors[0]), 3, ann)
         vector_hits = len(rows)
         text = Column(load_table(folder, CHUNKS)["content"])[0]

@@ -26,7 +26,8 @@ processes reading the same version share; Private_*/Shared_* are recorded too), 
 search p50/p95 over three rounds of the questions (graph stage included; the first, which
 loads the model, is not counted) with each stage's p50, and ANN recall@10 against the exact
 scan of the same mapped matrix (tables above the ANN crossover only). Writing the 1M pack
-takes about 20 minutes and 10 GB on two cores; its files take about 12 GB.
+takes about 20 minutes and 10 GB on two cores; its files take about 14 GB (the faiss index
+files hold a copy of the vectors, 2 GB of it).
 
     .venv/bin/python bench/scale_bench.py --source WS/storage --workdir WS2 \
         --sizes 10000,100000,1000000

@@ -8,14 +8,18 @@ kpack.store.verify_version checks them as it checks pack.db. A reader
 
 - ``chunk_vectors.npy`` / ``section_vectors.npy``: float32 unit vectors, one row per chunk
   (section) in id order, opened with ``np.load(mmap_mode="r")``;
-- ``chunk_ivf_*.npy`` / ``section_ivf_*.npy``: an inverted-file (IVF) index over the
-  vectors, written only for tables of at least :func:`ann_min_vectors` rows (below that an
-  exact scan is fast enough): k-means centroids (spherical, seeded, on a sample), and the
-  rows of each centroid's list. A search scans the lists of the ``IVF_PROBES`` centroids
-  nearest the question exactly against the float32 matrix. Not HNSW: on a pack with many
-  near-duplicate passages (versioned pages, or the scale benchmark's copies) usearch's
-  graph found 0.43 of the exact top 10 at a million vectors, and took 10 to 17 minutes to
-  build on two cores; near-duplicates share a list, and the k-means takes minutes;
+- ``chunk_vectors.faiss`` / ``section_vectors.faiss``: an approximate-nearest-neighbour index
+  over the vectors, written only for tables of at least :func:`ann_min_vectors` rows (below
+  that an exact scan is faster): a faiss ``IndexIVFFlat`` over inner product (the cosine of
+  unit vectors), its ~4 sqrt(N) lists trained by spherical k-means on a seeded sample. A
+  reader maps it (:func:`load_ann`, zero copy), probes the ``IVF_PROBES`` lists nearest the
+  question and re-scores the best ``ANN_RESCORED`` candidates exactly against the mapped
+  float32 matrix, so an ANN hit has the exact scan's score and order. An IVF, not a graph
+  (HNSW): on a pack with many near-duplicate passages (versioned pages, or the scale
+  benchmark's copies) usearch's HNSW found 0.43 of the exact top 10 at a million vectors and
+  took 10 to 17 minutes to build on two cores; near-duplicates share an inverted list, and a
+  flat list is scanned exactly. faiss replaced a hand-written numpy k-means with the same
+  lists: a maintained library, its k-means, list storage and scan in C++;
 - ``chunks.arrow``, ``sections.arrow``, ``articles.arrow``, ``article_entities.arrow``,
   ``facts.arrow``: Arrow IPC files sorted by their key, opened with ``pa.memory_map`` (zero
   copy) and looked up by binary search on the key column, so a query reads the rows of its
@@ -49,20 +53,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kpack.docgraph import DOC_GRAPH_FILES
-from kpack.graph import spans
 from kpack.packs import INDEX_DIR
 from kpack.text import search_terms, words
 
 if TYPE_CHECKING:
+    import faiss
+
     from kpack.graph import EntityGraph
 
 CHUNK_VECTORS = "chunk_vectors.npy"
 SECTION_VECTORS = "section_vectors.npy"
-IVF_PARTS = ("centroids", "offsets", "rows")
-CHUNK_IVF = "chunk_ivf"
-SECTION_IVF = "section_ivf"
-ANN_FILES = {CHUNK_VECTORS: CHUNK_IVF, SECTION_VECTORS: SECTION_IVF}  # vectors -> their IVF
-IVF_FILES = tuple(f"{ivf}_{part}.npy" for ivf in ANN_FILES.values() for part in IVF_PARTS)
+CHUNK_ANN = "chunk_vectors.faiss"
+SECTION_ANN = "section_vectors.faiss"
+ANN_FILES = {CHUNK_VECTORS: CHUNK_ANN, SECTION_VECTORS: SECTION_ANN}  # vectors -> their index
 CHUNKS = "chunks.arrow"
 SECTIONS = "sections.arrow"
 SECTIONS_BY_ARTICLE = "sections_by_article.npy"
@@ -113,7 +116,7 @@ KEYWORD_FILES = (
 INDEX_FILES = (
     CHUNK_VECTORS,
     SECTION_VECTORS,
-    *IVF_FILES,
+    *ANN_FILES.values(),
     CHUNKS,
     SECTIONS,
     SECTIONS_BY_ARTICLE,
@@ -133,14 +136,18 @@ ANN_MIN_VECTORS_ENV = "KPACK_ANN_MIN_VECTORS"
 # bench/scale_bench.py: on one thread the exact scan of 20,000 vectors takes about 2 ms).
 DEFAULT_ANN_MIN_VECTORS = 50_000
 # The IVF index (see the module docstring), chosen on the Python docs pack's real vectors
-# replicated to 100,000 (bench/scale_bench.py): 4 sqrt(N) lists and 32 probed found 0.995 of
-# the exact top 10 for the python_docs_qa questions, scanning 3% of the vectors.
+# replicated to 100,000 (bench/scale_bench.py): 4 sqrt(N) lists and 32 probed found 0.9975 of
+# the exact top 10 for the python_docs_qa questions, scanning 3% of the vectors. Training on
+# 64 vectors per list, or for more rounds, took twice as long and found no more.
 IVF_LISTS_PER_SQRT = 4
 IVF_PROBES = 32
 IVF_TRAINING_PER_LIST = 32  # k-means trains on this many sampled vectors per list ...
 IVF_ITERATIONS = 8  # ... for this many rounds
 IVF_SEED = 0
-IVF_BLOCK = 8_192  # rows assigned to their lists at a time
+# The index's best this many candidates are re-scored exactly (a flat list's scores are
+# exact already; re-scoring against the mapped matrix makes them the exact scan's to the bit,
+# and orders ties by row).
+ANN_RESCORED = 256
 # Keyword search takes at most this many passages per question term, the term's heaviest
 # (KeywordIndex.search): every passage of every term of a pack of up to this size.
 KEYWORD_TERM_CANDIDATES = 20_000
@@ -220,9 +227,9 @@ def write_indexes(
     section_order = pc.sort_indices(sections["section_id"])
     _save_vectors(out / CHUNK_VECTORS, chunks["embedding"], chunk_order, dim)
     _save_vectors(out / SECTION_VECTORS, sections["embedding"], section_order, dim)
-    for vectors, ivf in ANN_FILES.items():
+    for vectors, ann in ANN_FILES.items():
         if len(load_array(out, vectors)) >= ann_min_vectors():
-            write_ivf(out, ivf, load_array(out, vectors))
+            write_ann(out / ann, load_array(out, vectors))
     chunks = chunks.select(["chunk_id", "article_url", "content"]).take(chunk_order)
     sections = sections.select(
         ["section_id", "article_url", "heading_path", "title", "content", "word_count"]
@@ -331,74 +338,45 @@ def _write_graph(
         np.save(out / name, array)
 
 
-def write_ivf(folder: Path, name: str, vectors: np.ndarray) -> None:
-    """An inverted-file index of unit ``vectors`` saved as ``name``_{centroids, offsets,
-    rows}.npy: spherical k-means on a seeded sample, then every row in its nearest
-    centroid's list (in blocks: a million vectors need not be in memory twice)."""
+def write_ann(path: Path, vectors: np.ndarray) -> None:
+    """The IVF index of unit ``vectors`` (see the module docstring) written to ``path``:
+    trained on a seeded sample, the rows added a block at a time (a million mapped vectors
+    are never copied whole; the index itself holds them once, 1.5 GB at a million)."""
+    import faiss
+
     rng = np.random.default_rng(IVF_SEED)
-    lists = max(1, min(len(vectors), round(IVF_LISTS_PER_SQRT * math.sqrt(len(vectors)))))
-    sample = np.asarray(
-        vectors[
-            np.sort(
-                rng.choice(
-                    len(vectors), min(len(vectors), lists * IVF_TRAINING_PER_LIST), replace=False
-                )
-            )
-        ],
-        dtype=np.float32,
-    )
-    centroids = sample[rng.choice(len(sample), lists, replace=False)]
-    for _ in range(IVF_ITERATIONS):
-        nearest = _nearest_centroid(sample, centroids)
-        sums = np.zeros_like(centroids)
-        np.add.at(sums, nearest, sample)
-        empty = np.bincount(nearest, minlength=lists) == 0
-        sums[empty] = sample[rng.choice(len(sample), int(empty.sum()))]
-        centroids = sums / np.linalg.norm(sums, axis=1, keepdims=True)
-    assigned = _nearest_centroid(vectors, centroids)
-    np.save(folder / f"{name}_centroids.npy", centroids.astype(np.float32))
-    np.save(
-        folder / f"{name}_offsets.npy",
-        np.concatenate([[0], np.cumsum(np.bincount(assigned, minlength=lists))]).astype(np.int64),
-    )
-    np.save(folder / f"{name}_rows.npy", np.argsort(assigned, kind="stable").astype(np.int32))
+    count, dim = vectors.shape
+    lists = max(1, min(count, round(IVF_LISTS_PER_SQRT * math.sqrt(count))))
+    sampled = rng.choice(count, min(count, lists * IVF_TRAINING_PER_LIST), replace=False)
+    index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, lists, faiss.METRIC_INNER_PRODUCT)
+    index.cp.niter = IVF_ITERATIONS
+    index.cp.seed = IVF_SEED
+    index.cp.spherical = True
+    index.cp.max_points_per_centroid = IVF_TRAINING_PER_LIST  # the sample is the whole set
+    index.cp.min_points_per_centroid = 1  # a small table has few vectors per list: no warning
+    index.train(np.ascontiguousarray(vectors[np.sort(sampled)], dtype=np.float32))
+    for start in range(0, count, VECTOR_BLOCK):
+        index.add(np.ascontiguousarray(vectors[start : start + VECTOR_BLOCK], dtype=np.float32))
+    faiss.write_index(index, str(path))
 
 
-def _nearest_centroid(vectors: np.ndarray, centroids: np.ndarray) -> np.ndarray:
-    """The nearest centroid (largest dot product) of every row, a block at a time (a block's
-    scores are block x lists floats: 130 MB at a million vectors' 4,000 lists)."""
-    return np.concatenate(
-        [
-            np.argmax(np.asarray(vectors[start : start + IVF_BLOCK]) @ centroids.T, axis=1)
-            for start in range(0, len(vectors), IVF_BLOCK)
-        ]
-        or [np.zeros(0, dtype=np.int64)]
-    )
+def load_ann(folder: Path, name: str, threads: int = 1) -> faiss.Index | None:
+    """The ANN index saved as ``name``, served from the memory-mapped file, or None when the
+    version has none (a small pack). faiss runs on ``threads`` OpenMP threads in this thread
+    (a question is one query, which faiss scans on one thread anyway).
 
+    ``IO_FLAG_MMAP_IFC`` maps the whole file and reads the lists in place (zero copy).
+    Not ``IO_FLAG_MMAP``: it serves the lists as OnDiskInvertedLists, which start 32 prefetch
+    threads for every search, 3.3 ms a question against 0.37 ms at 100,000 vectors."""
+    path = folder / name
+    if not path.is_file():
+        return None
+    import faiss
 
-@dataclass(frozen=True)
-class InvertedLists:
-    """A version's IVF index over one vector table (see the module docstring), mapped."""
-
-    centroids: np.ndarray
-    offsets: np.ndarray
-    rows: np.ndarray
-
-    @classmethod
-    def load(cls, folder: Path, name: str) -> InvertedLists | None:
-        """The index saved as ``name``, or None when the version has none (a small pack)."""
-        if not (folder / f"{name}_centroids.npy").is_file():
-            return None
-        return cls(*(load_array(folder, f"{name}_{part}.npy") for part in IVF_PARTS))
-
-    def candidates(self, vector: np.ndarray, wanted: int) -> np.ndarray:
-        """The rows of the lists nearest ``vector``, ascending: the ``IVF_PROBES`` nearest
-        lists, and more until they hold ``wanted`` rows."""
-        order = np.argsort(-(self.centroids @ vector), kind="stable")
-        sizes = np.diff(self.offsets)[order]
-        enough = int(np.searchsorted(np.cumsum(sizes), wanted)) + 1
-        probed = order[: max(IVF_PROBES, enough)]
-        return np.sort(self.rows[spans(self.offsets[probed], sizes[: len(probed)])])
+    faiss.omp_set_num_threads(threads)
+    index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC)
+    index.nprobe = IVF_PROBES
+    return index
 
 
 def _link_csr(urls: pa.ChunkedArray, links: pa.Table) -> tuple[np.ndarray, np.ndarray]:
@@ -522,19 +500,23 @@ def best_rows(scores: np.ndarray, k: int, rows: np.ndarray | None = None) -> np.
 
 
 def nearest_rows(
-    vectors: np.ndarray, vector: np.ndarray, k: int, ann: InvertedLists | None = None
+    vectors: np.ndarray, vector: np.ndarray, k: int, ann: faiss.Index | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` rows of ``vectors`` nearest a unit ``vector`` and their cosine similarities,
-    best first, ties by row. With an ``ann`` index, the rows of its lists nearest the vector
-    are scanned (exactly, against ``vectors``); without, every row is."""
-    if ann is None:
-        similarity = vectors @ vector
-        rows = best_rows(similarity, k)
-        return rows, similarity[rows]
-    candidates = ann.candidates(vector, k)
-    similarity = vectors[candidates] @ vector
-    best = best_rows(similarity, k)
-    return candidates[best], similarity[best]
+    best first, ties by row. With an ``ann`` index, its best ``ANN_RESCORED`` (at least
+    ``k``) candidates are re-scored against ``vectors``; without, every row is scanned, as it
+    is when the probed lists hold fewer than ``k`` rows."""
+    if ann is not None:
+        query = np.ascontiguousarray(vector, dtype=np.float32).reshape(1, -1)
+        _, found = ann.search(query, max(k, ANN_RESCORED))
+        candidates = np.sort(found[0][found[0] >= 0])
+        if len(candidates) >= min(k, len(vectors)):
+            similarity = vectors[candidates] @ vector
+            best = best_rows(similarity, k)
+            return candidates[best], similarity[best]
+    similarity = vectors @ vector
+    rows = best_rows(similarity, k)
+    return rows, similarity[rows]
 
 
 def load_array(folder: Path, name: str) -> np.ndarray:

@@ -285,9 +285,9 @@ class PackReader:
         )
         self.chunk_vectors = ix.load_array(folder, ix.CHUNK_VECTORS)
         self.section_vectors = ix.load_array(folder, ix.SECTION_VECTORS)
-        # IVF indexes, None for a table below the ANN crossover (kpack.indexes).
-        self.ann = ix.InvertedLists.load(folder, ix.CHUNK_IVF)
-        self.section_ann = ix.InvertedLists.load(folder, ix.SECTION_IVF)
+        # faiss IVF indexes, None for a table below the ANN crossover (kpack.indexes).
+        self.ann = ix.load_ann(folder, ix.CHUNK_ANN, self.threads)
+        self.section_ann = ix.load_ann(folder, ix.SECTION_ANN, self.threads)
         self.keywords: KeywordIndex = KeywordIndex.load(folder)
 
     def _open_database(self) -> None:

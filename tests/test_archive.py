@@ -25,7 +25,7 @@ import retrieval
 from cli.main import main
 from kpack.archive import ARCHIVE_MANIFEST, export_pack, install, validate
 from kpack.archive.staging import LOCK_FILE, STAGING_FOLDER
-from kpack.indexes import INDEX_FILES, IVF_FILES
+from kpack.indexes import ANN_FILES, INDEX_FILES
 from kpack.packs import PackError
 
 QUESTIONS = [
@@ -69,7 +69,7 @@ def test_export_writes_one_archive_with_a_checksum_per_file(built, archive):
         "kg_config.json",
         "eval/questions.jsonl",
         # The retrieval indexes travel with the version (a small pack has no ANN index).
-        *(f"indexes/{name}" for name in INDEX_FILES if name not in IVF_FILES),
+        *(f"indexes/{name}" for name in INDEX_FILES if name not in ANN_FILES.values()),
     }
     for name, data in contents.items():
         assert header["files"][name] == {

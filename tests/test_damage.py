@@ -21,6 +21,7 @@ import pytest
 
 import retrieval
 from kpack.errors import PackNotReady
+from kpack.indexes import ANN_MIN_VECTORS_ENV
 from kpack.store import VERIFIED, verify_version
 from tests.conftest import TEST_FETCH, build, write_pack
 
@@ -33,11 +34,14 @@ REBUILD = "rebuild it with `kpack build widgets` or `kpack rollback widgets`"
 
 @pytest.fixture(scope="module")
 def two_versions(site, tmp_path_factory) -> Path:
-    """A workspace whose pack "widgets" has v0001 (kept) and v0002 (current)."""
+    """A workspace whose pack "widgets" has v0001 (kept) and v0002 (current); v0002 is built
+    as a large pack is, with its ANN index files (the crossover lowered)."""
     root = tmp_path_factory.mktemp("damage")
     write_pack(root, "widgets", [site.url(p) for p in PAGES], {"fetch": TEST_FETCH})
     assert build(root, "widgets").published
-    assert build(root, "widgets", force=True).published
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(ANN_MIN_VECTORS_ENV, "2")
+        assert build(root, "widgets", force=True).published
     return root
 
 
@@ -288,6 +292,11 @@ def index_file(root: Path, name: str) -> Path:
             "is damaged (indexes/keyword_rows.npy is 10 bytes,",
         ),
         ("chunks.arrow", os.unlink, "has no indexes/chunks.arrow"),
+        (
+            "chunk_vectors.faiss",
+            lambda path: overwrite_bytes(path, path.stat().st_size // 2, 64),
+            "is damaged (checksum mismatch of indexes/chunk_vectors.faiss)",
+        ),
     ],
 )
 def test_a_damaged_or_missing_index_file_is_refused_like_a_damaged_database(
