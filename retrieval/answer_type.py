@@ -1,8 +1,11 @@
 """What kind of answer a question asks for, and whether a sentence holds one.
 
-A who / which / when / how-many question is answered by a sentence that holds a name, a
-number or a date the question does not already hold, a "which version" question by one that
-holds a version number ("New in version 3.11"); a documentation how-to ("How do I ...",
+A who / which / where / how-many question is answered by a sentence that holds a name or a
+number the question does not already hold; a when / what-year / what-day question by one that
+holds a date (a year, a month, a day of the week) or a version ("Since when has math.dist
+existed?": "New in version 3.8"), not just any number ("24-yard pass" dates nothing); a
+"which version" question by one that holds a version number ("New in version 3.11"); a
+documentation how-to ("How do I ...",
 "What should I use ...") by one that names an identifier (``DictReader``, ``json.dumps()``,
 ``indent=4``). The offline answer (retrieval.extractive) prefers such a sentence and quotes it
 first; no kind is guessed for other questions ("Why ...", "What is the difference ...").
@@ -15,20 +18,29 @@ from typing import Literal
 
 from retrieval.key_items import NAME, NUMBER, VERSION, identifiers
 
-Kind = Literal["version", "number", "name", "identifier"]
+Kind = Literal["version", "date", "number", "name", "identifier"]
 
 # A version is asked for: "which version", "since which release", "what Python version".
 VERSION_QUESTION = re.compile(r"\b(which|what) (\w+ )?(version|release)\b", re.IGNORECASE)
 # "When" asks for a date where it opens the question or a part of it, or after "since" ("Since
 # when has math.dist existed?": "New in version 3.8"), not as a conjunction ("Which exception
 # do I get when ...").
+DATE_QUESTION = re.compile(
+    r"\b((what|which) (year|day|month|date|decade|century)|"
+    r"(?:^|[.?!,;]\s+|\band\s+|\bsince\s+)when\b)",
+    re.IGNORECASE,
+)
 NUMBER_QUESTION = re.compile(
-    r"\b(how (many|much|long|old|far|big|large|often)|what (year|percentage|number|age)|"
-    r"which year|in which year|(?:^|[.?!,;]\s+|\band\s+|\bsince\s+)when\b)",
+    r"\bhow (many|much|long|old|far|big|large|often)|what (percentage|number|age)\b",
     re.IGNORECASE,
 )
 NAME_QUESTION = re.compile(
-    r"\b(who|whom|whose)\b|^(which|what) [a-z]+ (is|was|were|did|won)\b", re.I
+    r"\b(who|whom|whose|where)\b|^(which|what) [a-z]+ (is|was|were|did|won)\b", re.I
+)
+# What dates a sentence: a year, a month or a day of the week.
+DATE = re.compile(
+    r"\b(1\d{3}|20\d{2})s?\b|\b(January|February|March|April|May|June|July|August|September|"
+    r"October|November|December|Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)\b"
 )
 # What a how-to asks for by name: "which exception", "what methods", "what kind of error".
 NAMED_THINGS = "function method class module exception error option argument parameter attribute"
@@ -52,6 +64,8 @@ def answer_kind(question: str) -> Kind | None:
     """The kind of answer a question asks for, or None."""
     if VERSION_QUESTION.search(question):
         return "version"
+    if DATE_QUESTION.search(question):
+        return "date"
     if NUMBER_QUESTION.search(question):
         return "number"
     if NAME_QUESTION.search(question):
@@ -66,6 +80,9 @@ def holds_answer(kind: Kind, sentence: str, question: str) -> bool:
     asked = question.lower()
     if kind == "version":
         return any(v not in asked for v in VERSION.findall(sentence))
+    if kind == "date":
+        dates = [m.group(0) for m in DATE.finditer(sentence)] + VERSION.findall(sentence)
+        return any(d.lower() not in asked for d in dates)
     if kind == "number":
         numbers = NUMBER.findall(sentence)
         numbers += [w for w in re.findall(r"[a-z]+", sentence.lower()) if w in NUMBER_WORDS]

@@ -560,7 +560,12 @@ def score_sentences(
         # The sentence before it ("These methods will raise ..."), the definition it explains
         # and the words of the names it writes say what it is about: their terms at half
         # weight.
-        about = stems(unit.before) | stems(unit.signature) | name_words(unit.subject)
+        about = (
+            stems(unit.before)
+            | stems(unit.signature)
+            | name_words(unit.subject)
+            | stems(seen[unit].title)
+        )
         context = about & wanted - matched
         for t in context:
             credit[t] = CONTEXT_SHARE * weight[t]
