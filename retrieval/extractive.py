@@ -93,7 +93,7 @@ from retrieval.meaning import WordVectors
 from retrieval.query import ContextSection
 
 EXTRACTIVE_SENTENCES = 3
-MIN_SENTENCE_WORDS, MAX_SENTENCE_WORDS = 4, 80
+MIN_SENTENCE_WORDS, MAX_SENTENCE_WORDS = 4, 120
 MAX_CODE_LINES = 20
 # Below this answer score the best unit is not taken for an answer (module docstring).
 ANSWER_THRESHOLD = 0.3
@@ -154,6 +154,8 @@ ANNOUNCES_CODE = re.compile(r"\b(examples?|following|below|as follows|like this|
 # The words inside an identifier: its parts between dots and underscores, split at case.
 NAME_SEPARATOR = re.compile(r"[._]")
 NAME_WORD_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+# A note mark after a sentence's end ("[citation needed]", "[12]") and the next sentence's start.
+NOTE_AFTER_END = re.compile(r"([.!?]\[[^\]\n]{1,40}\])\s+(?=[A-Z0-9`\"'(\[])")
 # A fence line of a code block ("```", "~~~").
 FENCE_LINE = re.compile(r"^\s*(`{3,}|~{3,})")
 # Interactive-session lines left in prose (">>> print(row)"): code, not a sentence.
@@ -384,6 +386,17 @@ def _continuation(text: str, following: str) -> str:
     return following[repeated:]
 
 
+def sentences_of(paragraph: str) -> list[str]:
+    """The sentences of a paragraph, also where a note mark follows a sentence's end
+    ("... Alice Through the Looking Glass.[citation needed] Westwood One will carry ..."): the
+    mark stays with the sentence it annotates."""
+    return [
+        sentence
+        for piece in NOTE_AFTER_END.sub("\\1\n", paragraph).split("\n")
+        for sentence in split_sentences(piece)
+    ]
+
+
 @lru_cache(maxsize=16384)
 def units_of(text: str) -> tuple[Unit, ...]:
     """The units of a passage that could answer (module docstring, point 1), each with the
@@ -398,7 +411,7 @@ def units_of(text: str) -> tuple[Unit, ...]:
             continue
         # A table row is one unit; it may start with a name in lower case ("defaultdict | dict
         # subclass that calls a factory function to supply missing values").
-        sentences = [body] if kind == "row" else split_sentences(body)
+        sentences = [body] if kind == "row" else sentences_of(body)
         following = blocks[index + 1] if index + 1 < len(blocks) else None
         for number, sentence in enumerate(sentences):
             before = MARKDOWN_LINK.sub(r"\1", sentences[number - 1]) if number else ""
