@@ -37,10 +37,15 @@ NUMBER_QUESTION = re.compile(
 NAME_QUESTION = re.compile(
     r"\b(who|whom|whose|where)\b|^(which|what) [a-z]+ (is|was|were|did|won)\b", re.I
 )
+# A date written with numbers: a year, a month with its day ("May 21", "21 May").
+MONTH = "January|February|March|April|May|June|July|August|September|October|November|December"
+DATE_WITH_NUMBERS = re.compile(
+    rf"\b(\d{{1,2}}\s+({MONTH})|({MONTH})\s+\d{{1,2}}\b|(1\d{{3}}|20\d{{2}})s?\b)"
+)
 # What dates a sentence: a year, a month or a day of the week.
 DATE = re.compile(
-    r"\b(1\d{3}|20\d{2})s?\b|\b(January|February|March|April|May|June|July|August|September|"
-    r"October|November|December|Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)\b"
+    rf"\b(1\d{{3}}|20\d{{2}})s?\b|\b({MONTH}|Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|"
+    r"Sunday)\b"
 )
 # What a how-to asks for by name: "which exception", "what methods", "what kind of error".
 NAMED_THINGS = "function method class module exception error option argument parameter attribute"
@@ -84,7 +89,8 @@ def holds_answer(kind: Kind, sentence: str, question: str) -> bool:
         dates = [m.group(0) for m in DATE.finditer(sentence)] + VERSION.findall(sentence)
         return any(d.lower() not in asked for d in dates)
     if kind == "number":
-        numbers = NUMBER.findall(sentence)
+        # A count or an amount, not the numbers of a date ("On May 21, 2013, ...").
+        numbers = NUMBER.findall(DATE_WITH_NUMBERS.sub(" ", sentence))
         numbers += [w for w in re.findall(r"[a-z]+", sentence.lower()) if w in NUMBER_WORDS]
         return any(n.lower() not in asked for n in numbers)
     found = NAME.findall(sentence) if kind == "name" else identifiers(sentence)
