@@ -154,8 +154,10 @@ ANNOUNCES_CODE = re.compile(r"\b(examples?|following|below|as follows|like this|
 # The words inside an identifier: its parts between dots and underscores, split at case.
 NAME_SEPARATOR = re.compile(r"[._]")
 NAME_WORD_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
-# A note mark after a sentence's end ("[citation needed]", "[12]") and the next sentence's start.
-NOTE_AFTER_END = re.compile(r"([.!?]\[[^\]\n]{1,40}\])\s+(?=[A-Z0-9`\"'(\[])")
+# A sentence's end followed by a note mark ("[citation needed]", "[12]") or the bracket or quote
+# it closes ("(Default values are calculated once ...; this should usually be avoided.)"), and
+# the next sentence's start.
+CLOSED_END = re.compile(r"([.!?](\[[^\]\n]{1,40}\]|[)\"'’”]))\s+(?=[A-Z0-9`\"'(\[])")
 # A fence line of a code block ("```", "~~~").
 FENCE_LINE = re.compile(r"^\s*(`{3,}|~{3,})")
 # Interactive-session lines left in prose (">>> print(row)"): code, not a sentence.
@@ -387,12 +389,12 @@ def _continuation(text: str, following: str) -> str:
 
 
 def sentences_of(paragraph: str) -> list[str]:
-    """The sentences of a paragraph, also where a note mark follows a sentence's end
-    ("... Alice Through the Looking Glass.[citation needed] Westwood One will carry ..."): the
-    mark stays with the sentence it annotates."""
+    """The sentences of a paragraph, also where a note mark or a closing bracket or quote
+    follows a sentence's end ("... Alice Through the Looking Glass.[citation needed] Westwood
+    One will carry ..."): the mark stays with the sentence it ends."""
     return [
         sentence
-        for piece in NOTE_AFTER_END.sub("\\1\n", paragraph).split("\n")
+        for piece in CLOSED_END.sub("\\1\n", paragraph).split("\n")
         for sentence in split_sentences(piece)
     ]
 
