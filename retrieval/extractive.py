@@ -463,9 +463,9 @@ def misspelled(name: str, mentioned: frozenset[str]) -> bool:
     dropped or changed ("Hatmanis" for "Hartmanis"), or the word with up to two letters more
     or fewer at its end ("Californian", "California"). Names of fewer than ``MIN_TYPO_NAME``
     letters are not guessed at."""
-    key = stem(fold_word(name.lower()))
-    if len(key) < MIN_TYPO_NAME:
-        return False
+    folded = fold_word(name.lower())
+    # Both the stem and the whole word: the stemmer takes "Merceds" for a past tense ("merc").
+    keys = {k for k in (stem(folded), folded) if len(k) >= MIN_TYPO_NAME}
     return any(
         _one_edit(key, word)
         or (
@@ -473,6 +473,7 @@ def misspelled(name: str, mentioned: frozenset[str]) -> bool:
             and min(len(word), len(key)) >= MIN_TYPO_NAME
             and (word.startswith(key) or key.startswith(word))
         )
+        for key in keys
         for word in mentioned
         if abs(len(word) - len(key)) <= 2
     )
@@ -486,6 +487,17 @@ def _one_edit(a: str, b: str) -> bool:
         return False
     at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), len(a))
     return a[at + (len(a) == len(b)) :] == b[at + 1 :] and a != b
+
+
+def written_apart(name: str, passages: list[ContextSection]) -> bool:
+    """True when the passages write a name of the question as two words ("Superbowl": "Super
+    Bowl")."""
+    key = fold_word(name.lower())
+    return any(
+        fold_word(a.lower()) + fold_word(b.lower()) == key
+        for p in passages
+        for a, b in pairwise(words(p.text))
+    )
 
 
 def written_identifiers(texts: Iterable[str]) -> frozenset[str]:
@@ -514,7 +526,9 @@ def missing_names(
     missing = [
         name
         for name in names
-        if not word_stems(name) <= mentioned and not misspelled(name, mentioned)
+        if not word_stems(name) <= mentioned
+        and not misspelled(name, mentioned)
+        and not written_apart(name, passages)
     ]
     if known is None:
         known = written_identifiers(p.text for p in passages)
