@@ -104,7 +104,7 @@ MIN_TYPO_NAME = 5
 # A multi-hop answer: at most this many units, from at most this many passages.
 MAX_CHAINED, MAX_SOURCES = 4, 3
 # Coverage's weight against passage similarity in a unit's score (module docstring).
-COVERAGE_WEIGHT = 0.5
+COVERAGE_WEIGHT = 0.6
 # The question's terms held only by the sentence before a unit count at this share.
 CONTEXT_SHARE = 0.5
 # A further unit is quoted only when what it adds is worth this share of the best unit's score.
