@@ -1,14 +1,15 @@
 """What kind of answer a question asks for, and whether a sentence holds one.
 
-A who / which / where / how-many question is answered by a sentence that holds a name or a
-number the question does not already hold; a when / what-year / what-day question by one that
-holds a date (a year, a month, a day of the week) or a version ("Since when has math.dist
-existed?": "New in version 3.8"), not just any number ("24-yard pass" dates nothing); a
-"which version" question by one that holds a version number ("New in version 3.11"); a
-documentation how-to ("How do I ...",
-"What should I use ...") by one that names an identifier (``DictReader``, ``json.dumps()``,
-``indent=4``). The offline answer (retrieval.extractive) prefers such a sentence and quotes it
-first; no kind is guessed for other questions ("Why ...", "What is the difference ...").
+A who / which / where question is answered by a sentence that holds a name the question does
+not already hold; a how-many / how-much question by one that holds a count or an amount, not
+the numbers of a date ("On May 21, 2013" counts nothing); a when / what-year / what-day
+question by one that holds a date (a year, a month, a day of the week) or a version ("Since
+when has math.dist existed?": "New in version 3.8"), not just any number ("24-yard pass"
+dates nothing); a "which version" question by one that holds a version number ("New in
+version 3.11"); a documentation how-to ("How do I ...", "What should I use ...") by one that
+names an identifier (``DictReader``, ``json.dumps()``, ``indent=4``). The offline answer
+(retrieval.extractive) prefers such a sentence and quotes it first; no kind is guessed for
+other questions ("Why ...", "What is the difference ...").
 """
 
 from __future__ import annotations

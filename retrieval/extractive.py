@@ -27,17 +27,19 @@ the pack says. Which sentences:
    of the question's terms it contains (kpack.text's terms; IDF over the pack's passages when
    the reader's keyword index is at hand, else over the candidates; the asking sentences of a
    question that first describes a situation weigh ``ASKED_WEIGHT`` times more; the terms of
-   the sentence before the unit, of its definition line and the words of the names it writes
-   count half: :func:`name_words`). A question term the unit
+   the sentence before the unit, of its definition line, the words of the names it writes and
+   its article's title count half: :func:`name_words`; a sentence says "the race" on the page
+   of the regatta it is about). A question term the unit
    lacks counts by meaning too: its closest word of the unit by the embedding model's word
    vectors (retrieval.meaning), when close enough, gives part of the term's weight ("folder"
    for "directory"). Embedding every sentence with the full model would be the better
    measure of meaning, but it costs about 18 ms per sentence on one core (measured: 155 ms
    for a batch of 8, 630 ms for 32), several times the query's latency budget for the few
-   dozen sentences of five passages. The answer score is the mean of similarity and coverage,
-   plus ``ANSWER_TYPE_BONUS`` when the unit (with its definition line) holds what the
-   question asks for (retrieval.answer_type: a version for which version, a number or date
-   for how many / when, a name for who / which, an identifier for a how-to) that the
+   dozen sentences of five passages. The answer score is a weighted mean of similarity and
+   coverage (``COVERAGE_WEIGHT``: all sentences of a passage share its similarity, so only
+   coverage tells them apart), plus ``ANSWER_TYPE_BONUS`` when the unit (with its definition line) holds what the
+   question asks for (retrieval.answer_type: a version for which version, a count for how
+   many, a date for when, a name for who / which / where, an identifier for a how-to) that the
    question does not already hold; those units are quoted first, and when none of the
    chosen ones holds it, the best that does is added. After the best unit, each further one
    is chosen for what it adds to the quoted ones, and each part of a question of several
@@ -47,7 +49,7 @@ the pack says. Which sentences:
 3. The answer says plainly that the passages do not answer, instead of quoting weak matches,
    when the question names something (a capitalised name: "Neo4j", "Windows", an
    identifier: "requests.get", or a release: "Python 3.14") that none of the passages
-   mentions, or when even the best unit
+   mentions (:func:`missing_names`), or when even the best unit
    scores below ``ANSWER_THRESHOLD``. The threshold was measured, not tuned per question: it
    is the highest round score that wrongly refuses at most 1% of the answerable questions
    whose gold passage was retrieved, on SQuAD (0.7%) and on the demo pack's 32 questions.
@@ -520,7 +522,8 @@ def missing_names(
     passages; else of the passages) never writes. A name has no paraphrase (a question about
     Neo4j is not answered by a passage about Kuzu), so a passage that does not name it does
     not answer the question, however close its words are; a name one typing slip away from
-    a passage's word is taken for that word (:func:`misspelled`)."""
+    a passage's word is taken for that word (:func:`misspelled`), and one the passages write as
+    two words is mentioned (:func:`written_apart`)."""
     mentioned = frozenset().union(*(word_stems(p.text) for p in passages))
     names = dict.fromkeys(m.group(0) for m in QUESTION_NAME.finditer(question))
     missing = [
