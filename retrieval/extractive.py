@@ -156,6 +156,8 @@ ANNOUNCES_CODE = re.compile(r"\b(examples?|following|below|as follows|like this|
 # The words inside an identifier: its parts between dots and underscores, split at case.
 NAME_SEPARATOR = re.compile(r"[._]")
 NAME_WORD_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+# A list item's marker at the start of its line ("- The sort is stable", "2. Open the file").
+LIST_ITEM = re.compile(r"^\s*([-*+•]|\d{1,2}[.)])\s+")
 # A sentence's end followed by a note mark ("[citation needed]", "[12]") or the bracket or quote
 # it closes ("(Default values are calculated once ...; this should usually be avoided.)"), and
 # the next sentence's start.
@@ -237,20 +239,23 @@ def is_boilerplate(sentence: str, cut: bool = True) -> bool:
 
 
 def _blocks(text: str) -> list[tuple[str, str]]:
-    """The passage as ("prose", paragraph), ("row", table row), ("code", fenced block) and
-    ("signature", definition line) pieces, in order; a code block the passage cuts off (no closing fence) is left out.
-    A definition line of API documentation ends the paragraph before it: it is no sentence
-    ("contextlib.chdir(path)" is not the tail of "New in version 3.5."); a table row is a
-    piece of its own ("'x' | open for exclusive creation, failing if the file already
-    exists")."""
+    """The passage as ("prose", paragraph), ("item", list item), ("row", table row), ("code",
+    fenced block) and ("signature", definition line) pieces, in order; a code block the
+    passage cuts off (no closing fence) is left out. A definition line of API documentation
+    ends the paragraph before it: it is no sentence ("contextlib.chdir(path)" is not the tail
+    of "New in version 3.5."); a table row is a piece of its own ("'x' | open for exclusive
+    creation, failing if the file already exists"), and so is a list item, without its
+    marker ("- The sort is stable" is not the tail of the sentence before the list)."""
     blocks: list[tuple[str, str]] = []
     prose: list[str] = []
     code: list[str] = []
+    paragraph = ["prose"]  # what the lines gathered in prose are: a paragraph or a list item
 
     def flush_prose() -> None:
         if prose:
-            blocks.append(("prose", " ".join(" ".join(prose).split())))
+            blocks.append((paragraph[0], " ".join(" ".join(prose).split())))
             prose.clear()
+        paragraph[0] = "prose"
 
     for line, role in fence_roles(text.split("\n")):
         if role == "text":
@@ -260,6 +265,10 @@ def _blocks(text: str) -> list[tuple[str, str]]:
             elif TABLE_ROW.search(line):  # a row is read on its own, not as one long sentence
                 flush_prose()
                 blocks.append(("row", " ".join(line.split())))
+            elif LIST_ITEM.match(line):
+                flush_prose()
+                paragraph[0] = "item"
+                prose.append(LIST_ITEM.sub("", line, count=1))
             elif line.strip():
                 prose.append(line)
             else:
@@ -411,7 +420,7 @@ def units_of(text: str) -> tuple[Unit, ...]:
     for index, (kind, body) in enumerate(blocks):
         if kind == "signature":
             signature = body
-        if kind not in ("prose", "row"):
+        if kind not in ("prose", "item", "row"):
             continue
         # A table row is one unit; it may start with a name in lower case ("defaultdict | dict
         # subclass that calls a factory function to supply missing values").
@@ -421,7 +430,9 @@ def units_of(text: str) -> tuple[Unit, ...]:
             before = MARKDOWN_LINK.sub(r"\1", sentences[number - 1]) if number else ""
             if not MIN_SENTENCE_WORDS <= len(sentence.split()) <= MAX_SENTENCE_WORDS:
                 continue
-            if is_boilerplate(sentence, cut=kind == "prose") or PROMPT in sentence:
+            # An item may start with a name in lower case ("monotonic: time.monotonic()").
+            cut = kind == "prose" or (kind == "item" and number > 0)
+            if is_boilerplate(sentence, cut=cut) or PROMPT in sentence:
                 continue
             quoted = MARKDOWN_LINK.sub(r"\1", sentence)
             code_after = (

@@ -13,7 +13,7 @@ import pytest
 
 from retrieval.agent import KnowledgeGraphAgent
 from retrieval.answer_type import answer_kind, holds_answer
-from retrieval.extractive import DECLINED, sentences_of
+from retrieval.extractive import DECLINED, sentences_of, units_of
 from tests.conftest import build, write_pack
 
 REGATTA = """# Harbor Regatta 2031
@@ -115,4 +115,17 @@ def test_a_sentence_ends_at_a_note_mark_or_the_bracket_its_full_stop_closes():
         "If a slot is unfilled, a TypeError is raised.",
         "Ember paid for Salt Roads.[citation needed]",
         "Westwood Radio carried it, e.g. on the coast.",
+    ]
+
+
+def test_a_list_item_is_a_unit_of_its_own_without_its_marker():
+    passage = (
+        "Sorting orders can vary across cultures even for one alphabet.\n"
+        "- The reverse parameter still keeps records with equal keys in their order.\n"
+        "- monotonic: a clock that never goes back,\n  even when the system clock is set.\n"
+    )
+    assert [unit.sentence for unit in units_of(passage)] == [
+        "Sorting orders can vary across cultures even for one alphabet.",
+        "The reverse parameter still keeps records with equal keys in their order.",
+        "monotonic: a clock that never goes back, even when the system clock is set.",
     ]
