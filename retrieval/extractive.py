@@ -270,6 +270,8 @@ def _blocks(text: str) -> list[tuple[str, str]]:
                 paragraph[0] = "item"
                 prose.append(LIST_ITEM.sub("", line, count=1))
             elif line.strip():
+                if paragraph[0] == "item" and not line[:1].isspace():
+                    flush_prose()  # an item goes on only on indented lines
                 prose.append(line)
             else:
                 flush_prose()

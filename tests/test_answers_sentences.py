@@ -129,3 +129,15 @@ def test_a_list_item_is_a_unit_of_its_own_without_its_marker():
         "The reverse parameter still keeps records with equal keys in their order.",
         "monotonic: a clock that never goes back, even when the system clock is set.",
     ]
+
+
+def test_a_line_after_a_list_item_that_is_not_indented_starts_a_paragraph():
+    passage = (
+        "This function can be called in several ways:\n"
+        "- giving only the mandatory argument: ask_ok('Quit?')\n"
+        "This example also introduces the in keyword of the language.\n"
+    )
+    assert [unit.sentence for unit in units_of(passage)][-2:] == [
+        "giving only the mandatory argument: ask_ok('Quit?')",
+        "This example also introduces the in keyword of the language.",
+    ]
