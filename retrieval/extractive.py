@@ -315,8 +315,16 @@ def passage_in_context(
 
 
 def _overlap_start(text: str, previous: str) -> int:
-    """Where the passage's first line stands in the passage before it (they overlap), or the
-    end of that passage when they do not."""
+    """Where the passage begins in the passage before it (they overlap): the first line from
+    which the rest of that passage is how this one begins, else where its first line last
+    stands there (a fence line "```" stands at both ends of a block, so the first rule goes
+    first), or the end of that passage when they do not overlap."""
+    starts = [0, *(i + 1 for i, char in enumerate(previous) if char == "\n")]
+    shared = next(
+        (at for at in starts if at < len(previous) and text.startswith(previous[at:])), None
+    )
+    if shared is not None:
+        return shared
     opening = next((line for line in text.split("\n") if line.strip()), "")
     at = previous.rfind(opening) if opening else -1
     return at if at >= 0 else len(previous)

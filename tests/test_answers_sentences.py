@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from kpack.contracts import chunk_id
 from retrieval.agent import KnowledgeGraphAgent
 from retrieval.answer_type import answer_kind, holds_answer
-from retrieval.extractive import DECLINED, sentences_of, units_of
+from retrieval.extractive import DECLINED, passage_in_context, sentences_of, units_of
 from tests.conftest import build, write_pack
 
 REGATTA = """# Harbor Regatta 2031
@@ -140,4 +141,20 @@ def test_a_line_after_a_list_item_that_is_not_indented_starts_a_paragraph():
     assert [unit.sentence for unit in units_of(passage)][-2:] == [
         "giving only the mandatory argument: ask_ok('Quit?')",
         "This example also introduces the in keyword of the language.",
+    ]
+
+
+def test_a_passage_that_begins_with_the_fence_the_one_before_ends_with_is_read_as_code():
+    # The first passage ends with a whole code block and two sentences; the second begins with
+    # the same block (passages overlap). Its opening fence is not the closing one before it.
+    block = "```\ni = 5\ndef f(arg=i):\n    print(arg)\n```\n"
+    first = f"The default values are evaluated where the function is defined, so that\n{block}"
+    first += "will print 5.\nImportant warning: The default value is evaluated only once."
+    second = f"{block}will print 5.\nImportant warning: The default value is evaluated only once."
+    second += "\nThis makes a difference when the default is a mutable object such as a list."
+    texts = {chunk_id("s", 0): first, chunk_id("s", 1): second}
+    read = passage_in_context(chunk_id("s", 1), second, texts)
+    assert [unit.sentence for unit in units_of(read)] == [
+        "Important warning: The default value is evaluated only once.",
+        "This makes a difference when the default is a mutable object such as a list.",
     ]
