@@ -7,9 +7,11 @@ question by one that holds a date (a year, a month, a day of the week) or a vers
 when has math.dist existed?": "New in version 3.8"), not just any number ("24-yard pass"
 dates nothing); a "which version" question by one that holds a version number ("New in
 version 3.11"); a documentation how-to ("How do I ...", "What should I use ...") by one that
-names an identifier (``DictReader``, ``json.dumps()``, ``indent=4``). The offline answer
-(retrieval.extractive) prefers such a sentence and quotes it first; no kind is guessed for
-other questions ("Why ...", "What is the difference ...").
+names an identifier (``DictReader``, ``json.dumps()``, ``indent=4``); a why-question by one
+that gives a reason or the condition something depends on ("re.match() will only match at the
+beginning of the string", "... evaluated only once", "... because fog covered the buoys"). The
+offline answer (retrieval.extractive) prefers such a sentence and quotes it first; no kind is
+guessed for other questions ("What is the difference ...").
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Literal
 
 from retrieval.key_items import NAME, NUMBER, VERSION, identifiers
 
-Kind = Literal["version", "date", "number", "name", "identifier"]
+Kind = Literal["version", "date", "number", "name", "identifier", "reason"]
 
 # A version is asked for: "which version", "since which release", "what Python version".
 VERSION_QUESTION = re.compile(r"\b(which|what) (\w+ )?(version|release)\b", re.IGNORECASE)
@@ -56,6 +58,14 @@ HOWTO_QUESTION = re.compile(
     re.IGNORECASE,
 )
 
+# A why-question asks for a reason or the condition something depends on.
+REASON_QUESTION = re.compile(r"\bwhy\b|\bhow come\b", re.IGNORECASE)
+REASON = re.compile(
+    r"\b(because|unless|only|so that|therefore|due to|as a result|otherwise|which means|"
+    r"this means|in order to)\b",
+    re.IGNORECASE,
+)
+
 # Counts written out ("one" is left out: far more often a pronoun, "the old one", than a count).
 NUMBER_WORDS = frozenset(
     re.findall(
@@ -78,6 +88,8 @@ def answer_kind(question: str) -> Kind | None:
         return "name"
     if HOWTO_QUESTION.search(question):
         return "identifier"
+    if REASON_QUESTION.search(question):
+        return "reason"
     return None
 
 
@@ -89,6 +101,8 @@ def holds_answer(kind: Kind, sentence: str, question: str) -> bool:
     if kind == "date":
         dates = [m.group(0) for m in DATE.finditer(sentence)] + VERSION.findall(sentence)
         return any(d.lower() not in asked for d in dates)
+    if kind == "reason":
+        return any(m.group(0).lower() not in asked for m in REASON.finditer(sentence))
     if kind == "number":
         # A count or an amount, not the numbers of a date ("On May 21, 2013, ...").
         numbers = NUMBER.findall(DATE_WITH_NUMBERS.sub(" ", sentence))

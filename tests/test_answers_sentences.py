@@ -23,7 +23,8 @@ The Harbor Regatta 2031 was a sailing race to decide the champion of the Norther
 League for its 2031 season. The Harbor Regatta 2031 drew 24 boats from 9 clubs, and its
 committee sold 3,000 tickets for the harbor wall. The race was held on May 3, 2031, at Gull
 Point in the town of Marrow Bay. The Sea Wolf, skippered by Ada Brightwater, won the Harbor
-Regatta 2031 by four minutes.
+Regatta 2031 by four minutes. On the morning of the race the committee shortened the course
+by two miles. The course was shortened because fog covered the outer buoys.
 
 ## Broadcast
 
@@ -70,6 +71,11 @@ def test_a_when_question_is_answered_first_by_the_sentence_that_dates_the_event(
     assert answer.startswith("The race was held on May 3, 2031, at Gull Point")
 
 
+def test_a_why_question_is_answered_first_by_the_sentence_that_gives_the_reason(offline):
+    answer = offline.query("Why did the committee shorten the course?")["answer"]
+    assert answer.startswith("The course was shortened because fog covered the outer buoys.")
+
+
 def test_a_note_mark_after_a_full_stop_ends_the_sentence(offline):
     answer = offline.query("Who was the announcer on Westwood Radio?")["answer"]
     assert "Westwood Radio carried the race across the league, with Kevin Harlan" in answer
@@ -101,6 +107,10 @@ def test_a_date_is_no_count_and_a_count_is_no_date():
     assert answer_kind(when) == "date"
     assert holds_answer("date", "It was sailed on February 7, 2016.", when)
     assert not holds_answer("date", "It opened with a 24-yard pass.", when)
+    why = "Why does re.match return None for a match in the middle?"
+    assert answer_kind(why) == "reason"
+    assert holds_answer("reason", "re.match() will only match at the start of the string.", why)
+    assert not holds_answer("reason", "Return None if the string does not match.", why)
     since = "Since when has math.dist existed?"
     assert holds_answer(answer_kind(since) or "date", "New in version 3.8.", since)
 
