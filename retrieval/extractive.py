@@ -164,6 +164,8 @@ LIST_ITEM = re.compile(r"^\s*([-*+•]|\d{1,2}[.)])\s+")
 CLOSED_END = re.compile(r"([.!?](\[[^\]\n]{1,40}\]|[)\"'’”]))\s+(?=[A-Z0-9`\"'(\[])")
 # A fence line of a code block ("```", "~~~").
 FENCE_LINE = re.compile(r"^\s*(`{3,}|~{3,})")
+# A release note of API documentation: "New in version 3.8.", "Changed in version 3.3: ...".
+VERSION_NOTE = re.compile(r"(new|changed|deprecated) (in|since) version\b", re.IGNORECASE)
 # Interactive-session lines left in prose (">>> print(row)"): code, not a sentence.
 PROMPT = ">>>"
 
@@ -210,6 +212,7 @@ class ScoredSentence:
     position: int  # its place among the candidates, which keep the passages' order
     # What each question term it holds (by word, context or meaning) adds to its coverage.
     credit: tuple[tuple[str, float], ...] = ()
+    note: bool = False  # a release note ("Changed in version 3.8: ...") for another question
 
     @property
     def text(self) -> str:
@@ -609,6 +612,9 @@ def score_sentences(
         if not stems(unit.subject) - wanted:
             continue  # it only restates the question
         typed = kind is not None and holds_answer(kind, unit.subject, question)
+        # A release note answers when something came or changed, not what it does: it holds
+        # the kind of answer of another question.
+        note = kind not in ("version", "date") and bool(VERSION_NOTE.match(unit.sentence))
         credit = {t: weight[t] * (1.0 if t in lead else 0.5) for t in matched}
         # The sentence before it ("These methods will raise ..."), the definition it explains
         # and the words of the names it writes say what it is about: their terms at half
@@ -632,7 +638,7 @@ def score_sentences(
         score = (
             (1 - COVERAGE_WEIGHT) * similarity
             + COVERAGE_WEIGHT * coverage
-            + (ANSWER_TYPE_BONUS if typed else 0.0)
+            + ANSWER_TYPE_BONUS * (typed - note)
         )
         scored.append(
             ScoredSentence(
@@ -645,6 +651,7 @@ def score_sentences(
                 matched,
                 position,
                 tuple((t, c / total) for t, c in credit.items()),
+                note,
             )
         )
     return sorted(scored, key=lambda s: -s.score)
@@ -718,7 +725,7 @@ def added_value(unit: ScoredSentence, earned: dict[str, float]) -> float:
     return (
         (1 - COVERAGE_WEIGHT) * unit.similarity
         + COVERAGE_WEIGHT * coverage
-        + (ANSWER_TYPE_BONUS if unit.typed else 0.0)
+        + ANSWER_TYPE_BONUS * (unit.typed - unit.note)
     )
 
 

@@ -14,7 +14,14 @@ import pytest
 from kpack.contracts import chunk_id
 from retrieval.agent import KnowledgeGraphAgent
 from retrieval.answer_type import answer_kind, holds_answer
-from retrieval.extractive import DECLINED, passage_in_context, sentences_of, units_of
+from retrieval.extractive import (
+    DECLINED,
+    passage_in_context,
+    score_sentences,
+    sentences_of,
+    units_of,
+)
+from retrieval.query import ContextSection
 from tests.conftest import build, write_pack
 
 REGATTA = """# Harbor Regatta 2031
@@ -168,3 +175,22 @@ def test_a_passage_that_begins_with_the_fence_the_one_before_ends_with_is_read_a
         "Important warning: The default value is evaluated only once.",
         "This makes a difference when the default is a mutable object such as a list.",
     ]
+
+
+def test_a_release_note_answers_a_version_question_not_a_how_to():
+    passage = ContextSection(
+        "csv",
+        "https://docs.example/csv.html",
+        "csv — CSV File Reading and Writing",
+        "Module Contents",
+        "class csv.DictReader(f, fieldnames=None)\n"
+        "Create an object that maps the information in each row to a dict.\n"
+        "Changed in version 3.8: Returned rows are now of type dict.",
+        0.6,
+        0.0,
+        "retrieved",
+    )
+    how = score_sentences("How do I read CSV rows as dicts?", [passage])
+    assert how[0].unit.sentence.startswith("Create an object that maps")
+    since = score_sentences("Since which version are the rows of a DictReader dicts?", [passage])
+    assert since[0].unit.sentence.startswith("Changed in version 3.8")
