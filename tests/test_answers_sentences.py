@@ -185,7 +185,7 @@ def test_a_release_note_answers_a_version_question_not_a_how_to():
         "Module Contents",
         "class csv.DictReader(f, fieldnames=None)\n"
         "Create an object that maps the information in each row to a dict.\n"
-        "Changed in version 3.8: Returned rows are now of type dict.",
+        "Changed in version 3.8: Rows read are now of type dict.",
         0.6,
         0.0,
         "retrieved",
