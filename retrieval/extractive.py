@@ -29,25 +29,27 @@ the pack says. Which sentences:
    question that first describes a situation weigh ``ASKED_WEIGHT`` times more; the terms of
    the sentence before the unit, of its definition line, the words of the names it writes and
    its article's title count half: :func:`name_words`; a sentence says "the race" on the page
-   of the regatta it is about). A question term the unit
-   lacks counts by meaning too: its closest word of the unit by the embedding model's word
-   vectors (retrieval.meaning), when close enough, gives part of the term's weight ("folder"
-   for "directory"). Embedding every sentence with the full model would be the better
-   measure of meaning, but it costs about 18 ms per sentence on one core (measured: 155 ms
-   for a batch of 8, 630 ms for 32), several times the query's latency budget for the few
-   dozen sentences of five passages. The answer score is a weighted mean of similarity and
-   coverage (``COVERAGE_WEIGHT``: all sentences of a passage share its similarity, so only
-   coverage tells them apart), plus ``ANSWER_TYPE_BONUS`` when the unit (with its definition line) holds what the
-   question asks for (retrieval.answer_type: a version for which version, a count for how
-   many, a date for when, a name for who / which / where, an identifier for a how-to) that the
-   question does not already hold, or is the first sentence after the definition line of a
-   name the question writes (what the name is or does); those units are quoted first, and
-   when none of the
-   chosen ones holds it, the best that does is added. After the best unit, each further one
-   is chosen for what it adds to the quoted ones, and each part of a question of several
-   parts gets the unit that holds its own terms (:func:`answering_sentences`). A
-   question that names API names ("time.perf_counter or time.process_time?") is answered
-   from each definition it names as well (:func:`with_named_definitions`).
+   of the regatta it is about). A question term the unit lacks counts by meaning too: its
+   closest word of the unit by the embedding model's word vectors (retrieval.meaning), when
+   close enough, gives part of the term's weight ("folder" for "directory"). Embedding every
+   sentence with the full model would be the better measure of meaning, but it costs about
+   18 ms per sentence on one core (measured: 155 ms for a batch of 8, 630 ms for 32; again
+   27 ms for one and 199 ms for 8 on the loaded machine), several times the query's latency
+   budget for the few dozen sentences of five passages. The answer score is a weighted mean
+   of similarity and coverage (``COVERAGE_WEIGHT``: all sentences of a passage share its
+   similarity, so only coverage tells them apart), plus ``ANSWER_TYPE_BONUS`` when the unit
+   (with its definition line) holds what the question asks for (retrieval.answer_type: a
+   version for which version, a count for how many, a date for when, a name for who / which
+   / where, a reason for why, an identifier for a how-to) that the question does not already
+   hold, or is the first sentence after the definition line of a name the question writes
+   (what the name is or does); a release note ("Changed in version 3.8: ...") loses as much
+   for any question but a version or date one. Those units are quoted first, and when none
+   of the chosen ones holds the kind asked for, the best that does is added. After the best
+   unit, each further one is chosen for what it adds to the quoted ones, and each part of a
+   question of several parts gets the unit that holds its own terms
+   (:func:`answering_sentences`). A question that names API names ("time.perf_counter or
+   time.process_time?") is answered from each definition it names as well
+   (:func:`with_named_definitions`).
 3. The answer says plainly that the passages do not answer, instead of quoting weak matches,
    when the question names something (a capitalised name: "Neo4j", "Windows", an
    identifier: "requests.get", or a release: "Python 3.14") that none of the passages
