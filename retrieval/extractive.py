@@ -4,7 +4,8 @@ Without a Claude key the answer is made of the pack's own sentences, so it can o
 the pack says. Which sentences:
 
 1. Candidates are the units of the passages kept for the answer (the k best), never the whole
-   context: a prose sentence, or a lead-in sentence ending in a colon together with the fenced
+   context: a prose sentence (:func:`sentences_of`; a list item, read without its marker, and
+   a table row start their own), or a lead-in sentence ending in a colon together with the fenced
    code block that follows it ("The simplest example of reading a CSV file:" and its code),
    quoted as a fenced block so a how-to keeps the code it needs; so is a sentence that ends
    its paragraph and announces the code after it ("This example gets the main page and
