@@ -42,9 +42,8 @@ the pack says. Which sentences:
    (with its definition line) holds what the question asks for (retrieval.answer_type: a
    version for which version, a count for how many, a date for when, a name for who / which
    / where, a reason for why, an identifier for a how-to) that the question does not already
-   hold, or is the first sentence after the definition line of a name the question writes
-   (what the name is or does); a release note ("Changed in version 3.8: ...") loses as much
-   for any question but a version or date one. Those units are quoted first, and when none
+   hold; a release note ("Changed in version 3.8: ...") loses as much for any question but a
+   version or date one. Those units are quoted first, and when none
    of the chosen ones holds the kind asked for, the best that does is added. After the best
    unit, each further one is chosen for what it adds to the quoted ones, and each part of a
    question of several parts gets the unit that holds its own terms
@@ -183,7 +182,6 @@ class Unit:
     code: str | None = None  # the fenced block, fences included
     before: str = ""  # the sentence before it in its paragraph, which it may lean on
     signature: str = ""  # the definition line it explains ("json.dumps(obj, *, ...)")
-    lead: bool = False  # the first sentence after its definition line: what the name is or does
 
     @property
     def text(self) -> str:
@@ -436,10 +434,9 @@ def units_of(text: str) -> tuple[Unit, ...]:
     units: list[Unit] = []
     blocks = _blocks(text)
     signature = ""
-    led = False  # whether the definition line's first sentence has been read
     for index, (kind, body) in enumerate(blocks):
         if kind == "signature":
-            signature, led = body, False
+            signature = body
         if kind not in ("prose", "item", "row"):
             continue
         # A table row is one unit; it may start with a name in lower case ("defaultdict | dict
@@ -452,8 +449,6 @@ def units_of(text: str) -> tuple[Unit, ...]:
                 continue
             # An item may start with a name in lower case ("monotonic: time.monotonic()").
             cut = kind == "prose" or (kind == "item" and number > 0)
-            lead = bool(signature) and not led
-            led = True
             if is_boilerplate(sentence, cut=cut) or PROMPT in sentence:
                 continue
             quoted = MARKDOWN_LINK.sub(r"\1", sentence)
@@ -467,9 +462,9 @@ def units_of(text: str) -> tuple[Unit, ...]:
             )
             lead_in = quoted.rstrip().endswith(":")
             if code_after is not None and (lead_in or ANNOUNCES_CODE.search(quoted)):
-                units.append(Unit(quoted, code_after, before, signature, lead))
+                units.append(Unit(quoted, code_after, before, signature))
             elif not lead_in:  # a lead-in with nothing after it in the passage is no unit
-                units.append(Unit(quoted, before=before, signature=signature, lead=lead))
+                units.append(Unit(quoted, before=before, signature=signature))
     return tuple(units)
 
 
@@ -616,15 +611,11 @@ def score_sentences(
     weight = {t: w * (ASKED_WEIGHT if t in asked else 1.0) for t, w in weight.items()}
     total = sum(weight.values()) or 1.0
     kind = answer_kind(question)
-    # The lead sentence of a definition the question names says what the name is or does.
-    asked_names = [name.lower() for name in identifiers(question)]
     scored = []
     for position, (unit, matched, lead) in enumerate(zip(units, found, led, strict=True)):
         if not stems(unit.subject) - wanted:
             continue  # it only restates the question
-        typed = (kind is not None and holds_answer(kind, unit.subject, question)) or (
-            unit.lead and any(same_name(defined_name(unit.signature), a) for a in asked_names)
-        )
+        typed = kind is not None and holds_answer(kind, unit.subject, question)
         # A release note answers when something came or changed, not what it does: it holds
         # the kind of answer of another question.
         note = kind not in ("version", "date") and bool(VERSION_NOTE.match(unit.sentence))

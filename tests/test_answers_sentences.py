@@ -194,22 +194,3 @@ def test_a_release_note_answers_a_version_question_not_a_how_to():
     assert how[0].unit.sentence.startswith("Create an object that maps")
     since = score_sentences("Since which version are the rows of a DictReader dicts?", [passage])
     assert since[0].unit.sentence.startswith("Changed in version 3.8")
-
-
-def test_the_lead_sentence_of_a_definition_the_question_names_comes_first():
-    passage = ContextSection(
-        "typing",
-        "https://docs.example/typing.html",
-        "typing — Support for type hints",
-        "Special forms",
-        "typing.Optional\n"
-        "Optional type.\n"
-        "Optional[X] is equivalent to X | None (or Union[X, None]).\n"
-        "An optional argument with a default does not require the Optional qualifier on its "
-        "type annotation just because it is optional.",
-        0.6,
-        0.0,
-        "retrieved",
-    )
-    scored = score_sentences("What does typing.Optional mean in a type hint?", [passage])
-    assert scored[0].unit.sentence == "Optional[X] is equivalent to X | None (or Union[X, None])."
