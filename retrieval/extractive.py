@@ -4,7 +4,8 @@ Without a Claude key the answer is made of the pack's own sentences, so it can o
 the pack says. Which sentences:
 
 1. Candidates are the units of the passages kept for the answer (the k best), never the whole
-   context: a prose sentence, or a lead-in sentence ending in a colon together with the fenced
+   context: a prose sentence (:func:`sentences_of`; a list item, read without its marker, and
+   a table row start their own), or a lead-in sentence ending in a colon together with the fenced
    code block that follows it ("The simplest example of reading a CSV file:" and its code),
    quoted as a fenced block so a how-to keeps the code it needs; so is a sentence that ends
    its paragraph and announces the code after it ("This example gets the main page and
@@ -27,27 +28,32 @@ the pack says. Which sentences:
    of the question's terms it contains (kpack.text's terms; IDF over the pack's passages when
    the reader's keyword index is at hand, else over the candidates; the asking sentences of a
    question that first describes a situation weigh ``ASKED_WEIGHT`` times more; the terms of
-   the sentence before the unit, of its definition line and the words of the names it writes
-   count half: :func:`name_words`). A question term the unit
-   lacks counts by meaning too: its closest word of the unit by the embedding model's word
-   vectors (retrieval.meaning), when close enough, gives part of the term's weight ("folder"
-   for "directory"). Embedding every sentence with the full model would be the better
-   measure of meaning, but it costs about 18 ms per sentence on one core (measured: 155 ms
-   for a batch of 8, 630 ms for 32), several times the query's latency budget for the few
-   dozen sentences of five passages. The answer score is the mean of similarity and coverage,
-   plus ``ANSWER_TYPE_BONUS`` when the unit (with its definition line) holds what the
-   question asks for (retrieval.answer_type: a version for which version, a number or date
-   for how many / when, a name for who / which, an identifier for a how-to) that the
-   question does not already hold; those units are quoted first, and when none of the
-   chosen ones holds it, the best that does is added. After the best unit, each further one
-   is chosen for what it adds to the quoted ones, and each part of a question of several
-   parts gets the unit that holds its own terms (:func:`answering_sentences`). A
-   question that names API names ("time.perf_counter or time.process_time?") is answered
-   from each definition it names as well (:func:`with_named_definitions`).
+   the sentence before the unit, of its definition line, the words of the names it writes and
+   its article's title count half: :func:`name_words`; a sentence says "the race" on the page
+   of the regatta it is about). A question term the unit lacks counts by meaning too: its
+   closest word of the unit by the embedding model's word vectors (retrieval.meaning), when
+   close enough, gives part of the term's weight ("folder" for "directory"). Embedding every
+   sentence with the full model would be the better measure of meaning, but it costs about
+   18 ms per sentence on one core (measured: 155 ms for a batch of 8, 630 ms for 32; again
+   27 ms for one and 199 ms for 8 on the loaded machine), several times the query's latency
+   budget for the few dozen sentences of five passages. The answer score is a weighted mean
+   of similarity and coverage (``COVERAGE_WEIGHT``: all sentences of a passage share its
+   similarity, so only coverage tells them apart), plus ``ANSWER_TYPE_BONUS`` when the unit
+   (with its definition line) holds what the question asks for (retrieval.answer_type: a
+   version for which version, a count for how many, a date for when, a name for who / which
+   / where, a reason for why, an identifier for a how-to) that the question does not already
+   hold; a release note ("Changed in version 3.8: ...") loses as much for any question but a
+   version or date one. Those units are quoted first, and when none
+   of the chosen ones holds the kind asked for, the best that does is added. After the best
+   unit, each further one is chosen for what it adds to the quoted ones, and each part of a
+   question of several parts gets the unit that holds its own terms
+   (:func:`answering_sentences`). A question that names API names ("time.perf_counter or
+   time.process_time?") is answered from each definition it names as well
+   (:func:`with_named_definitions`).
 3. The answer says plainly that the passages do not answer, instead of quoting weak matches,
    when the question names something (a capitalised name: "Neo4j", "Windows", an
    identifier: "requests.get", or a release: "Python 3.14") that none of the passages
-   mentions, or when even the best unit
+   mentions (:func:`missing_names`), or when even the best unit
    scores below ``ANSWER_THRESHOLD``. The threshold was measured, not tuned per question: it
    is the highest round score that wrongly refuses at most 1% of the answerable questions
    whose gold passage was retrieved, on SQuAD (0.7%) and on the demo pack's 32 questions.
@@ -93,7 +99,7 @@ from retrieval.meaning import WordVectors
 from retrieval.query import ContextSection
 
 EXTRACTIVE_SENTENCES = 3
-MIN_SENTENCE_WORDS, MAX_SENTENCE_WORDS = 4, 80
+MIN_SENTENCE_WORDS, MAX_SENTENCE_WORDS = 4, 120
 MAX_CODE_LINES = 20
 # Below this answer score the best unit is not taken for an answer (module docstring).
 ANSWER_THRESHOLD = 0.3
@@ -104,7 +110,7 @@ MIN_TYPO_NAME = 5
 # A multi-hop answer: at most this many units, from at most this many passages.
 MAX_CHAINED, MAX_SOURCES = 4, 3
 # Coverage's weight against passage similarity in a unit's score (module docstring).
-COVERAGE_WEIGHT = 0.5
+COVERAGE_WEIGHT = 0.6
 # The question's terms held only by the sentence before a unit count at this share.
 CONTEXT_SHARE = 0.5
 # A further unit is quoted only when what it adds is worth this share of the best unit's score.
@@ -154,8 +160,16 @@ ANNOUNCES_CODE = re.compile(r"\b(examples?|following|below|as follows|like this|
 # The words inside an identifier: its parts between dots and underscores, split at case.
 NAME_SEPARATOR = re.compile(r"[._]")
 NAME_WORD_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+# A list item's marker at the start of its line ("- The sort is stable", "2. Open the file").
+LIST_ITEM = re.compile(r"^\s*([-*+•]|\d{1,2}[.)])\s+")
+# A sentence's end followed by a note mark ("[citation needed]", "[12]") or the bracket or quote
+# it closes ("(Default values are calculated once ...; this should usually be avoided.)"), and
+# the next sentence's start.
+CLOSED_END = re.compile(r"([.!?](\[[^\]\n]{1,40}\]|[)\"'’”]))\s+(?=[A-Z0-9`\"'(\[])")
 # A fence line of a code block ("```", "~~~").
 FENCE_LINE = re.compile(r"^\s*(`{3,}|~{3,})")
+# A release note of API documentation: "New in version 3.8.", "Changed in version 3.3: ...".
+VERSION_NOTE = re.compile(r"(new|changed|deprecated) (in|since) version\b", re.IGNORECASE)
 # Interactive-session lines left in prose (">>> print(row)"): code, not a sentence.
 PROMPT = ">>>"
 
@@ -202,6 +216,7 @@ class ScoredSentence:
     position: int  # its place among the candidates, which keep the passages' order
     # What each question term it holds (by word, context or meaning) adds to its coverage.
     credit: tuple[tuple[str, float], ...] = ()
+    note: bool = False  # a release note ("Changed in version 3.8: ...") for another question
 
     @property
     def text(self) -> str:
@@ -231,20 +246,23 @@ def is_boilerplate(sentence: str, cut: bool = True) -> bool:
 
 
 def _blocks(text: str) -> list[tuple[str, str]]:
-    """The passage as ("prose", paragraph), ("row", table row), ("code", fenced block) and
-    ("signature", definition line) pieces, in order; a code block the passage cuts off (no closing fence) is left out.
-    A definition line of API documentation ends the paragraph before it: it is no sentence
-    ("contextlib.chdir(path)" is not the tail of "New in version 3.5."); a table row is a
-    piece of its own ("'x' | open for exclusive creation, failing if the file already
-    exists")."""
+    """The passage as ("prose", paragraph), ("item", list item), ("row", table row), ("code",
+    fenced block) and ("signature", definition line) pieces, in order; a code block the
+    passage cuts off (no closing fence) is left out. A definition line of API documentation
+    ends the paragraph before it: it is no sentence ("contextlib.chdir(path)" is not the tail
+    of "New in version 3.5."); a table row is a piece of its own ("'x' | open for exclusive
+    creation, failing if the file already exists"), and so is a list item, without its
+    marker ("- The sort is stable" is not the tail of the sentence before the list)."""
     blocks: list[tuple[str, str]] = []
     prose: list[str] = []
     code: list[str] = []
+    paragraph = ["prose"]  # what the lines gathered in prose are: a paragraph or a list item
 
     def flush_prose() -> None:
         if prose:
-            blocks.append(("prose", " ".join(" ".join(prose).split())))
+            blocks.append((paragraph[0], " ".join(" ".join(prose).split())))
             prose.clear()
+        paragraph[0] = "prose"
 
     for line, role in fence_roles(text.split("\n")):
         if role == "text":
@@ -254,7 +272,13 @@ def _blocks(text: str) -> list[tuple[str, str]]:
             elif TABLE_ROW.search(line):  # a row is read on its own, not as one long sentence
                 flush_prose()
                 blocks.append(("row", " ".join(line.split())))
+            elif LIST_ITEM.match(line):
+                flush_prose()
+                paragraph[0] = "item"
+                prose.append(LIST_ITEM.sub("", line, count=1))
             elif line.strip():
+                if paragraph[0] == "item" and not line[:1].isspace():
+                    flush_prose()  # an item goes on only on indented lines
                 prose.append(line)
             else:
                 flush_prose()
@@ -298,8 +322,16 @@ def passage_in_context(
 
 
 def _overlap_start(text: str, previous: str) -> int:
-    """Where the passage's first line stands in the passage before it (they overlap), or the
-    end of that passage when they do not."""
+    """Where the passage begins in the passage before it (they overlap): the first line from
+    which the rest of that passage is how this one begins, else where its first line last
+    stands there (a fence line "```" stands at both ends of a block, so the first rule goes
+    first), or the end of that passage when they do not overlap."""
+    starts = [0, *(i + 1 for i, char in enumerate(previous) if char == "\n")]
+    shared = next(
+        (at for at in starts if at < len(previous) and text.startswith(previous[at:])), None
+    )
+    if shared is not None:
+        return shared
     opening = next((line for line in text.split("\n") if line.strip()), "")
     at = previous.rfind(opening) if opening else -1
     return at if at >= 0 else len(previous)
@@ -384,6 +416,17 @@ def _continuation(text: str, following: str) -> str:
     return following[repeated:]
 
 
+def sentences_of(paragraph: str) -> list[str]:
+    """The sentences of a paragraph, also where a note mark or a closing bracket or quote
+    follows a sentence's end ("... Alice Through the Looking Glass.[citation needed] Westwood
+    One will carry ..."): the mark stays with the sentence it ends."""
+    return [
+        sentence
+        for piece in CLOSED_END.sub("\\1\n", paragraph).split("\n")
+        for sentence in split_sentences(piece)
+    ]
+
+
 @lru_cache(maxsize=16384)
 def units_of(text: str) -> tuple[Unit, ...]:
     """The units of a passage that could answer (module docstring, point 1), each with the
@@ -394,17 +437,19 @@ def units_of(text: str) -> tuple[Unit, ...]:
     for index, (kind, body) in enumerate(blocks):
         if kind == "signature":
             signature = body
-        if kind not in ("prose", "row"):
+        if kind not in ("prose", "item", "row"):
             continue
         # A table row is one unit; it may start with a name in lower case ("defaultdict | dict
         # subclass that calls a factory function to supply missing values").
-        sentences = [body] if kind == "row" else split_sentences(body)
+        sentences = [body] if kind == "row" else sentences_of(body)
         following = blocks[index + 1] if index + 1 < len(blocks) else None
         for number, sentence in enumerate(sentences):
             before = MARKDOWN_LINK.sub(r"\1", sentences[number - 1]) if number else ""
             if not MIN_SENTENCE_WORDS <= len(sentence.split()) <= MAX_SENTENCE_WORDS:
                 continue
-            if is_boilerplate(sentence, cut=kind == "prose") or PROMPT in sentence:
+            # An item may start with a name in lower case ("monotonic: time.monotonic()").
+            cut = kind == "prose" or (kind == "item" and number > 0)
+            if is_boilerplate(sentence, cut=cut) or PROMPT in sentence:
                 continue
             quoted = MARKDOWN_LINK.sub(r"\1", sentence)
             code_after = (
@@ -448,9 +493,9 @@ def misspelled(name: str, mentioned: frozenset[str]) -> bool:
     dropped or changed ("Hatmanis" for "Hartmanis"), or the word with up to two letters more
     or fewer at its end ("Californian", "California"). Names of fewer than ``MIN_TYPO_NAME``
     letters are not guessed at."""
-    key = stem(fold_word(name.lower()))
-    if len(key) < MIN_TYPO_NAME:
-        return False
+    folded = fold_word(name.lower())
+    # Both the stem and the whole word: the stemmer takes "Merceds" for a past tense ("merc").
+    keys = {k for k in (stem(folded), folded) if len(k) >= MIN_TYPO_NAME}
     return any(
         _one_edit(key, word)
         or (
@@ -458,6 +503,7 @@ def misspelled(name: str, mentioned: frozenset[str]) -> bool:
             and min(len(word), len(key)) >= MIN_TYPO_NAME
             and (word.startswith(key) or key.startswith(word))
         )
+        for key in keys
         for word in mentioned
         if abs(len(word) - len(key)) <= 2
     )
@@ -471,6 +517,17 @@ def _one_edit(a: str, b: str) -> bool:
         return False
     at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), len(a))
     return a[at + (len(a) == len(b)) :] == b[at + 1 :] and a != b
+
+
+def written_apart(name: str, passages: list[ContextSection]) -> bool:
+    """True when the passages write a name of the question as two words ("Superbowl": "Super
+    Bowl")."""
+    key = fold_word(name.lower())
+    return any(
+        fold_word(a.lower()) + fold_word(b.lower()) == key
+        for p in passages
+        for a, b in pairwise(words(p.text))
+    )
 
 
 def written_identifiers(texts: Iterable[str]) -> frozenset[str]:
@@ -493,13 +550,16 @@ def missing_names(
     passages; else of the passages) never writes. A name has no paraphrase (a question about
     Neo4j is not answered by a passage about Kuzu), so a passage that does not name it does
     not answer the question, however close its words are; a name one typing slip away from
-    a passage's word is taken for that word (:func:`misspelled`)."""
+    a passage's word is taken for that word (:func:`misspelled`), and one the passages write as
+    two words is mentioned (:func:`written_apart`)."""
     mentioned = frozenset().union(*(word_stems(p.text) for p in passages))
     names = dict.fromkeys(m.group(0) for m in QUESTION_NAME.finditer(question))
     missing = [
         name
         for name in names
-        if not word_stems(name) <= mentioned and not misspelled(name, mentioned)
+        if not word_stems(name) <= mentioned
+        and not misspelled(name, mentioned)
+        and not written_apart(name, passages)
     ]
     if known is None:
         known = written_identifiers(p.text for p in passages)
@@ -556,11 +616,19 @@ def score_sentences(
         if not stems(unit.subject) - wanted:
             continue  # it only restates the question
         typed = kind is not None and holds_answer(kind, unit.subject, question)
+        # A release note answers when something came or changed, not what it does: it holds
+        # the kind of answer of another question.
+        note = kind not in ("version", "date") and bool(VERSION_NOTE.match(unit.sentence))
         credit = {t: weight[t] * (1.0 if t in lead else 0.5) for t in matched}
         # The sentence before it ("These methods will raise ..."), the definition it explains
         # and the words of the names it writes say what it is about: their terms at half
         # weight.
-        about = stems(unit.before) | stems(unit.signature) | name_words(unit.subject)
+        about = (
+            stems(unit.before)
+            | stems(unit.signature)
+            | name_words(unit.subject)
+            | stems(seen[unit].title)
+        )
         context = about & wanted - matched
         for t in context:
             credit[t] = CONTEXT_SHARE * weight[t]
@@ -574,7 +642,7 @@ def score_sentences(
         score = (
             (1 - COVERAGE_WEIGHT) * similarity
             + COVERAGE_WEIGHT * coverage
-            + (ANSWER_TYPE_BONUS if typed else 0.0)
+            + ANSWER_TYPE_BONUS * (typed - note)
         )
         scored.append(
             ScoredSentence(
@@ -587,6 +655,7 @@ def score_sentences(
                 matched,
                 position,
                 tuple((t, c / total) for t, c in credit.items()),
+                note,
             )
         )
     return sorted(scored, key=lambda s: -s.score)
@@ -660,7 +729,7 @@ def added_value(unit: ScoredSentence, earned: dict[str, float]) -> float:
     return (
         (1 - COVERAGE_WEIGHT) * unit.similarity
         + COVERAGE_WEIGHT * coverage
-        + (ANSWER_TYPE_BONUS if unit.typed else 0.0)
+        + ANSWER_TYPE_BONUS * (unit.typed - unit.note)
     )
 
 

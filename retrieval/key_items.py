@@ -25,8 +25,8 @@ RELEASE = re.compile(r"\b(?:python|version|release)\s+v?(\d+\.\d+(?:\.\d+)?)(?!\
 NAME = re.compile(r"(?<=[a-z0-9,;)]\s)[A-Z][\w'’-]+")
 # A name in a question: a capitalised word inside a sentence of it ("Neo4j", "Windows"), not
 # the first word of one ("What", "How" after a full stop), and not a short abbreviation ("TV",
-# "QB"), which has its spelled-out paraphrase.
-QUESTION_NAME = re.compile(r"(?<![.?!:;]\s)(?<=\s)(?![A-Z]{1,3}s?\b)[A-Z][A-Za-z0-9]*")
+# "QB"), which has its spelled-out paraphrase. Its letters may be any alphabet's ("Fécamp").
+QUESTION_NAME = re.compile(r"(?<![.?!:;]\s)(?<=\s)(?![A-Z]{1,3}s?\b)[A-Z][^\W_]*")
 # An identifier as documentation writes one: a code span, a dotted name (each part two
 # characters or more, so "e.g" is none) or a call, an underscored name, a keyword argument or
 # a CamelCase class. Each alternative's group is the identifier without its backticks or "()".

@@ -1,0 +1,196 @@
+"""Offline answers over encyclopedia-style pages: the sentence that answers is found, whole.
+
+One pack is built for this module from Markdown pages written as Wikipedia writes an event's
+article: sentences that say "the race" instead of the article's name, note marks after full
+stops, a long sentence listing many names, and names with accents or written in two words.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kpack.contracts import chunk_id
+from retrieval.agent import KnowledgeGraphAgent
+from retrieval.answer_type import answer_kind, holds_answer
+from retrieval.extractive import (
+    DECLINED,
+    passage_in_context,
+    score_sentences,
+    sentences_of,
+    units_of,
+)
+from retrieval.query import ContextSection
+from tests.conftest import build, write_pack
+
+REGATTA = """# Harbor Regatta 2031
+
+The Harbor Regatta 2031 was a sailing race to decide the champion of the Northern Sailing
+League for its 2031 season. The Harbor Regatta 2031 drew 24 boats from 9 clubs, and its
+committee sold 3,000 tickets for the harbor wall. The race was held on May 3, 2031, at Gull
+Point in the town of Marrow Bay. The Sea Wolf, skippered by Ada Brightwater, won the Harbor
+Regatta 2031 by four minutes. On the morning of the race the committee shortened the course
+by two miles. The course was shortened because fog covered the outer buoys.
+
+## Broadcast
+
+Three studios paid for trailers shown on the harbor screens: Northlight paid for The Long
+Tide, Ember paid for Salt Roads.[citation needed] Westwood Radio carried the race across the
+league, with Kevin Harlan as the announcer.
+
+## Clubs
+
+The clubs that sent boats were the Marrow Bay Yacht Club, which sent five boats and hosted
+the skippers' dinner, the Gull Point Sailing Society, which sent four boats and lent its
+slipway, the Northern Lights Rowing and Sailing Club, which sent three boats, the Cape Fennel
+Boat Club, which sent three boats, the Old Harbor Association, which sent two boats, the
+Estuary Youth Sailing Trust, which sent two boats, the Lantern Island Club, which sent two
+boats, the Saltmarsh Mariners, which sent two boats, and the Quayside Dinghy Club, which sent
+the single boat of Orrin Pell.
+"""
+
+ABBEY = """# Abbey of the Holy Trinity
+
+The abbey at Fécamp was founded by William of Volpiano in the year 1001, on the site of an
+older chapel. Its library kept more than four hundred manuscripts by the twelfth century. The
+Mercedes-Benz Hall of the abbey museum stands beside the cloister and shows its silver.
+"""
+
+
+@pytest.fixture(scope="module")
+def offline(tmp_path_factory) -> KnowledgeGraphAgent:
+    root = tmp_path_factory.mktemp("sentences")
+    (root / "docs").mkdir()
+    pages = {"regatta.md": REGATTA, "abbey.md": ABBEY}
+    for name, text in pages.items():
+        (root / "docs" / name).write_text(text)
+    folder: Path = write_pack(root, "events", [f"file:../../docs/{name}" for name in pages])
+    assert build(root, "events").success
+    # The gate is tested elsewhere: here every question reaches the answer stage.
+    return KnowledgeGraphAgent(folder, use_llm=False, context_confidence_threshold=0.0)
+
+
+def test_a_when_question_is_answered_first_by_the_sentence_that_dates_the_event(offline):
+    # The dating sentence says "the race", not the article's name: the title says what it is
+    # about. A sentence with a count ("24 boats") dates nothing.
+    answer = offline.query("When was the Harbor Regatta 2031 held?")["answer"]
+    assert answer.startswith("The race was held on May 3, 2031, at Gull Point")
+
+
+def test_a_why_question_is_answered_first_by_the_sentence_that_gives_the_reason(offline):
+    answer = offline.query("Why did the committee shorten the course?")["answer"]
+    assert answer.startswith("The course was shortened because fog covered the outer buoys.")
+
+
+def test_a_note_mark_after_a_full_stop_ends_the_sentence(offline):
+    answer = offline.query("Who was the announcer on Westwood Radio?")["answer"]
+    assert "Westwood Radio carried the race across the league, with Kevin Harlan" in answer
+    assert "Salt Roads" not in answer  # the sentence before the note mark is another one
+
+
+def test_a_long_sentence_that_holds_the_answer_is_quoted(offline):
+    answer = offline.query("Which club sent the single boat of Orrin Pell?")["answer"]
+    assert "the Quayside Dinghy Club, which sent the single boat of Orrin Pell" in answer
+
+
+def test_names_with_accents_in_two_words_or_misspelled_are_found(offline):
+    abbey = offline.query("Who founded the abbey at Fécamp?")["answer"]
+    assert "William of Volpiano" in abbey and not abbey.startswith(DECLINED)
+    boat = offline.query("Who skippered the Seawolf in the regatta?")["answer"]
+    assert "Ada Brightwater" in boat and not boat.startswith(DECLINED)
+    hall = offline.query("What does the Merceds-Benz Hall of the abbey museum show?")["answer"]
+    assert "shows its silver" in hall and not hall.startswith(DECLINED)
+    # A name no passage writes in any of these ways is still declined.
+    assert offline.query("Who skippered the Stormbird?")["answer"].startswith(DECLINED)
+
+
+def test_a_date_is_no_count_and_a_count_is_no_date():
+    how_much = "How much did the grandstand cost?"
+    assert answer_kind(how_much) == "number"
+    assert not holds_answer("number", "On May 21, 2013, the owners voted for it.", how_much)
+    assert holds_answer("number", "The $1.2 billion grandstand opened in 2014.", how_much)
+    when = "What day was the race sailed?"
+    assert answer_kind(when) == "date"
+    assert holds_answer("date", "It was sailed on February 7, 2016.", when)
+    assert not holds_answer("date", "It opened with a 24-yard pass.", when)
+    why = "Why does re.match return None for a match in the middle?"
+    assert answer_kind(why) == "reason"
+    assert holds_answer("reason", "re.match() will only match at the start of the string.", why)
+    assert not holds_answer("reason", "Return None if the string does not match.", why)
+    since = "Since when has math.dist existed?"
+    assert holds_answer(answer_kind(since) or "date", "New in version 3.8.", since)
+
+
+def test_a_sentence_ends_at_a_note_mark_or_the_bracket_its_full_stop_closes():
+    paragraph = (
+        "(Default values are computed once; this is usually avoided.) If a slot is unfilled, "
+        "a TypeError is raised. Ember paid for Salt Roads.[citation needed] Westwood Radio "
+        "carried it, e.g. on the coast."
+    )
+    assert sentences_of(paragraph) == [
+        "(Default values are computed once; this is usually avoided.)",
+        "If a slot is unfilled, a TypeError is raised.",
+        "Ember paid for Salt Roads.[citation needed]",
+        "Westwood Radio carried it, e.g. on the coast.",
+    ]
+
+
+def test_a_list_item_is_a_unit_of_its_own_without_its_marker():
+    passage = (
+        "Sorting orders can vary across cultures even for one alphabet.\n"
+        "- The reverse parameter still keeps records with equal keys in their order.\n"
+        "- monotonic: a clock that never goes back,\n  even when the system clock is set.\n"
+    )
+    assert [unit.sentence for unit in units_of(passage)] == [
+        "Sorting orders can vary across cultures even for one alphabet.",
+        "The reverse parameter still keeps records with equal keys in their order.",
+        "monotonic: a clock that never goes back, even when the system clock is set.",
+    ]
+
+
+def test_a_line_after_a_list_item_that_is_not_indented_starts_a_paragraph():
+    passage = (
+        "This function can be called in several ways:\n"
+        "- giving only the mandatory argument: ask_ok('Quit?')\n"
+        "This example also introduces the in keyword of the language.\n"
+    )
+    assert [unit.sentence for unit in units_of(passage)][-2:] == [
+        "giving only the mandatory argument: ask_ok('Quit?')",
+        "This example also introduces the in keyword of the language.",
+    ]
+
+
+def test_a_passage_that_begins_with_the_fence_the_one_before_ends_with_is_read_as_code():
+    # The first passage ends with a whole code block and two sentences; the second begins with
+    # the same block (passages overlap). Its opening fence is not the closing one before it.
+    block = "```\ni = 5\ndef f(arg=i):\n    print(arg)\n```\n"
+    first = f"The default values are evaluated where the function is defined, so that\n{block}"
+    first += "will print 5.\nImportant warning: The default value is evaluated only once."
+    second = f"{block}will print 5.\nImportant warning: The default value is evaluated only once."
+    second += "\nThis makes a difference when the default is a mutable object such as a list."
+    texts = {chunk_id("s", 0): first, chunk_id("s", 1): second}
+    read = passage_in_context(chunk_id("s", 1), second, texts)
+    assert [unit.sentence for unit in units_of(read)] == [
+        "Important warning: The default value is evaluated only once.",
+        "This makes a difference when the default is a mutable object such as a list.",
+    ]
+
+
+def test_a_release_note_answers_a_version_question_not_a_how_to():
+    passage = ContextSection(
+        "csv",
+        "https://docs.example/csv.html",
+        "csv — CSV File Reading and Writing",
+        "Module Contents",
+        "class csv.DictReader(f, fieldnames=None)\n"
+        "Create an object that maps the information in each row to a dict.\n"
+        "Changed in version 3.8: Rows read are now of type dict.",
+        0.6,
+        0.0,
+        "retrieved",
+    )
+    how = score_sentences("How do I read CSV rows as dicts?", [passage])
+    assert how[0].unit.sentence.startswith("Create an object that maps")
+    since = score_sentences("Since which version are the rows of a DictReader dicts?", [passage])
+    assert since[0].unit.sentence.startswith("Changed in version 3.8")
