@@ -76,21 +76,20 @@ NUMBER_WORDS = frozenset(
 )
 
 
+# The question patterns in the order they are tried: the first that matches names the kind.
+QUESTION_KINDS: tuple[tuple[re.Pattern[str], Kind], ...] = (
+    (VERSION_QUESTION, "version"),
+    (DATE_QUESTION, "date"),
+    (NUMBER_QUESTION, "number"),
+    (NAME_QUESTION, "name"),
+    (HOWTO_QUESTION, "identifier"),
+    (REASON_QUESTION, "reason"),
+)
+
+
 def answer_kind(question: str) -> Kind | None:
     """The kind of answer a question asks for, or None."""
-    if VERSION_QUESTION.search(question):
-        return "version"
-    if DATE_QUESTION.search(question):
-        return "date"
-    if NUMBER_QUESTION.search(question):
-        return "number"
-    if NAME_QUESTION.search(question):
-        return "name"
-    if HOWTO_QUESTION.search(question):
-        return "identifier"
-    if REASON_QUESTION.search(question):
-        return "reason"
-    return None
+    return next((kind for pattern, kind in QUESTION_KINDS if pattern.search(question)), None)
 
 
 def holds_answer(kind: Kind, sentence: str, question: str) -> bool:
