@@ -346,7 +346,12 @@ def measure(folder: Path) -> dict:
     reader = PackReader(folder, version)
     open_s = time.perf_counter() - started
     opened = memory()
-    agent = retrieval.KnowledgeGraphAgent(reader, profile="balanced", use_llm=False)
+    # The graph stages on, whatever the pack's own evidence says: a replicated pack has no
+    # graph_evidence.json (the build's graph_evidence step runs after publishing), and the
+    # figure the issue asks for includes them.
+    agent = retrieval.KnowledgeGraphAgent(
+        reader, profile="balanced", use_llm=False, enable_graph=True, enable_doc_graph=True
+    )
     agent.search(QUESTIONS[0], k=5)  # the model loads
     stages.clear()
     timings = []

@@ -132,7 +132,7 @@ INDEX_FILES = (
 )
 
 ANN_MIN_VECTORS_ENV = "KPACK_ANN_MIN_VECTORS"
-# Below this many chunks the exact scan answers faster than HNSW plus re-scoring (measured by
+# Below this many chunks the exact scan answers faster than the ANN index plus re-scoring (measured by
 # bench/scale_bench.py: on one thread the exact scan of 20,000 vectors takes about 2 ms).
 DEFAULT_ANN_MIN_VECTORS = 50_000
 # The IVF index (see the module docstring), chosen on the Python docs pack's real vectors
