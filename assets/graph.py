@@ -201,7 +201,7 @@ def write_staged(
     write_doc_graph(
         staging / INDEX_DIR,
         t["sections"].select(["section_id", "defines"]).sort_by("section_id"),
-        t["chunks"].select(["chunk_id", "content"]).sort_by("chunk_id"),
+        load_table(staging / INDEX_DIR, CHUNKS),  # mapped, sorted by chunk_id: no copy of the texts
         t["section_links"],
     )
     done("documentation graph")

@@ -44,8 +44,8 @@ def room_on_disk(folder: Path) -> int:
 def check_space(folder: Path, needed: int, what: str) -> None:
     """Refuse before writing ``needed`` bytes into ``folder`` when its disk has not the room;
     ``what`` starts the message ("x.kpack unpacks to")."""
-    if needed > room_on_disk(folder):
-        free = shutil.disk_usage(folder).free
+    free = shutil.disk_usage(folder).free
+    if needed > free - SPACE_MARGIN_BYTES:
         raise PackError(
             f"{what} {needed:,} bytes, but the disk of {folder} has {free:,} free (and "
             f"{SPACE_MARGIN_BYTES >> 20} MiB are kept free): free some space and try again"

@@ -38,7 +38,7 @@ PUSH_EPSILON = 1e-5
 # ... and a query pushes along at most this many edges (the push's bound is 1 / (epsilon *
 # (1 - damping)) = 200,000 at damping 0.5; this only guards a damping near 1).
 MAX_PUSHED_EDGES = 1_000_000
-VECTOR_BLOCK_VALUES = 8_000_000  # graph values decoded at a time when the graph is built
+GRAPH_BLOCK_VALUES = 8_000_000  # graph values decoded at a time when the graph is built
 
 
 @dataclass(frozen=True)
@@ -348,8 +348,8 @@ def _symmetric(edges: list[tuple[np.ndarray, np.ndarray, float]], size: int) -> 
     indices = np.empty(len(key), dtype=np.int32)
     data = np.empty(len(key), dtype=np.float32)
     values = np.asarray(weights, dtype=np.float32)
-    for start in range(0, len(key), VECTOR_BLOCK_VALUES):
-        block = key[start : start + VECTOR_BLOCK_VALUES]
+    for start in range(0, len(key), GRAPH_BLOCK_VALUES):
+        block = key[start : start + GRAPH_BLOCK_VALUES]
         indices[start : start + len(block)] = (block // len(weights)) % size
         data[start : start + len(block)] = values[block % len(weights)]
     return Csr(indptr.astype(np.int64), indices, data)

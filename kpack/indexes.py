@@ -183,7 +183,7 @@ def _save_vectors(path: Path, column: pa.ChunkedArray, order: pa.Array, dim: int
     del saved
 
 
-def _write_arrow(path: Path, table: pa.Table) -> None:
+def write_arrow(path: Path, table: pa.Table) -> None:
     """A table as one record batch (a reader maps each column as one array, no copy); string
     columns too large for 32-bit offsets become large strings."""
     large = pa.schema(
@@ -200,9 +200,6 @@ def _write_arrow(path: Path, table: pa.Table) -> None:
     table = table.cast(large).combine_chunks()
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table, max_chunksize=max(table.num_rows, 1))
-
-
-write_arrow = _write_arrow  # for the index files other core modules write (kpack.docgraph)
 
 
 def write_indexes(
@@ -235,13 +232,13 @@ def write_indexes(
         ["section_id", "article_url", "heading_path", "title", "content", "word_count"]
     ).take(section_order)
     articles = articles.sort_by("url")
-    _write_arrow(out / CHUNKS, chunks.select(["chunk_id", "content"]))
-    _write_arrow(out / SECTIONS, sections)
+    write_arrow(out / CHUNKS, chunks.select(["chunk_id", "content"]))
+    write_arrow(out / SECTIONS, sections)
     np.save(
         out / SECTIONS_BY_ARTICLE,
         np.asarray(pc.sort_indices(sections["article_url"]), dtype=np.int64),
     )
-    _write_arrow(
+    write_arrow(
         out / ARTICLES,
         articles.set_column(
             articles.schema.get_field_index("pagerank"),
@@ -265,7 +262,7 @@ def write_indexes(
         .aggregate([])
         .join(entities, "entity_id")
     )
-    _write_arrow(
+    write_arrow(
         out / ARTICLE_ENTITIES,
         article_entities.filter(pc.not_equal(article_entities["type"], "topic"))
         .sort_by(
@@ -273,7 +270,7 @@ def write_indexes(
         )
         .select(["article_url", "name", "type", "description"]),
     )
-    _write_arrow(
+    write_arrow(
         out / FACTS,
         facts.sort_by([("section_id", "ascending"), ("fact_id", "ascending")]).select(
             ["section_id", "content"]
@@ -317,7 +314,7 @@ def _write_graph(
         relations=relations.select(["source_id", "target_id"]),
         relation_weight=RELATION_WEIGHT,
     )
-    _write_arrow(
+    write_arrow(
         out / ENTITIES,
         entities.replace_schema_metadata({LONGEST_NAME_KEY: str(graph.longest_name)}),
     )

@@ -212,8 +212,6 @@ class ScoredSentence:
     coverage: float  # IDF-weighted share of the question's terms (by words and meaning)
     typed: bool  # holds the kind of answer the question asks for
     score: float
-    matched: frozenset[str]  # the question's terms it holds
-    position: int  # its place among the candidates, which keep the passages' order
     # What each question term it holds (by word, context or meaning) adds to its coverage.
     credit: tuple[tuple[str, float], ...] = ()
     note: bool = False  # a release note ("Changed in version 3.8: ...") for another question
@@ -612,7 +610,7 @@ def score_sentences(
     total = sum(weight.values()) or 1.0
     kind = answer_kind(question)
     scored = []
-    for position, (unit, matched, lead) in enumerate(zip(units, found, led, strict=True)):
+    for unit, matched, lead in zip(units, found, led, strict=True):
         if not stems(unit.subject) - wanted:
             continue  # it only restates the question
         typed = kind is not None and holds_answer(kind, unit.subject, question)
@@ -639,11 +637,6 @@ def score_sentences(
                 credit[t] = MEANING_SHARE * weight[t] * c
         coverage = sum(credit.values()) / total
         similarity = seen[unit].similarity
-        score = (
-            (1 - COVERAGE_WEIGHT) * similarity
-            + COVERAGE_WEIGHT * coverage
-            + ANSWER_TYPE_BONUS * (typed - note)
-        )
         scored.append(
             ScoredSentence(
                 unit,
@@ -651,9 +644,7 @@ def score_sentences(
                 similarity,
                 coverage,
                 typed,
-                score,
-                matched,
-                position,
+                unit_score(similarity, coverage, typed, note),
                 tuple((t, c / total) for t, c in credit.items()),
                 note,
             )
@@ -669,9 +660,9 @@ def answering_sentences(
     terms when no quoted unit holds any; then one at a time the unit that adds most
     (:func:`added_value`) while that clears the answer threshold and is worth
     ``FURTHER_SHARE`` of the best: at most three, and one more for each further part. A
-    second sentence that says the
-    best one's words again adds less than one that holds what it lacks: the bridge's second
-    passage of a two-hop question, the fix after the sentence that restates the problem. When
+    second sentence that says the best one's words again adds less than one that holds what
+    it lacks: the bridge's second passage of a two-hop question, the fix after the sentence
+    that restates the problem. When
     none of these holds the kind of answer asked for (a version, a name, an identifier), the
     best unit that does is added (one explaining the same definition as the best unit first:
     "since which version" of ``contextlib.chdir`` is its own "New in version 3.11", not the
@@ -726,10 +717,16 @@ def added_value(unit: ScoredSentence, earned: dict[str, float]) -> float:
     term: its coverage counts ``NOVELTY_SHARE`` for what it holds beyond them."""
     fresh = sum(max(0.0, share - earned.get(term, 0.0)) for term, share in unit.credit)
     coverage = NOVELTY_SHARE * fresh + (1 - NOVELTY_SHARE) * unit.coverage
+    return unit_score(unit.similarity, coverage, unit.typed, unit.note)
+
+
+def unit_score(similarity: float, coverage: float, typed: bool, note: bool) -> float:
+    """A unit's score: its passage's similarity and its coverage of the question's terms,
+    with a bonus for holding the kind of answer asked for (none for a release note)."""
     return (
-        (1 - COVERAGE_WEIGHT) * unit.similarity
+        (1 - COVERAGE_WEIGHT) * similarity
         + COVERAGE_WEIGHT * coverage
-        + ANSWER_TYPE_BONUS * (unit.typed - unit.note)
+        + ANSWER_TYPE_BONUS * (typed - note)
     )
 
 

@@ -114,26 +114,14 @@ SEARCH = (embed_question, vector_search, bm25_search)
 DECOMPOSE = QueryDecomposer()
 KEEP_PARTS = SubQuestionCoverage()
 CONTEXT_AND_ANSWER = (MultiDocSynthesizer(), QualityFilter(), FewShotManager(), synthesize)
+# Top k (each sub-question keeping its best passage), then the context and the answer.
+ANSWER_TAIL = (top_k, KEEP_PARTS, *CONTEXT_AND_ANSWER)
 # Fused, gated and ranked by the graph's authority, then answered: the tail of the profiles
 # that tune balanced's context without the graph retrieval stages.
-RANKED_ANSWER = (
-    fuse,
-    ConfidenceGate(),
-    GraphReranker(),
-    top_k,
-    KEEP_PARTS,
-    *CONTEXT_AND_ANSWER,
-)
-# The same tail for the profiles with the graph retrieval stages: the graph's authority, its
-# second hop and the documentation graph's expansion before top k.
-GRAPH_RANKED_ANSWER = (
-    GraphReranker(),
-    SecondHop(),
-    DocGraphExpansion(),
-    top_k,
-    KEEP_PARTS,
-    *CONTEXT_AND_ANSWER,
-)
+RANKED_ANSWER = (fuse, ConfidenceGate(), GraphReranker(), *ANSWER_TAIL)
+# After the gate in the profiles with the graph retrieval stages: the graph's authority, its
+# second hop and the documentation graph's expansion, then answered.
+GRAPH_RANKED_ANSWER = (GraphReranker(), SecondHop(), DocGraphExpansion(), *ANSWER_TAIL)
 
 # One profile for each name of kpack.config.PROFILE_NAMES, the one list of names (kg_config.json,
 # the CLI, the HTTP API and the MCP server accept those; tests/test_retrieval.py checks that the

@@ -8,7 +8,7 @@ kpack.store.verify_version passed: Kuzu crashes the process on some damaged file
 raising) and the version's retrieval indexes (kpack.indexes: articles, sections, chunk texts,
 vectors, keyword postings, links, entities, facts and the entity graph), memory-mapped when
 the reader opens, so opening reads no table row by row and a query reads only the rows it
-ranks: nearest vectors by an exact scan of the mapped vectors, or through the version's HNSW
+ranks: nearest vectors by an exact scan of the mapped vectors, or through the version's faiss
 index above the ANN crossover (:meth:`PackReader.nearest`), keyword search by BM25 over the
 mapped postings (retrieval.bm25). Kuzu serves related articles and ``reader.query``.
 
@@ -502,7 +502,7 @@ class _PackSlot:
     changed: threading.Condition = field(default_factory=threading.Condition)
     reader: PackReader | None = None
     opening: Path | None = None  # the version a thread is opening now, outside the lock
-    failed: Path | None = None  # a version whose background open failed (not tried again)
+    failed: Path | None = None  # a version whose open failed (not tried again in the background)
 
 
 # Servers set this (open_versions_in_background): a new version is then opened and warmed by a
@@ -568,8 +568,8 @@ def checkout(pack: str | Path | PackReader) -> PackReader:
                 reader.acquire()
                 return reader
             serving = reader is not None and not reader.closed
-            if slot.opening is None and _background_opens and serving:
-                if slot.failed != version:
+            if _background_opens and serving:
+                if slot.opening is None and slot.failed != version:
                     slot.opening = version
                     threading.Thread(
                         target=_open_in_background,
@@ -582,7 +582,7 @@ def checkout(pack: str | Path | PackReader) -> PackReader:
             if slot.opening is None:
                 slot.opening = version
                 break
-            if reader is not None and not reader.closed:
+            if serving:
                 reader.acquire()  # another thread opens the new version: answer from this one
                 return reader
             slot.changed.wait()
