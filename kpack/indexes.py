@@ -45,6 +45,7 @@ from array import array as flat_array
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from hashlib import blake2b
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -81,6 +82,13 @@ KEYWORD_ROWS = "keyword_rows.npy"
 KEYWORD_WEIGHTS = "keyword_weights.npy"
 KEYWORD_LENGTHS = "keyword_lengths.npy"
 ENTITIES = "entities.arrow"
+# Keyed tables (sorted by their first column, one row per key) -> their key hashes' file.
+KEY_HASHES = {
+    CHUNKS: "chunks_key_hashes.npy",
+    SECTIONS: "sections_key_hashes.npy",
+    ARTICLES: "articles_key_hashes.npy",
+    ENTITIES: "entities_key_hashes.npy",
+}
 LONGEST_NAME_KEY = "longest_name"  # entities.arrow metadata: the longest name, in words
 GRAPH_INDPTR = "graph_indptr.npy"
 GRAPH_INDICES = "graph_indices.npy"
@@ -126,6 +134,7 @@ INDEX_FILES = (
     LINK_OFFSETS,
     LINK_TARGETS,
     ENTITIES,
+    *KEY_HASHES.values(),
     *GRAPH_FILES,
     *KEYWORD_FILES,
     *DOC_GRAPH_FILES,
@@ -183,6 +192,22 @@ def _save_vectors(path: Path, column: pa.ChunkedArray, order: pa.Array, dim: int
     del saved
 
 
+def key_hash(key: str) -> int:
+    """A key's 64-bit hash, the same in every process (Python's hash() is salted per process)."""
+    return int.from_bytes(blake2b(key.encode(), digest_size=8).digest(), "little")
+
+
+def write_keyed(folder: Path, name: str, table: pa.Table) -> None:
+    """A table sorted by its unique first column, and that column's key hashes (KEY_HASHES):
+    hashed a block at a time, sorted once."""
+    write_arrow(folder / name, table)
+    hashes = np.fromiter(
+        (key_hash(key) for key in _strings(table.column(0))), np.uint64, table.num_rows
+    )
+    order = np.argsort(hashes, kind="stable")
+    np.save(folder / KEY_HASHES[name], np.stack([hashes[order], order.astype(np.uint64)]))
+
+
 def write_arrow(path: Path, table: pa.Table) -> None:
     """A table as one record batch (a reader maps each column as one array, no copy); string
     columns too large for 32-bit offsets become large strings."""
@@ -232,14 +257,15 @@ def write_indexes(
         ["section_id", "article_url", "heading_path", "title", "content", "word_count"]
     ).take(section_order)
     articles = articles.sort_by("url")
-    write_arrow(out / CHUNKS, chunks.select(["chunk_id", "content"]))
-    write_arrow(out / SECTIONS, sections)
+    write_keyed(out, CHUNKS, chunks.select(["chunk_id", "content"]))
+    write_keyed(out, SECTIONS, sections)
     np.save(
         out / SECTIONS_BY_ARTICLE,
         np.asarray(pc.sort_indices(sections["article_url"]), dtype=np.int64),
     )
-    write_arrow(
-        out / ARTICLES,
+    write_keyed(
+        out,
+        ARTICLES,
         articles.set_column(
             articles.schema.get_field_index("pagerank"),
             "pagerank",
@@ -314,8 +340,9 @@ def _write_graph(
         relations=relations.select(["source_id", "target_id"]),
         relation_weight=RELATION_WEIGHT,
     )
-    write_arrow(
-        out / ENTITIES,
+    write_keyed(
+        out,
+        ENTITIES,
         entities.replace_schema_metadata({LONGEST_NAME_KEY: str(graph.longest_name)}),
     )
     about = graph.about
@@ -469,7 +496,7 @@ def load_entity_graph(folder: Path, passages: Sequence[str]) -> EntityGraph:
     arrays = {name: load_array(folder, name) for name in GRAPH_FILES}
     entities = load_table(folder, ENTITIES)
     structure = (arrays[GRAPH_INDPTR], arrays[GRAPH_INDICES])
-    keys = SortedKeys(entities["entity_id"])
+    keys = keys_of(folder, ENTITIES, entities)
     return EntityGraph(
         passages=passages,
         entities=keys.values,
@@ -560,13 +587,30 @@ class Column(Sequence[Any]):
             yield value.as_py()
 
 
+def keys_of(folder: Path, name: str, table: pa.Table) -> SortedKeys:
+    """The keys of a keyed table the build wrote (write_keyed), with their hashes when the
+    version has them."""
+    hashes = KEY_HASHES[name]
+    saved = load_array(folder, hashes) if (folder / hashes).is_file() else None
+    return SortedKeys(table.column(0), hashes=saved)
+
+
 class SortedKeys:
     """The positions of a key in a table's key column, by bisection over ``order`` (the rows in
-    key order; the rows themselves when the table is sorted by that key)."""
+    key order; the rows themselves when the table is sorted by that key). ``hashes`` (a keyed
+    table's KEY_HASHES array) makes ``row`` a bisection over integers instead of strings."""
 
-    def __init__(self, column: pa.ChunkedArray, order: np.ndarray | None = None) -> None:
+    def __init__(
+        self,
+        column: pa.ChunkedArray,
+        order: np.ndarray | None = None,
+        hashes: np.ndarray | None = None,
+    ) -> None:
         self.values = Column(column)
         self.order = order
+        self._hashes = None
+        if hashes is not None:  # memoryviews: bisect reads them as Python ints, no numpy call
+            self._hashes = (memoryview(hashes[0]), memoryview(hashes[1]))
 
     def _key(self, position: int) -> Any:
         row = position if self.order is None else int(self.order[position])
@@ -584,6 +628,15 @@ class SortedKeys:
 
     def row(self, key: Any) -> int | None:
         """The first row holding ``key``, or None (one bisection)."""
+        if self._hashes is not None:
+            hashes, rows = self._hashes
+            wanted = key_hash(key)
+            at = bisect.bisect_left(hashes, wanted)
+            while at < len(hashes) and hashes[at] == wanted:  # another key may share the hash
+                if self.values[rows[at]] == key:
+                    return rows[at]
+                at += 1
+            return None
         keyed = _KeyView(self)
         at = bisect.bisect_left(keyed, key)
         if at == len(keyed) or keyed[at] != key:
@@ -620,11 +673,12 @@ class Lookup(Mapping[str, V]):
 
 
 class _TableLookup(Lookup[V]):
-    """A lookup over a table sorted by its first column; ``make`` builds the values."""
+    """A lookup over a table sorted by its first column (``keys``, by default found by
+    bisection); ``make`` builds the values."""
 
-    def __init__(self, table: pa.Table, make: Any) -> None:
+    def __init__(self, table: pa.Table, make: Any, keys: SortedKeys | None = None) -> None:
         self.table = table
-        self.keys = SortedKeys(table.column(0))
+        self.keys = keys or SortedKeys(table.column(0))
         self._make = make
 
 

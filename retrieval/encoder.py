@@ -5,17 +5,23 @@ through sentence-transformers costs seconds (torch, transformers, scikit-learn a
 for it) on every cold start, while running it for one question takes milliseconds. So when
 the model is a BERT sentence-transformer stored locally in the usual layout (the packaged
 all-MiniLM-L6-v2 is: a BERT encoder, mean pooling, normalisation), the question is embedded
-by :class:`NumpyBert`, the same arithmetic in numpy over the same weights and tokenizer. Its
-vectors agree with sentence-transformers' (the build's) to 2.1e-7 per component at most:
-measured over 343 texts (the demo pack's 38 eval questions, 300 of its passages and
-tests/test_retrieval.py's five edge cases, one text at a time as queries embed them, and in
-batches of 32), median 1e-7, every cosine with the build's vector 0.9999999 or more.
-tests/test_retrieval.py holds them within 5e-7, leaving room for another CPU's BLAS. Any
-other model goes through kpack.embedding, as the build does.
+by :class:`OnnxBert`: this module writes the same arithmetic as an ONNX graph over the same
+weights (:func:`bert_graph`, no torch needed) and onnxruntime runs it with the model's own
+tokenizer. Its vectors agree with sentence-transformers' (the build's) to 2e-7 per component
+at most: measured over the python_docs_qa questions one at a time and in a batch of 32, and
+tests/test_retrieval.py holds them within 5e-7, leaving room for another CPU's arithmetic.
+Any other model goes through kpack.embedding, as the build does.
 
-BLAS runs with the reader's thread budget (:func:`use_blas_threads`, set once per process): on a
-shared machine, one OpenBLAS thread embedded a question in 0.07 s where two took 0.4 to 2.6 s
-(threads spinning for cores other processes held).
+Why onnxruntime: a question's embedding is six layers of matrix products with a dozen to a
+few dozen token columns, where OpenBLAS (numpy) reaches a third of the memory bandwidth;
+onnxruntime's kernels ran the same graph in 8.2 ms against 16.6 ms for the numpy forward pass
+this module held before (the python_docs_qa questions, one thread). The graph is written once
+per model and machine into kpack.settings.model_cache_dir() and loaded from there (0.1 s).
+
+BLAS (the reader's own vector products) runs with the reader's thread budget
+(:func:`use_blas_threads`, set once per process): on a shared machine, one OpenBLAS thread
+embedded a question in 0.07 s where two took 0.4 to 2.6 s (threads spinning for cores other
+processes held). onnxruntime gets the same budget, without spinning threads.
 
 A model that is not on this machine (and cannot be fetched: no network, or HF_HUB_OFFLINE=1)
 is a :class:`kpack.errors.PackNotReady` with one line saying so, not the loader's traceback.
@@ -23,15 +29,21 @@ is a :class:`kpack.errors.PackNotReady` with one line saying so, not the loader'
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+import tempfile
 import threading
 import warnings
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import onnx
+    import onnxruntime
 
 from kpack.errors import PackNotReady
 
@@ -44,37 +56,6 @@ SUPPORTED_MODULES = [
 
 class TextEncoder(Protocol):
     def encode(self, texts: list[str], threads: int) -> np.ndarray: ...
-
-
-# Abramowitz & Stegun 7.1.26: erf(x) = 1 - t * polynomial(t) * exp(-x*x), t = 1 / (1 + p*x).
-_ERF_P = 0.3275911
-_ERF_COEFFICIENTS = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
-
-
-def _erf(x: np.ndarray) -> np.ndarray:
-    """erf to an absolute error below 1.5e-7 (5.5e-7 in float32; numpy has no erf), in the
-    input's float32: GELU's erf is most of the elementwise work of a forward pass.
-
-    Not scipy.special.erf, although scipy is a dependency: on float32 it is 3.0 times slower
-    on one question's GELU input (1536 x 12: 0.50 ms against 0.17), which made a question's
-    whole embedding about 6% slower (200 encodes of the demo pack's
-    questions, 12 alternating rounds on a loaded 2-core machine: best round 17.3 ms against
-    16.4 ms, median ratio 1.07), for vectors no closer to the build's (both 2.1e-7 at most);
-    importing scipy.special also costs 0.4 s in a fresh process."""
-    z = np.abs(x)
-    t = 1.0 / (1.0 + np.float32(_ERF_P) * z)
-    polynomial = np.float32(_ERF_COEFFICIENTS[-1])
-    for coefficient in reversed(_ERF_COEFFICIENTS[:-1]):  # Horner's scheme
-        polynomial = polynomial * t + np.float32(coefficient)
-    return np.copysign(1.0 - polynomial * t * np.exp(-z * z), x)
-
-
-def _layer_norm(h: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
-    """LayerNorm over the hidden axis, which is axis 0 here (see NumpyBert._forward)."""
-    share = 1.0 / h.shape[0]  # sums times this, not .mean(): its Python overhead showed
-    centred = h - h.sum(0) * share
-    variance = (centred * centred).sum(0) * share
-    return centred * (1.0 / np.sqrt(variance + eps)) * weight[:, None] + bias[:, None]
 
 
 def use_blas_threads(threads: int) -> None:
@@ -101,13 +82,143 @@ _blas_threads: int | None = None
 _blas_lock = threading.Lock()
 
 
-class NumpyBert:
-    """A BERT sentence-transformer (mean pooling, unit vectors) evaluated with numpy."""
+# Bump when bert_graph changes, so graphs written by an older version are not reused.
+GRAPH_RECIPE = 1
+OPSET = 17  # LayerNormalization
+IR_VERSION = (
+    8  # the oldest that holds OPSET: onnx writes its newest, which onnxruntime may not read
+)
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+OUTPUT = "sentence_embedding"
+WORD_EMBEDDINGS = "embeddings.word_embeddings.weight"
+
+
+def bert_graph(weights: dict[str, np.ndarray], config: dict[str, Any]) -> onnx.ModelProto:
+    """A BERT sentence-transformer as an ONNX graph: token, position and type embeddings,
+    ``num_hidden_layers`` post-norm encoder layers (GELU by erf), then the mean over the
+    attention mask's tokens at unit length. ``weights`` are the model's tensors named as in
+    its safetensors file without the ``bert.`` prefix; the inputs are INPUTS, (batch, tokens)
+    int64, the output (batch, hidden_size) float32."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    hidden, heads = config["hidden_size"], config["num_attention_heads"]
+    eps = config["layer_norm_eps"]
+    initializers: list[onnx.TensorProto] = []
+    nodes: list[onnx.NodeProto] = []
+
+    def constant(name: str, value: Any, dtype: Any = np.float32) -> str:
+        initializers.append(numpy_helper.from_array(np.ascontiguousarray(value, dtype), name))
+        return name
+
+    def op(kind: str, *inputs: str, **attributes: Any) -> str:
+        output = f"{kind}_{len(nodes)}"
+        nodes.append(helper.make_node(kind, list(inputs), [output], **attributes))
+        return output
+
+    def weight(name: str, transposed: bool = False) -> str:
+        return constant(name, weights[name].T if transposed else weights[name])
+
+    def linear(x: str, prefix: str) -> str:  # x @ W.T + b, W stored (out, in)
+        return op(
+            "Add", op("MatMul", x, weight(prefix + ".weight", True)), weight(prefix + ".bias")
+        )
+
+    def layer_norm(x: str, prefix: str) -> str:
+        return op(
+            "LayerNormalization",
+            x,
+            weight(prefix + ".weight"),
+            weight(prefix + ".bias"),
+            axis=-1,
+            epsilon=eps,
+        )
+
+    to_heads = constant("to_heads", [0, 0, heads, hidden // heads], np.int64)
+    to_hidden = constant("to_hidden", [0, 0, hidden], np.int64)
+    first, axis_0 = constant("first", [0], np.int64), constant("axis_0", [0], np.int64)
+    tokens = op("Shape", "input_ids", start=1, end=2)
+    x = op(
+        "Add",
+        op(
+            "Add",
+            op("Gather", weight(WORD_EMBEDDINGS), "input_ids"),
+            op("Slice", weight("embeddings.position_embeddings.weight"), first, tokens, axis_0),
+        ),
+        op("Gather", weight("embeddings.token_type_embeddings.weight"), "token_type_ids"),
+    )
+    x = layer_norm(x, "embeddings.LayerNorm")
+    mask = op("Cast", "attention_mask", to=TensorProto.FLOAT)
+    padding = op(  # -inf-like on padding tokens, broadcast over heads and query tokens
+        "Unsqueeze",
+        op(
+            "Mul",
+            op("Sub", constant("one", 1.0), mask),
+            constant("lowest", np.finfo(np.float32).min),
+        ),
+        constant("heads_and_queries", [1, 2], np.int64),
+    )
+    scale = constant("scale", 1.0 / math.sqrt(hidden // heads))
+    half, root_two = constant("half", 0.5), constant("root_two", math.sqrt(2.0))
+    for layer in range(config["num_hidden_layers"]):
+        p = f"encoder.layer.{layer}."
+
+        def split(v: str, order: list[int]) -> str:  # (batch, tokens, hidden) -> per head
+            return op("Transpose", op("Reshape", v, to_heads), perm=order)
+
+        query = split(linear(x, p + "attention.self.query"), [0, 2, 1, 3])
+        key = split(linear(x, p + "attention.self.key"), [0, 2, 3, 1])  # transposed
+        value = split(linear(x, p + "attention.self.value"), [0, 2, 1, 3])
+        scores = op("Add", op("Mul", op("MatMul", query, key), scale), padding)
+        context = op(
+            "Reshape",
+            op("Transpose", op("MatMul", op("Softmax", scores, axis=-1), value), perm=[0, 2, 1, 3]),
+            to_hidden,
+        )
+        x = layer_norm(
+            op("Add", linear(context, p + "attention.output.dense"), x),
+            p + "attention.output.LayerNorm",
+        )
+        inner = linear(x, p + "intermediate.dense")
+        gelu = op(
+            "Mul",
+            op("Mul", inner, half),
+            op("Add", op("Erf", op("Div", inner, root_two)), constant("one_" + str(layer), 1.0)),
+        )
+        x = layer_norm(op("Add", linear(gelu, p + "output.dense"), x), p + "output.LayerNorm")
+    summed = op(
+        "ReduceSum",
+        op("Mul", x, op("Unsqueeze", mask, constant("last", [2], np.int64))),
+        constant("over_tokens", [1], np.int64),
+        keepdims=0,
+    )
+    counted = op(
+        "Max",
+        op("ReduceSum", mask, constant("per_text", [1], np.int64), keepdims=1),
+        constant("at_least", 1e-9),
+    )
+    nodes.append(
+        helper.make_node("LpNormalization", [op("Div", summed, counted)], [OUTPUT], p=2, axis=1)
+    )
+    graph = helper.make_graph(
+        nodes,
+        "sentence_embedding",
+        [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "tokens"]) for n in INPUTS],
+        [helper.make_tensor_value_info(OUTPUT, TensorProto.FLOAT, ["batch", hidden])],
+        initializers,
+    )
+    return helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION
+    )
+
+
+class OnnxBert:
+    """A BERT sentence-transformer (mean pooling, unit vectors) run by onnxruntime from the
+    graph :func:`bert_graph` writes of its weights."""
 
     def __init__(self, folder: Path) -> None:
-        from safetensors.numpy import load_file
         from tokenizers import Tokenizer
 
+        self.folder = folder
         self.config = json.loads((folder / "config.json").read_text())
         max_length = json.loads((folder / "sentence_bert_config.json").read_text())[
             "max_seq_length"
@@ -115,13 +226,12 @@ class NumpyBert:
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         self.tokenizer.enable_truncation(max_length)
         self.tokenizer.enable_padding(pad_id=self.config.get("pad_token_id", 0))
-        self.weights = {
-            name.removeprefix("bert."): value
-            for name, value in load_file(str(folder / "model.safetensors")).items()
-        }
+        self._model = self._graph_file()
+        self._sessions: dict[int, onnxruntime.InferenceSession] = {}
+        self._lock = threading.Lock()
 
     @classmethod
-    def load(cls, folder: Path) -> NumpyBert | None:
+    def load(cls, folder: Path) -> OnnxBert | None:
         """The encoder for a model folder, or None when the model is not of this form."""
         try:
             config = json.loads((folder / "config.json").read_text())
@@ -148,71 +258,83 @@ class NumpyBert:
         )
         return cls(folder) if supported else None
 
+    def _weights(self) -> dict[str, np.ndarray]:
+        from safetensors.numpy import load_file
+
+        return {
+            name.removeprefix("bert."): value
+            for name, value in load_file(str(self.folder / "model.safetensors")).items()
+        }
+
+    def _graph_file(self) -> Path | bytes:
+        """The model's graph in the model cache, written there first if it is not (the bytes
+        themselves when the cache cannot be written)."""
+        from kpack.settings import model_cache_dir
+
+        weights = (self.folder / "model.safetensors").stat()
+        key = json.dumps(
+            [str(self.folder), weights.st_size, weights.st_mtime_ns, GRAPH_RECIPE]
+        ).encode()
+        path = model_cache_dir() / f"bert-{hashlib.sha256(key).hexdigest()[:16]}.onnx"
+        if path.is_file():
+            return path
+        graph = bert_graph(self._weights(), self.config).SerializeToString()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as staged:
+                staged.write(graph)
+            os.replace(staged.name, path)  # whole or absent, whoever writes it at once
+        except OSError:
+            return graph
+        return path
+
+    def _session(self, threads: int) -> onnxruntime.InferenceSession:
+        """The session on ``threads`` threads, made at first use; a cached graph that does not
+        load (a damaged file) is written again."""
+        with self._lock:
+            if threads not in self._sessions:
+                try:
+                    session = _open_session(self._model, threads)
+                except Exception:  # onnxruntime raises its own Fail/InvalidProtobuf types
+                    if not isinstance(self._model, Path):
+                        raise
+                    self._model.unlink(missing_ok=True)
+                    self._model = self._graph_file()
+                    session = _open_session(self._model, threads)
+                self._sessions[threads] = session
+            return self._sessions[threads]
+
+    def word_embeddings(self) -> np.ndarray:
+        """The input word-piece embedding table (vocabulary, hidden) of the model's weights
+        (retrieval.meaning's word vectors)."""
+        from safetensors import safe_open
+
+        with safe_open(str(self.folder / "model.safetensors"), framework="np") as weights:
+            name = next(n for n in weights.keys() if n.endswith(WORD_EMBEDDINGS))  # noqa: SIM118
+            return weights.get_tensor(name)
+
     def encode(self, texts: list[str], threads: int) -> np.ndarray:
         """Unit-length float32 vectors, as sentence-transformers' encode would give."""
         if not texts:
             return np.zeros((0, self.config["hidden_size"]), dtype=np.float32)
-        use_blas_threads(threads)
-        return self._forward(self.tokenizer.encode_batch(texts))
+        encodings = self.tokenizer.encode_batch(texts)
+        feed = {
+            "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+            "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
+            "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64),
+        }
+        return self._session(threads).run([OUTPUT], feed)[0]
 
-    def _forward(self, encodings: list) -> np.ndarray:
-        """BERT over a batch, with activations hidden-major: ``h`` is (hidden, tokens of the
-        batch). A question is a dozen tokens; single-threaded OpenBLAS multiplies a weight
-        matrix (out, in) by that narrow (in, tokens) matrix twice as fast as the token-major
-        product (tokens, in) @ (in, out), and the weights are used as stored."""
-        w, config = self.weights, self.config
-        ids = np.array([e.ids for e in encodings])
-        types = np.array([e.type_ids for e in encodings])
-        mask = np.array([e.attention_mask for e in encodings], dtype=np.float32)
-        eps, heads, hidden = (
-            config["layer_norm_eps"],
-            config["num_attention_heads"],
-            config["hidden_size"],
-        )
-        size = hidden // heads
-        batch, length = ids.shape
-        x = (
-            w["embeddings.word_embeddings.weight"][ids]
-            + w["embeddings.position_embeddings.weight"][:length]
-            + w["embeddings.token_type_embeddings.weight"][types]
-        )
-        h = np.ascontiguousarray(x.reshape(batch * length, hidden).T)
-        h = _layer_norm(h, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], eps)
-        padding = (1.0 - mask)[:, None, None, :] * np.finfo(np.float32).min
-        scale = np.float32(1.0 / math.sqrt(size))
 
-        def linear(v: np.ndarray, prefix: str) -> np.ndarray:
-            return w[prefix + ".weight"] @ v + w[prefix + ".bias"][:, None]
+def _open_session(model: Path | bytes, threads: int) -> onnxruntime.InferenceSession:
+    import onnxruntime
 
-        def split(v: np.ndarray) -> np.ndarray:  # (hidden, tokens) -> (batch, heads, length, size)
-            return v.reshape(heads, size, batch, length).transpose(2, 0, 3, 1)
-
-        for layer in range(config["num_hidden_layers"]):
-            p = f"encoder.layer.{layer}."
-            query = split(linear(h, p + "attention.self.query"))
-            key = split(linear(h, p + "attention.self.key"))
-            value = split(linear(h, p + "attention.self.value"))
-            scores = query @ key.transpose(0, 1, 3, 2) * scale + padding
-            scores = np.exp(scores - scores.max(-1, keepdims=True))
-            scores /= scores.sum(-1, keepdims=True)
-            context = (scores @ value).transpose(1, 3, 0, 2).reshape(hidden, batch * length)
-            h = _layer_norm(
-                linear(context, p + "attention.output.dense") + h,
-                w[p + "attention.output.LayerNorm.weight"],
-                w[p + "attention.output.LayerNorm.bias"],
-                eps,
-            )
-            inner = linear(h, p + "intermediate.dense")
-            inner = 0.5 * inner * (1.0 + _erf(inner * np.float32(1.0 / math.sqrt(2.0))))
-            h = _layer_norm(
-                linear(inner, p + "output.dense") + h,
-                w[p + "output.LayerNorm.weight"],
-                w[p + "output.LayerNorm.bias"],
-                eps,
-            )
-        tokens = h.reshape(hidden, batch, length)
-        pooled = ((tokens * mask).sum(2) / np.clip(mask.sum(1), 1e-9, None)).T
-        return (pooled / np.linalg.norm(pooled, axis=1, keepdims=True)).astype(np.float32)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.log_severity_level = 3  # not the shape-merge warnings of a dynamic batch
+    return onnxruntime.InferenceSession(str(model) if isinstance(model, Path) else model, options)
 
 
 class SentenceTransformerEncoder:
@@ -249,7 +371,7 @@ def encoder_for(model_name: str) -> TextEncoder:
             from kpack.embedding import resolve_model_path
 
             folder = Path(resolve_model_path(model_name))
-            fast = NumpyBert.load(folder) if folder.is_dir() else None
+            fast = OnnxBert.load(folder) if folder.is_dir() else None
             try:
                 _encoders[model_name] = fast or SentenceTransformerEncoder(model_name)
             except OSError as exc:  # what transformers raises for a model it cannot find

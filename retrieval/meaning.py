@@ -4,8 +4,8 @@ The offline answer counts a question's term that a sentence lacks by its closest
 sentence ("folder" and "directory": 0.63; "folder" and "banana": 0.06), using the input word
 piece vectors of the pack's embedding model (a word is the mean of its pieces' unit vectors).
 This costs a table lookup per word, where running the model over each candidate sentence
-costs about 18 ms of CPU (retrieval.extractive). Only a BERT model held by the numpy encoder
-(retrieval.encoder.NumpyBert) has its table at hand; for any other model there is none and
+costs about 18 ms of CPU (retrieval.extractive). Only a BERT model run by the ONNX encoder
+(retrieval.encoder.OnnxBert) has its table at hand; for any other model there is none and
 words count only when they are shared.
 """
 
@@ -62,10 +62,10 @@ class WordVectors:
 
 def word_vectors_of(model_name: str) -> WordVectors | None:
     """The word vectors of a model (a reader holds them as ``reader.word_vectors``); None when
-    the model is not held by the numpy encoder."""
-    from retrieval.encoder import NumpyBert, encoder_for
+    the model is not run by the ONNX encoder."""
+    from retrieval.encoder import OnnxBert, encoder_for
 
     encoder = encoder_for(model_name)
-    if not isinstance(encoder, NumpyBert):
+    if not isinstance(encoder, OnnxBert):
         return None
-    return WordVectors(encoder.weights["embeddings.word_embeddings.weight"], encoder.tokenizer)
+    return WordVectors(encoder.word_embeddings(), encoder.tokenizer)

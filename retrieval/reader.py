@@ -257,18 +257,23 @@ class PackReader:
         articles = ix.load_table(folder, ix.ARTICLES)
         sections = ix.load_table(folder, ix.SECTIONS)
         chunks = ix.load_table(folder, ix.CHUNKS)
-        self.articles: Mapping[str, Article] = ix.RowMap(articles, Article)
-        self.sections: Mapping[str, SectionInfo] = ix.RowMap(sections, SectionInfo)
-        self.section_ids: Sequence[str] = ix.Column(sections["section_id"])
-        self.section_row: Mapping[str, int] = ix.RowOf(ix.SortedKeys(sections["section_id"]))
+        article_keys = ix.keys_of(folder, ix.ARTICLES, articles)
+        section_keys = ix.keys_of(folder, ix.SECTIONS, sections)
+        chunk_keys = ix.keys_of(folder, ix.CHUNKS, chunks)
+        self.articles: Mapping[str, Article] = ix.RowMap(articles, Article, article_keys)
+        self.sections: Mapping[str, SectionInfo] = ix.RowMap(sections, SectionInfo, section_keys)
+        self.section_ids: Sequence[str] = section_keys.values
+        self.section_row: Mapping[str, int] = ix.RowOf(section_keys)
         self.sections_of: Mapping[str, list[int]] = ix.RowsOf(
             ix.SortedKeys(sections["article_url"], ix.load_array(folder, ix.SECTIONS_BY_ARTICLE))
         )
-        self.chunk_ids: Sequence[str] = ix.Column(chunks["chunk_id"])  # row -> chunk id
-        self.chunk_row: Mapping[str, int] = ix.RowOf(ix.SortedKeys(chunks["chunk_id"]))
-        self.chunk_text: Mapping[str, str] = ix.RowMap(chunks, lambda _, content: content)
+        self.chunk_ids: Sequence[str] = chunk_keys.values  # row -> chunk id
+        self.chunk_row: Mapping[str, int] = ix.RowOf(chunk_keys)
+        self.chunk_text: Mapping[str, str] = ix.RowMap(
+            chunks, lambda _, content: content, chunk_keys
+        )
         self.neighbors: Mapping[str, list[str]] = ix.Neighbours(  # LINKS_TO, both directions
-            ix.SortedKeys(articles["url"]),
+            article_keys,
             ix.load_array(folder, ix.LINK_OFFSETS),
             ix.load_array(folder, ix.LINK_TARGETS),
         )
@@ -359,7 +364,7 @@ class PackReader:
     @cached_property
     def word_vectors(self) -> WordVectors | None:
         """The model's word vectors (retrieval.meaning), for how close an answer sentence's
-        words come to the question's; None when the numpy encoder does not hold the model."""
+        words come to the question's; None when the ONNX encoder does not run the model."""
         from retrieval.meaning import word_vectors_of
 
         return word_vectors_of(self.model_name)

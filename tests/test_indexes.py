@@ -112,3 +112,24 @@ def test_a_german_pack_answers_through_keyword_search(workspace):
             assert url.endswith(page) and score > 0, (asked, url)
     found = retrieval.search("schweiz", "Käserei in Gruyères", k=1)
     assert found[0]["url"].endswith("kaese.md") and "bm25 #1" in found[0]["why"]
+
+
+def test_keys_found_by_their_hashes_are_the_rows_bisection_finds(tmp_path, monkeypatch):
+    import pyarrow as pa
+
+    from kpack import indexes as ix
+
+    keys = sorted({f"https://example.org/page{i % 97}.html#part-{i}" for i in range(2_000)})
+    table = pa.table({"chunk_id": keys, "content": [f"text {i}" for i in range(len(keys))]})
+    ix.write_keyed(tmp_path, ix.CHUNKS, table)
+    hashed = ix.keys_of(tmp_path, ix.CHUNKS, ix.load_table(tmp_path, ix.CHUNKS))
+    bisected = ix.SortedKeys(table["chunk_id"])
+    assert hashed._hashes is not None and bisected._hashes is None
+    for key in [*keys, "https://example.org/absent.html", "", "ünïcode"]:
+        assert hashed.row(key) == bisected.row(key)
+    # Keys that share a hash are told apart by the key itself, not taken for each other.
+    monkeypatch.setattr(ix, "key_hash", lambda key: len(key) % 3)
+    ix.write_keyed(tmp_path, ix.CHUNKS, table)
+    colliding = ix.keys_of(tmp_path, ix.CHUNKS, ix.load_table(tmp_path, ix.CHUNKS))
+    assert [colliding.row(key) for key in keys] == list(range(len(keys)))
+    assert colliding.row("https://example.org/absent.html") is None
