@@ -563,12 +563,15 @@ class Column(Sequence[Any]):
             column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
         self._column = column
         self._text: tuple[np.ndarray, memoryview] | None = None
-        if pa.types.is_string(self._column.type) and self._column.null_count == 0:
-            # A string is read from the column's offsets and bytes: Arrow's scalar access
-            # costs ~10 us a value, which a binary search over a million keys pays 40 times.
-            _, offsets, data = self._column.buffers()
-            starts = np.frombuffer(offsets, dtype=np.int32)[self._column.offset :]
+        self._numbers: np.ndarray | None = None
+        # Values are read from the column's buffers: Arrow's scalar access costs ~10 us a
+        # value, which a binary search over a million keys pays 40 times.
+        if pa.types.is_string(column.type) and column.null_count == 0:
+            _, offsets, data = column.buffers()
+            starts = np.frombuffer(offsets, dtype=np.int32)[column.offset :]
             self._text = (starts, memoryview(data) if data is not None else memoryview(b""))
+        elif pa.types.is_primitive(column.type) and column.null_count == 0:
+            self._numbers = column.to_numpy(zero_copy_only=not pa.types.is_boolean(column.type))
 
     def __len__(self) -> int:
         return len(self._column)
@@ -580,6 +583,8 @@ class Column(Sequence[Any]):
             starts, data = self._text
             at = int(index)
             return str(data[starts[at] : starts[at + 1]], "utf-8")
+        if self._numbers is not None:
+            return self._numbers[int(index)].item()
         return self._column[int(index)].as_py()
 
     def __iter__(self) -> Iterator[Any]:
@@ -680,6 +685,7 @@ class _TableLookup(Lookup[V]):
         self.table = table
         self.keys = keys or SortedKeys(table.column(0))
         self._make = make
+        self._columns: list[Column] | None = None
 
 
 class RowMap(_TableLookup[Any]):
@@ -689,9 +695,9 @@ class RowMap(_TableLookup[Any]):
         return self.keys.row(key)
 
     def record(self, row: int) -> Any:
-        return self._make(
-            *(self.table.column(i)[row].as_py() for i in range(self.table.num_columns))
-        )
+        if self._columns is None:  # made at first use: a table only iterated needs none
+            self._columns = [Column(column) for column in self.table.columns]
+        return self._make(*(column[row] for column in self._columns))
 
     def found(self, key: str) -> Any:
         row = self.row(key)
