@@ -221,19 +221,19 @@ class DocGraph:
     """A version's documentation graph, its files memory-mapped (see the module docstring)."""
 
     def __init__(self, folder: Path) -> None:
-        from kpack.indexes import Column, SortedKeys, load_array, load_table
+        from kpack.indexes import Column, SortedKeys, column_array, load_array, load_table
 
         self.offsets = load_array(folder, DOC_LINK_OFFSETS)
         links = load_table(folder, DOC_LINKS)
         self._links = {
-            name: links[name].to_numpy(zero_copy_only=False)
+            name: column_array(links[name])
             for name in ("target", "incoming", "defined", "first_chunk", "chunks")
         }
         self.anchors = Column(links["anchor"])
         definitions = load_table(folder, DEFINITIONS)
         self._keys = SortedKeys(definitions["entity_id"])
-        self._chunks = definitions["chunk"].to_numpy()
-        self._sections = definitions["section"].to_numpy()
+        self._chunks = column_array(definitions["chunk"])
+        self._sections = column_array(definitions["section"])
         self._names = Column(definitions["name"])
 
     def links(self, section_row: int) -> Links:

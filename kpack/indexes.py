@@ -555,6 +555,28 @@ def load_table(folder: Path, name: str) -> pa.Table:
     return pa.ipc.open_file(pa.memory_map(str(folder / name), "r")).read_all()
 
 
+def column_array(column: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
+    """A number or boolean column without nulls as an ndarray (numbers viewed in place, zero
+    copy from a mapped file; booleans unpacked from their bits); None for any other column.
+    Not ``to_numpy``: it imports pandas, 0.4 s of a fresh reader's first search."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    kind = column.type
+    if column.null_count or not (
+        pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
+    ):
+        return None
+    start, end = column.offset, column.offset + len(column)
+    data = column.buffers()[1]
+    if pa.types.is_boolean(kind):
+        bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8), bitorder="little")
+        return bits[start:end].astype(bool)
+    letter = (
+        "f" if pa.types.is_floating(kind) else "u" if pa.types.is_unsigned_integer(kind) else "i"
+    )
+    return np.frombuffer(data, dtype=np.dtype(f"{letter}{kind.bit_width // 8}"))[start:end]
+
+
 class Column(Sequence[Any]):
     """One column of a memory-mapped table as a Python sequence (values read one at a time)."""
 
@@ -570,8 +592,8 @@ class Column(Sequence[Any]):
             _, offsets, data = column.buffers()
             starts = np.frombuffer(offsets, dtype=np.int32)[column.offset :]
             self._text = (starts, memoryview(data) if data is not None else memoryview(b""))
-        elif pa.types.is_primitive(column.type) and column.null_count == 0:
-            self._numbers = column.to_numpy(zero_copy_only=not pa.types.is_boolean(column.type))
+        else:
+            self._numbers = column_array(column)
 
     def __len__(self) -> int:
         return len(self._column)
