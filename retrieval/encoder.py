@@ -42,11 +42,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from kpack.errors import PackNotReady
+
 if TYPE_CHECKING:
     import onnx
     import onnxruntime
-
-from kpack.errors import PackNotReady
 
 SUPPORTED_MODULES = [
     "sentence_transformers.models.Transformer",
@@ -320,7 +320,7 @@ class OnnxBert:
             if threads not in self._sessions:
                 try:
                     session = _open_session(self._model, threads)
-                except Exception:  # onnxruntime raises its own Fail/InvalidProtobuf types
+                except Exception:  # onnxruntime's Fail, InvalidProtobuf, ... derive from it
                     if not isinstance(self._model, Path):
                         raise
                     shutil.rmtree(self._model.parent, ignore_errors=True)
@@ -358,6 +358,9 @@ def _open_session(model: Path | bytes, threads: int) -> onnxruntime.InferenceSes
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    # Without the arena, memory for a batch is returned after it: with it, one batch of 64
+    # passages kept 0.5 GB for the process's life, and a question ran no slower without.
+    options.enable_cpu_mem_arena = False
     options.log_severity_level = 3  # not the shape-merge warnings of a dynamic batch
     return onnxruntime.InferenceSession(str(model) if isinstance(model, Path) else model, options)
 
