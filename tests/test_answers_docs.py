@@ -124,8 +124,7 @@ TYPELITE = page(
     entry(
         "data",
         "typelite.Callable",
-        "Callable[[int], str] is a type hint for a function that takes an int and returns a "
-        "str.",
+        "Callable[[int], str] is a type hint for a function that takes an int and returns a str.",
         "A type hint of Callable[..., int] stands for a callable taking any arguments and "
         "returning an int.",
     ),
