@@ -108,6 +108,11 @@ def retrieval_table(
     )
     hybrid_agent = KnowledgeGraphAgent(pack_folder, profile="baseline", use_llm=False)
     balanced_agent = KnowledgeGraphAgent(pack_folder, profile="balanced", use_llm=False)
+    # The balanced profile with both graph stages on, whatever the pack's graph evidence
+    # chose: how it ranked before that evidence existed (issue 23), for comparisons with then.
+    graph_agent = KnowledgeGraphAgent(
+        pack_folder, profile="balanced", use_llm=False, enable_graph=True, enable_doc_graph=True
+    )
 
     def as_dicts(candidates) -> list[dict]:
         return [{"url": c.article_url, "text": c.text} for c in candidates]
@@ -136,6 +141,7 @@ def retrieval_table(
         "bm25 (in-memory)": lambda q: as_dicts(keyword_passages(pack, q, DEPTH)),
         "hybrid (RRF)": lambda q: hybrid_agent.search(q, k=DEPTH),
         "balanced profile": lambda q: balanced_agent.search(q, k=DEPTH),
+        "balanced with graph stages on": lambda q: graph_agent.search(q, k=DEPTH),
         "peer: bm25s": bm25s_search,
         "peer: dense brute force": dense_search,
     }

@@ -354,12 +354,14 @@ def measure(folder: Path) -> dict:
     )
     agent.search(QUESTIONS[0], k=5)  # the model loads
     stages.clear()
-    timings = []
+    rounds: list[list[float]] = []
     for _ in range(3):
+        rounds.append([])
         for question in QUESTIONS[1:]:
             started = time.perf_counter()
             agent.search(question, k=5)
-            timings.append((time.perf_counter() - started) * 1000)
+            rounds[-1].append((time.perf_counter() - started) * 1000)
+    timings = [ms for done in rounds for ms in done]
     searched = memory()
     recall = {}
     for label, vectors, ann in (
@@ -385,6 +387,9 @@ def measure(folder: Path) -> dict:
         "memory_after_queries": searched,
         "search_ms_p50": round(float(np.percentile(timings, 50)), 1),
         "search_ms_p95": round(float(np.percentile(timings, 95)), 1),
+        # The first round reads the pages its questions need from disk where the page cache
+        # has not kept them (a pack that is served keeps them warm): p95 per round shows it.
+        "search_ms_p95_by_round": [round(float(np.percentile(r, 95)), 1) for r in rounds],
         "stage_ms_p50": {k: round(float(np.percentile(v, 50)), 2) for k, v in stages.items()},
         "ann": reader.ann is not None,
         "ann_recall_at_10": recall.get("Chunk"),
@@ -510,15 +515,18 @@ def main() -> None:
         report.append(row)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
-    print("| chunks | open s | anonymous MiB | file-backed MiB | p50 ms | p95 ms | ANN recall@10 |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| chunks | open s | anonymous MiB | file-backed MiB | p50 ms | p95 ms "
+        "| p95 ms per round | ANN recall@10 |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for row in report:
         mem = row["memory_after_queries"]
         recall = "exact" if row["ann_recall_at_10"] is None else f"{row['ann_recall_at_10']:.3f}"
         print(
             f"| {row['chunks']:,} | {row['open_s']} | {mem['rss_mib'] - mem['file_backed_mib']:.0f} | "
             f"{mem['file_backed_mib']:.0f} | {row['search_ms_p50']} | {row['search_ms_p95']} | "
-            f"{recall} |"
+            f"{' / '.join(map(str, row['search_ms_p95_by_round']))} | {recall} |"
         )
 
 

@@ -297,13 +297,26 @@ def seal_version(staging: Path) -> dict:
     (kpack.indexes), into its manifest; returns the database's.
 
     Also writes ``.verified.json`` for the files as they are now, so a reader of the published
-    version (the rename keeps inodes and mtimes) skips the full hashes.
+    version (the rename keeps inodes and mtimes) skips the full hashes. A file that
+    ``.verified.json`` records in its present state (sealed before, unchanged since) keeps its
+    digest instead of being hashed again: publishing a version sealed ahead (a server's
+    staged versions, an installed archive) costs no CPU beside the requests it serves.
     """
+    known = _read_json(staging / VERIFIED) or {}
     verified = {}
     seals = {}
     for name in (DATABASE, *sealed_index_files(staging)):
         path = staging / name
-        digest = file_sha256(path)
+        before = path.stat()
+        recorded = known.get(name)
+        if (
+            isinstance(recorded, dict)
+            and recorded.get("sha256")
+            and ({k: v for k, v in recorded.items() if k != "sha256"} == _file_state(before))
+        ):
+            digest = recorded["sha256"]
+        else:
+            digest = file_sha256(path)
         stat = path.stat()
         seals[name] = {"bytes": stat.st_size, "sha256": digest}
         verified[name] = {**_file_state(stat), "sha256": digest}

@@ -22,7 +22,7 @@ import pytest
 import retrieval
 from kpack.errors import PackNotReady
 from kpack.indexes import ANN_MIN_VECTORS_ENV
-from kpack.store import VERIFIED, verify_version
+from kpack.store import VERIFIED, seal_version, verify_version
 from tests.conftest import TEST_FETCH, build, write_pack
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -158,6 +158,26 @@ def test_the_full_hash_runs_once_per_file_state(pack_copy):
     os.replace(version / "pack.db.copy", db)
     verify_version(version)
     assert json.loads(marker.read_text())["pack.db"]["inode"] != remembered["pack.db"]["inode"]
+
+
+def test_sealing_again_hashes_only_files_changed_since(pack_copy, tmp_path, monkeypatch):
+    import kpack.store as store
+
+    staged = tmp_path / "staged"
+    shutil.copytree(current_db(pack_copy).parent, staged)  # new inodes: a fresh staging
+    seal_version(staged)
+    index = next(p for p in sorted((staged / "indexes").iterdir()) if p.suffix == ".npy")
+    overwrite_bytes(index, 128, 64)  # changed after it was sealed
+    hashed: list[str] = []
+    real_sha256 = store.file_sha256
+    monkeypatch.setattr(
+        store, "file_sha256", lambda path: hashed.append(Path(path).name) or real_sha256(path)
+    )
+    seal_version(staged)
+    assert hashed == [index.name]  # the unchanged files kept their digests
+    manifest = json.loads((staged / "manifest.json").read_text())
+    assert manifest["indexes"][f"indexes/{index.name}"]["sha256"] == real_sha256(index)
+    verify_version(staged)
 
 
 @contextmanager
