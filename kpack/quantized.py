@@ -6,19 +6,29 @@ itself, its Transformer, Pooling and (where it has one) Normalize modules follow
 length ``encode(normalize_embeddings=True)`` gives, so pooling and normalisation are
 sentence-transformers' own arithmetic. The fp32 export must reproduce sentence-transformers
 (cosine >= FP32_AGREEMENT on PROBE_TEXTS) before it is quantized with onnxruntime's dynamic
-quantization: int8 weights per output channel, in a 7-bit range (reduce_range), because CPUs
-without VNNI (AVX2) add u8 x s8 products in 16 bits, which saturate at the full range; the
-activations are quantized per batch at run time. The tokenizer is the model's own (its fast
-tokenizer's tokenizer.json), truncating at the model's max_seq_length.
+quantization: int8 weights per output channel, and the activations quantized at run time from
+their own range. Three choices keep the int8 vectors close to fp32 (bench/RESULTS.md, issue 24):
+
+- Full 8-bit weights where the CPU's u8 x s8 products cannot saturate (VNNI on x86, and
+  non-x86 CPUs); a 7-bit range (reduce_range) only on x86 without VNNI (AVX2), which adds the
+  products in 16 bits. The choice is part of the export's cache key.
+- The feed-forward down-projections of the first half of the layers stay fp32
+  (kept_in_fp32): their input is GELU's output, whose heavy tail costs one activation scale
+  per tensor the most precision; measured one MatMul at a time, these gained the most cosine.
+- One text per run: activations are quantized per input tensor, so a batch would make a
+  text's vector depend on the texts padded in with it; alone, a text always gets the same
+  vector. The runs go in parallel, one per core (onnxruntime sessions are thread-safe), which
+  was faster than batches on the session's thread pool.
+
+The tokenizer is the model's own (its fast tokenizer's tokenizer.json), truncating at the
+model's max_seq_length.
 
 The export is kept under kpack.settings.model_cache_dir(), in a folder named by the model, its
 weights file (size and modification time) and the versions of torch, transformers,
-sentence-transformers, onnx and onnxruntime, so an upgrade exports again. An exclusive lock on
+sentence-transformers, onnx and onnxruntime and whether the CPU takes full 8-bit weights, so
+an upgrade or another CPU exports again. An exclusive lock on
 that folder's lock file is held while exporting: parallel shards of one build wait for one
 export instead of racing.
-
-Texts are tokenized first and batched by token count, so a batch pads little (INT8_BATCH: on
-the CPU, small batches of similar length ran fastest).
 """
 
 from __future__ import annotations
@@ -28,10 +38,12 @@ import hashlib
 import json
 import logging
 import os
+import platform
 import shutil
 import tempfile
 import threading
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -56,7 +68,7 @@ if TYPE_CHECKING:
     import onnxruntime
 
 # Bump when the export changes (graph, quantization settings), so old exports are not reused.
-EXPORT_RECIPE = 1
+EXPORT_RECIPE = 2
 EXPORT_PACKAGES = ("torch", "transformers", "sentence-transformers", "onnx", "onnxruntime")
 MODEL_FILE = "model.int8.onnx"
 TOKENIZER_FILE = "tokenizer.json"
@@ -65,7 +77,8 @@ RECORD_FILE = "export.json"
 # calibration), logged on every dynamic quantization; nothing here to act on.
 QUANTIZE_ADVICE = "Please consider to run pre-processing before quantization"
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-INT8_BATCH = 16
+# Activation producers whose output feeds the MatMuls kept in fp32 (kept_in_fp32).
+GELU_OPS = ("Gelu", "BiasGelu", "FastGelu")
 FP32_AGREEMENT = 0.9999  # least cosine of the fp32 export with sentence-transformers
 INT8_AGREEMENT = 0.98  # least mean cosine of int8 with fp32: below it, not the same model
 PROBE_TEXTS = (
@@ -88,10 +101,34 @@ def export_key(name: str) -> str:
         "weights": [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in weights],
         "versions": {package: version(package) for package in EXPORT_PACKAGES},
         "recipe": EXPORT_RECIPE,
+        "full_range_weights": full_range_weights(),
     }
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
     readable = "".join(c if c.isalnum() or c in "-_." else "_" for c in model_label(name))
     return f"{readable[-60:]}-{digest}"
+
+
+def full_range_weights(cpu_flags: str | None = None, machine: str | None = None) -> bool:
+    """Whether this CPU's int8 products take full 8-bit weights: x86 without VNNI adds u8 x s8
+    products in 16 bits, which saturate unless the weights keep to 7 bits."""
+    if (machine or platform.machine()).lower() not in ("x86_64", "amd64", "i386", "i686"):
+        return True
+    if cpu_flags is None:
+        try:
+            cpu_flags = Path("/proc/cpuinfo").read_text()
+        except OSError:  # not Linux: assume the 16-bit adds, the safe range everywhere
+            return False
+    return any(flag in cpu_flags.split() for flag in ("avx512_vnni", "avx_vnni"))
+
+
+def kept_in_fp32(graph: Any) -> list[str]:
+    """The MatMuls left in fp32: those fed by a GELU (the feed-forward down-projections), of
+    the first half of the layers (graph order is layer order)."""
+    made_by_gelu = {
+        output for node in graph.node if node.op_type in GELU_OPS for output in node.output
+    }
+    down = [n.name for n in graph.node if n.op_type == "MatMul" and n.input[0] in made_by_gelu]
+    return down[: len(down) // 2]
 
 
 @contextmanager
@@ -156,6 +193,7 @@ def _sentence_embedding(model: Any) -> Any:
 
 def _export(name: str, folder: Path) -> None:
     """Export, fuse, check, quantize and record the model into ``folder``."""
+    import onnx
     import torch
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.transformers.optimizer import optimize_model
@@ -174,13 +212,13 @@ def _export(name: str, folder: Path) -> None:
     record = {
         "model": model_label(name),
         "max_seq_length": int(model.max_seq_length),
-        "pad_token_id": int(tokenizer.pad_token_id or 0),
         "dimension": int(model.get_embedding_dimension()),
         "versions": {package: version(package) for package in EXPORT_PACKAGES},
         "recipe": EXPORT_RECIPE,
+        "full_range_weights": full_range_weights(),
     }
-    sample = _Batches(_load_tokenizer(folder, record), record["pad_token_id"])
-    example = sample.arrays(sample.tokenize(list(PROBE_TEXTS[:2])))
+    tokenizer_file = _load_tokenizer(folder, record)
+    example = _inputs(tokenizer_file.encode(PROBE_TEXTS[0]))
     # The same weights with the attention written out as matrix products (not torch's fused
     # scaled_dot_product_attention), which onnxruntime's optimizer recognises and fuses.
     eager = SentenceTransformer(
@@ -215,26 +253,28 @@ def _export(name: str, folder: Path) -> None:
     ).save_model_to_file(str(fused))
     exported.unlink()
     reference = encode(model, list(PROBE_TEXTS))
-    fp32 = _Session(fused, sample).encode(list(PROBE_TEXTS), INT8_BATCH)
+    fp32 = _Session(fused, tokenizer_file).encode(list(PROBE_TEXTS))
     agreement = float((fp32 * reference).sum(1).min())
     if agreement < FP32_AGREEMENT:
         raise PackError(
             f"the ONNX export of {model_label(name)} does not reproduce sentence-transformers "
             f"(cosine {agreement:.4f}); use embedding_precision fp32 for this model"
         )
+    record["kept_in_fp32"] = kept_in_fp32(onnx.load(str(fused), load_external_data=False).graph)
     with _quiet_root_warning(QUANTIZE_ADVICE):
         quantize_dynamic(
             fused,
             folder / MODEL_FILE,
             per_channel=True,
-            reduce_range=True,
+            reduce_range=not record["full_range_weights"],
             weight_type=QuantType.QInt8,
+            nodes_to_exclude=record["kept_in_fp32"],
             # The exporter leaves some intermediate types to shape inference, which cannot
             # always tell them: they are float.
             extra_options={"DefaultTensorType": 1},
         )
     fused.unlink()
-    int8 = _Session(folder / MODEL_FILE, sample).encode(list(PROBE_TEXTS), INT8_BATCH)
+    int8 = _Session(folder / MODEL_FILE, tokenizer_file).encode(list(PROBE_TEXTS))
     record["int8_cosine_to_fp32"] = round(float((int8 * reference).sum(1).mean()), 5)
     if record["int8_cosine_to_fp32"] < INT8_AGREEMENT:
         raise PackError(
@@ -263,61 +303,49 @@ def _load_tokenizer(folder: Path, record: dict) -> Any:
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
-    tokenizer.no_padding()  # batches are padded per batch, after sorting by length
+    tokenizer.no_padding()  # one text per run: nothing to pad
     tokenizer.enable_truncation(record["max_seq_length"])
     return tokenizer
 
 
-@dataclass
-class _Batches:
-    """Texts to padded model inputs, batched by token count."""
-
-    tokenizer: Any
-    pad_token_id: int
-
-    def tokenize(self, texts: list[str]) -> list[Any]:
-        return self.tokenizer.encode_batch(texts, add_special_tokens=True)
-
-    def arrays(self, encodings: list[Any]) -> dict[str, np.ndarray]:
-        length = max(len(e.ids) for e in encodings)
-        ids = np.full((len(encodings), length), self.pad_token_id, dtype=np.int64)
-        mask = np.zeros((len(encodings), length), dtype=np.int64)
-        types = np.zeros((len(encodings), length), dtype=np.int64)
-        for row, encoding in enumerate(encodings):
-            size = len(encoding.ids)
-            ids[row, :size] = encoding.ids
-            mask[row, :size] = 1
-            types[row, :size] = encoding.type_ids
-        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+def _inputs(encoding: Any) -> dict[str, np.ndarray]:
+    """One tokenized text as the model's inputs (a batch of one)."""
+    return {
+        "input_ids": np.asarray([encoding.ids], dtype=np.int64),
+        "attention_mask": np.asarray([encoding.attention_mask], dtype=np.int64),
+        "token_type_ids": np.asarray([encoding.type_ids], dtype=np.int64),
+    }
 
 
 class _Session:
-    """An onnxruntime session of an exported model on the CPU's cores."""
+    """An onnxruntime session of an exported model on the CPU: one text per run, one run per
+    core at a time."""
 
-    def __init__(self, path: Path, batches: _Batches) -> None:
+    def __init__(self, path: Path, tokenizer: Any) -> None:
         import onnxruntime
 
         options = onnxruntime.SessionOptions()
-        # Every core this process may run on (a container's share, not the host's count).
-        options.intra_op_num_threads = len(os.sched_getaffinity(0))
+        options.intra_op_num_threads = 1  # the parallelism is across texts (encode)
         options.log_severity_level = 3  # errors only: no optimizer notes on stderr
         self.session: onnxruntime.InferenceSession = onnxruntime.InferenceSession(
             str(path), options, providers=["CPUExecutionProvider"]
         )
         self.inputs = [i.name for i in self.session.get_inputs()]
-        self.batches = batches
+        self.tokenizer = tokenizer
         self.dimension = int(self.session.get_outputs()[0].shape[-1])
+        # Every core this process may run on (a container's share, not the host's count).
+        self.cores = len(os.sched_getaffinity(0))
 
-    def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
-        vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        encodings = self.batches.tokenize(texts)
-        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
-        for start in range(0, len(order), batch_size):
-            rows = order[start : start + batch_size]
-            arrays = self.batches.arrays([encodings[i] for i in rows])
-            feed = {name: arrays[name] for name in self.inputs}
-            vectors[rows] = self.session.run(None, feed)[0]
-        return vectors
+    def _vector(self, encoding: Any) -> np.ndarray:
+        arrays = _inputs(encoding)
+        return self.session.run(None, {name: arrays[name] for name in self.inputs})[0][0]
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        encodings = self.tokenizer.encode_batch(texts, add_special_tokens=True)
+        with ThreadPoolExecutor(self.cores) as pool:
+            return np.stack(list(pool.map(self._vector, encodings))).astype(np.float32)
 
 
 _load_lock = threading.Lock()
@@ -325,8 +353,7 @@ _load_lock = threading.Lock()
 
 def _open_export(folder: Path) -> _Session:
     record = json.loads((folder / RECORD_FILE).read_text())
-    batches = _Batches(_load_tokenizer(folder, record), record["pad_token_id"])
-    return _Session(folder / MODEL_FILE, batches)
+    return _Session(folder / MODEL_FILE, _load_tokenizer(folder, record))
 
 
 @dataclass
@@ -337,7 +364,7 @@ class QuantizedEmbedder:
     session: _Session
     exported: bool  # whether loading it exported it (False: this machine's export was reused)
     device: str = "cpu"
-    batch_size: int = INT8_BATCH
+    batch_size: int = 1  # one text per run (see the module doc)
     precision: str = "int8"
 
     @classmethod
@@ -364,7 +391,9 @@ class QuantizedEmbedder:
         return cls(model_label(name), session, exported)
 
     def encode(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
-        return self.session.encode(texts, batch_size or self.batch_size)
+        """Unit vectors of ``texts``; ``batch_size`` is ignored: a text's int8 vector must
+        not depend on the texts embedded with it."""
+        return self.session.encode(texts)
 
     def dimension(self) -> int:
         return self.session.dimension
