@@ -43,20 +43,13 @@ the pack says. Which sentences:
    version for which version, a count for how many, a date for when, a name for who / which
    / where, a reason for why, an identifier for a how-to) that the question does not already
    hold; a release note ("Changed in version 3.8: ...") loses as much for any question but a
-   version or date one. A unit explaining a definition the question names ("What does
-   typing.Optional[int] mean?": the units under ``typing.Optional``) gains
-   ``NAMED_DEFINITION_BONUS``: the question is about that definition, and a neighbouring
-   entry's sentences that share more of its other words ("type hint", "int" in
-   ``typing.Callable``'s) only restate its wording. Those units are quoted first, and when none
+   version or date one. Those units are quoted first, and when none
    of the chosen ones holds the kind asked for, the best that does is added. After the best
    unit, each further one is chosen for what it adds to the quoted ones, and each part of a
    question of several parts gets the unit that holds its own terms
    (:func:`answering_sentences`). A question that names API names ("time.perf_counter or
    time.process_time?") is answered from each definition it names as well
-   (:func:`with_named_definitions`). Scoring each unit by the full model's sentence vector
-   as well was measured and left out: on the development questions it moved 5 answers (3
-   better, 2 worse) and on python_docs_qa lost one, while embedding the ~50 units of five
-   passages cost ~0.5 s a question on one core, ten times the latency budget.
+   (:func:`with_named_definitions`).
 3. The answer says plainly that the passages do not answer, instead of quoting weak matches,
    when the question names something (a capitalised name: "Neo4j", "Windows", an
    identifier: "requests.get", or a release: "Python 3.14") that none of the passages
@@ -112,8 +105,6 @@ MAX_CODE_LINES = 20
 ANSWER_THRESHOLD = 0.3
 # What a unit holding the kind of answer asked for gains (module docstring, point 2).
 ANSWER_TYPE_BONUS = 0.1
-# What a unit explaining a definition the question names gains (module docstring, point 2).
-NAMED_DEFINITION_BONUS = 0.15
 # A question's name is taken for a misspelled passage word from this many letters on.
 MIN_TYPO_NAME = 5
 # A multi-hop answer: at most this many units, from at most this many passages.
@@ -224,7 +215,6 @@ class ScoredSentence:
     # What each question term it holds (by word, context or meaning) adds to its coverage.
     credit: tuple[tuple[str, float], ...] = ()
     note: bool = False  # a release note ("Changed in version 3.8: ...") for another question
-    named: bool = False  # explains a definition the question names ("typing.Optional")
 
     @property
     def text(self) -> str:
@@ -619,7 +609,6 @@ def score_sentences(
     weight = {t: w * (ASKED_WEIGHT if t in asked else 1.0) for t, w in weight.items()}
     total = sum(weight.values()) or 1.0
     kind = answer_kind(question)
-    asked_names = [name.lower() for name in identifiers(question)]
     scored = []
     for unit, matched, lead in zip(units, found, led, strict=True):
         if not stems(unit.subject) - wanted:
@@ -628,7 +617,6 @@ def score_sentences(
         # A release note answers when something came or changed, not what it does: it holds
         # the kind of answer of another question.
         note = kind not in ("version", "date") and bool(VERSION_NOTE.match(unit.sentence))
-        named = explains_named(unit, asked_names)
         credit = {t: weight[t] * (1.0 if t in lead else 0.5) for t in matched}
         # The sentence before it ("These methods will raise ..."), the definition it explains
         # and the words of the names it writes say what it is about: their terms at half
@@ -656,10 +644,9 @@ def score_sentences(
                 similarity,
                 coverage,
                 typed,
-                unit_score(similarity, coverage, typed, note, named),
+                unit_score(similarity, coverage, typed, note),
                 tuple((t, c / total) for t, c in credit.items()),
                 note,
-                named,
             )
         )
     return sorted(scored, key=lambda s: -s.score)
@@ -730,28 +717,17 @@ def added_value(unit: ScoredSentence, earned: dict[str, float]) -> float:
     term: its coverage counts ``NOVELTY_SHARE`` for what it holds beyond them."""
     fresh = sum(max(0.0, share - earned.get(term, 0.0)) for term, share in unit.credit)
     coverage = NOVELTY_SHARE * fresh + (1 - NOVELTY_SHARE) * unit.coverage
-    return unit_score(unit.similarity, coverage, unit.typed, unit.note, unit.named)
+    return unit_score(unit.similarity, coverage, unit.typed, unit.note)
 
 
-def unit_score(
-    similarity: float, coverage: float, typed: bool, note: bool, named: bool = False
-) -> float:
+def unit_score(similarity: float, coverage: float, typed: bool, note: bool) -> float:
     """A unit's score: its passage's similarity and its coverage of the question's terms,
-    with a bonus for holding the kind of answer asked for (none for a release note) and one
-    for explaining a definition the question names."""
+    with a bonus for holding the kind of answer asked for (none for a release note)."""
     return (
         (1 - COVERAGE_WEIGHT) * similarity
         + COVERAGE_WEIGHT * coverage
         + ANSWER_TYPE_BONUS * (typed - note)
-        + NAMED_DEFINITION_BONUS * named
     )
-
-
-def explains_named(unit: Unit, asked_names: list[str]) -> bool:
-    """True when the unit explains a definition the question names (lower-case identifiers):
-    "typing.Optional" or "Optional" asked, the unit under ``typing.Optional``."""
-    name = defined_name(unit.signature)
-    return bool(name) and any(same_name(name, asked) for asked in asked_names)
 
 
 def asking_part(question: str) -> str:
@@ -841,18 +817,25 @@ def chain(
 
 
 def with_named_definitions(
-    chosen: list[ScoredSentence], scored: list[ScoredSentence]
+    chosen: list[ScoredSentence], scored: list[ScoredSentence], question: str
 ) -> list[ScoredSentence]:
     """The chosen units after the best unit of each definition the question names and none
     of them explains: "should I use time.perf_counter or time.process_time?" is answered by
     what each of the two definitions says, not by the best two sentences of one of them."""
     if not chosen:
         return chosen
+    asked = [name.lower() for name in identifiers(question)]
     quoted = {defined_name(s.unit.signature) for s in chosen}
     named: dict[str, ScoredSentence] = {}
     for s in scored:  # best first
         name = defined_name(s.unit.signature)
-        if s.named and name not in quoted and name not in named and s.score >= ANSWER_THRESHOLD:
+        if (
+            name
+            and name not in quoted
+            and name not in named
+            and s.score >= ANSWER_THRESHOLD
+            and any(same_name(name, a) for a in asked)
+        ):
             named[name] = s
     return [*named.values(), *chosen]
 
@@ -877,7 +860,7 @@ def extractive_answer(
         return f"{DECLINED} mention {', '.join(missing)}, so they do not answer this question.", []
     scored = score_sentences(question, passages, idf, meaning)
     chosen = chain(answering_sentences(scored, part_terms(question)), scored, passages, question)
-    chosen = with_named_definitions(chosen, scored)
+    chosen = with_named_definitions(chosen, scored, question)
     if not chosen:
         return NO_SENTENCE_ANSWER, []
     shown: set[str] = set()

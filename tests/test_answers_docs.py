@@ -115,25 +115,6 @@ TARLITE = page(
     "<tr><td>a</td><td>append members to an existing archive</td></tr>"
     "<tr><td>w</td><td>write a new archive, replacing any file at path</td></tr></table>",
 )
-# Two neighbouring entries: Callable's sentences share more of a question's words about Maybe
-# ("type hint", "int") than Maybe's own sentence, which says what it means.
-TYPELITE = page(
-    "typelite — type hints",
-    "The typelite module provides names for the type hints that annotations use.",
-    "Special forms",
-    entry(
-        "data",
-        "typelite.Callable",
-        "Callable[[int], str] is a type hint for a function that takes an int and returns a str.",
-        "A type hint of Callable[..., int] stands for a callable taking any arguments and "
-        "returning an int.",
-    ),
-    entry(
-        "data",
-        "typelite.Maybe",
-        "Maybe[X] is equivalent to X | None.",
-    ),
-)
 PAGES = {"jsonlite.html": JSONLITE, "csvlite.html": CSVLITE}
 CITED = re.compile(r"\[Source: ([^\]]+)\]")
 
@@ -160,12 +141,6 @@ def docs(tmp_path_factory) -> KnowledgeGraphAgent:
 @pytest.fixture(scope="module")
 def archives(tmp_path_factory) -> Path:
     return built(tmp_path_factory.mktemp("archives"), {"tarlite.html": TARLITE})
-
-
-@pytest.fixture(scope="module")
-def hints(tmp_path_factory) -> KnowledgeGraphAgent:
-    folder = built(tmp_path_factory.mktemp("hints"), {"typelite.html": TYPELITE})
-    return KnowledgeGraphAgent(folder, use_llm=False, context_confidence_threshold=0.0)
 
 
 def passages_with(folder: Path, words: str) -> list[str]:
@@ -270,10 +245,3 @@ def test_a_table_row_is_quoted_on_its_own(archives):
     # The row that answers, though it starts with a name in lower case; not the whole table.
     assert "w | write a new archive, replacing any file at path [Source:" in answer
     assert "r | read the members" not in answer
-
-
-def test_a_question_about_a_named_definition_is_answered_by_that_definition(hints):
-    # Callable's sentences hold "type hint" and "int", Maybe's only "Maybe": the question
-    # names Maybe, so what Maybe means comes first, under its definition line.
-    answer = hints.query("What does typelite.Maybe[int] mean as a type hint?")["answer"]
-    assert answer.startswith("`typelite.Maybe`: Maybe[X] is equivalent to X | None.")
