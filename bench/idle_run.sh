@@ -20,7 +20,7 @@ step() {
     echo "   rc=$? $(date -u +%H:%M:%S)" | tee -a "$O/steps.log"
 }
 PY=.venv/bin/python
-step build_bench $PY bench/build_bench.py --workdir "$W" --paths today,default --out "$O/build_bench.json"
+step build_bench $PY bench/build_bench.py --workdir "$W" --paths today,default,int8 --out "$O/build_bench.json"
 step docs_qa $PY bench/docs_qa_bench.py --workdir "$W" --profiles baseline,balanced,max --out "$O"
 step demo_build .venv/bin/kpack build demo
 step eval_bench $PY bench/eval_bench.py --workdir "$W" --out "$O" \
