@@ -53,7 +53,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kpack.embedding import (
+    BERT_INPUTS,
     DEVICE_VARIABLE,
+    bert_inputs,
     load_model,
     model_label,
     requested_device,
@@ -76,7 +78,6 @@ RECORD_FILE = "export.json"
 # onnxruntime's advice to run its pre-processing (shape inference for static quantization's
 # calibration), logged on every dynamic quantization; nothing here to act on.
 QUANTIZE_ADVICE = "Please consider to run pre-processing before quantization"
-INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 # Activation producers whose output feeds the MatMuls kept in fp32 (kept_in_fp32).
 GELU_OPS = ("Gelu", "BiasGelu", "FastGelu")
 FP32_AGREEMENT = 0.9999  # least cosine of the fp32 export with sentence-transformers
@@ -218,7 +219,7 @@ def _export(name: str, folder: Path) -> None:
         "full_range_weights": full_range_weights(),
     }
     tokenizer_file = _load_tokenizer(folder, record)
-    example = _inputs(tokenizer_file.encode(PROBE_TEXTS[0]))
+    example = bert_inputs([tokenizer_file.encode(PROBE_TEXTS[0])])
     # The same weights with the attention written out as matrix products (not torch's fused
     # scaled_dot_product_attention), which onnxruntime's optimizer recognises and fuses.
     eager = SentenceTransformer(
@@ -231,13 +232,13 @@ def _export(name: str, folder: Path) -> None:
         warnings.simplefilter("ignore")
         torch.onnx.export(
             _sentence_embedding(eager),
-            tuple(torch.from_numpy(example[n]) for n in INPUTS),
+            tuple(torch.from_numpy(example[n]) for n in BERT_INPUTS),
             str(exported),
             dynamo=False,
-            input_names=list(INPUTS),
+            input_names=list(BERT_INPUTS),
             output_names=["sentence_embedding"],
             dynamic_axes={
-                **{n: {0: "batch", 1: "tokens"} for n in INPUTS},
+                **{n: {0: "batch", 1: "tokens"} for n in BERT_INPUTS},
                 "sentence_embedding": {0: "batch"},
             },
             opset_version=17,
@@ -308,15 +309,6 @@ def _load_tokenizer(folder: Path, record: dict) -> Any:
     return tokenizer
 
 
-def _inputs(encoding: Any) -> dict[str, np.ndarray]:
-    """One tokenized text as the model's inputs (a batch of one)."""
-    return {
-        "input_ids": np.asarray([encoding.ids], dtype=np.int64),
-        "attention_mask": np.asarray([encoding.attention_mask], dtype=np.int64),
-        "token_type_ids": np.asarray([encoding.type_ids], dtype=np.int64),
-    }
-
-
 class _Session:
     """An onnxruntime session of an exported model on the CPU: one text per run, one run per
     core at a time."""
@@ -337,7 +329,7 @@ class _Session:
         self.cores = len(os.sched_getaffinity(0))
 
     def _vector(self, encoding: Any) -> np.ndarray:
-        arrays = _inputs(encoding)
+        arrays = bert_inputs([encoding])
         return self.session.run(None, {name: arrays[name] for name in self.inputs})[0][0]
 
     def encode(self, texts: list[str]) -> np.ndarray:

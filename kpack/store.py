@@ -307,17 +307,8 @@ def seal_version(staging: Path) -> dict:
     seals = {}
     for name in (DATABASE, *sealed_index_files(staging)):
         path = staging / name
-        before = path.stat()
-        recorded = known.get(name)
-        if (
-            isinstance(recorded, dict)
-            and recorded.get("sha256")
-            and ({k: v for k, v in recorded.items() if k != "sha256"} == _file_state(before))
-        ):
-            digest = recorded["sha256"]
-        else:
-            digest = file_sha256(path)
         stat = path.stat()
+        digest = _verified_digest(known, name, stat) or file_sha256(path)
         seals[name] = {"bytes": stat.st_size, "sha256": digest}
         verified[name] = {**_file_state(stat), "sha256": digest}
     manifest_path = staging / "manifest.json"
@@ -397,17 +388,26 @@ def _file_problem(version_dir: Path, name: str, seal: dict) -> str | None:
         return f"has no {name}"
     if stat.st_size != seal["bytes"]:
         return f"is damaged ({name} is {stat.st_size} bytes, {seal['bytes']} were published)"
-    state = {**_file_state(stat), "sha256": seal["sha256"]}
     verified = _read_json(version_dir / VERIFIED) or {}
-    if verified.get(name) == state:
+    if _verified_digest(verified, name, stat) == seal["sha256"]:
         return None
     if file_sha256(path) != seal["sha256"]:
         where = "" if name == DATABASE else f" of {name}"
         return f"is damaged (checksum mismatch{where})"
     # Remembered for the next open; a read-only version folder just hashes again.
     with contextlib.suppress(OSError):
+        state = {**_file_state(stat), "sha256": seal["sha256"]}
         _write_json_atomically(version_dir / VERIFIED, {**verified, name: state})
     return None
+
+
+def _verified_digest(verified: dict, name: str, stat: os.stat_result) -> str | None:
+    """The SHA-256 that ``.verified.json`` (``verified``) records for the file ``name`` when it
+    records the file in its present state (``stat``), else None."""
+    record = verified.get(name)
+    if not isinstance(record, dict) or not isinstance(record.get("sha256"), str):
+        return None
+    return record["sha256"] if record == {**_file_state(stat), "sha256": record["sha256"]} else None
 
 
 class BuildLock:

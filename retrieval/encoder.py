@@ -84,12 +84,11 @@ _blas_lock = threading.Lock()
 
 
 # Bump when bert_graph changes, so graphs written by an older version are not reused.
-GRAPH_RECIPE = 1
+GRAPH_RECIPE = 2
 OPSET = 17  # LayerNormalization
 IR_VERSION = (
     8  # the oldest that holds OPSET: onnx writes its newest, which onnxruntime may not read
 )
-INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 OUTPUT = "sentence_embedding"
 GRAPH_FILE = "model.onnx"
 GRAPH_WEIGHTS = "weights.data"
@@ -100,9 +99,11 @@ def bert_graph(weights: dict[str, np.ndarray], config: dict[str, Any]) -> onnx.M
     """A BERT sentence-transformer as an ONNX graph: token, position and type embeddings,
     ``num_hidden_layers`` post-norm encoder layers (GELU by erf), then the mean over the
     attention mask's tokens at unit length. ``weights`` are the model's tensors named as in
-    its safetensors file without the ``bert.`` prefix; the inputs are INPUTS, (batch, tokens)
-    int64, the output (batch, hidden_size) float32."""
+    its safetensors file without the ``bert.`` prefix; the inputs are kpack.embedding.BERT_INPUTS,
+    (batch, tokens) int64, the output (batch, hidden_size) float32."""
     from onnx import TensorProto, helper, numpy_helper
+
+    from kpack.embedding import BERT_INPUTS
 
     hidden, heads = config["hidden_size"], config["num_attention_heads"]
     eps = config["layer_norm_eps"]
@@ -150,12 +151,13 @@ def bert_graph(weights: dict[str, np.ndarray], config: dict[str, Any]) -> onnx.M
         op("Gather", weight("embeddings.token_type_embeddings.weight"), "token_type_ids"),
     )
     x = layer_norm(x, "embeddings.LayerNorm")
+    one = constant("one", 1.0)
     mask = op("Cast", "attention_mask", to=TensorProto.FLOAT)
     padding = op(  # -inf-like on padding tokens, broadcast over heads and query tokens
         "Unsqueeze",
         op(
             "Mul",
-            op("Sub", constant("one", 1.0), mask),
+            op("Sub", one, mask),
             constant("lowest", np.finfo(np.float32).min),
         ),
         constant("heads_and_queries", [1, 2], np.int64),
@@ -185,7 +187,7 @@ def bert_graph(weights: dict[str, np.ndarray], config: dict[str, Any]) -> onnx.M
         gelu = op(
             "Mul",
             op("Mul", inner, half),
-            op("Add", op("Erf", op("Div", inner, root_two)), constant("one_" + str(layer), 1.0)),
+            op("Add", op("Erf", op("Div", inner, root_two)), one),
         )
         x = layer_norm(op("Add", linear(gelu, p + "output.dense"), x), p + "output.LayerNorm")
     summed = op(
@@ -205,7 +207,10 @@ def bert_graph(weights: dict[str, np.ndarray], config: dict[str, Any]) -> onnx.M
     graph = helper.make_graph(
         nodes,
         "sentence_embedding",
-        [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "tokens"]) for n in INPUTS],
+        [
+            helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "tokens"])
+            for n in BERT_INPUTS
+        ],
         [helper.make_tensor_value_info(OUTPUT, TensorProto.FLOAT, ["batch", hidden])],
         initializers,
     )
@@ -278,8 +283,6 @@ class OnnxBert:
         copying the weights into the process: a session opens in 0.07 s instead of 0.27 s,
         the word-piece table's rows no question uses are never read, and processes embedding
         with one model share its pages."""
-        import onnx
-
         from kpack.settings import model_cache_dir
 
         weights = (self.folder / "model.safetensors").stat()
@@ -289,6 +292,8 @@ class OnnxBert:
         folder = model_cache_dir() / f"bert-{hashlib.sha256(key).hexdigest()[:16]}"
         if (folder / GRAPH_FILE).is_file():
             return folder / GRAPH_FILE
+        import onnx  # only to write the graph: a process that finds it cached never needs it
+
         graph = bert_graph(self._weights(), self.config)
         try:
             folder.parent.mkdir(parents=True, exist_ok=True)
@@ -342,12 +347,9 @@ class OnnxBert:
         """Unit-length float32 vectors, as sentence-transformers' encode would give."""
         if not texts:
             return np.zeros((0, self.config["hidden_size"]), dtype=np.float32)
-        encodings = self.tokenizer.encode_batch(texts)
-        feed = {
-            "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
-            "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
-            "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64),
-        }
+        from kpack.embedding import bert_inputs
+
+        feed = bert_inputs(self.tokenizer.encode_batch(texts))
         return self._session(threads).run([OUTPUT], feed)[0]
 
 

@@ -11,7 +11,7 @@ words count only when they are shared.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import numpy as np
 
@@ -60,9 +60,12 @@ class WordVectors:
         }
 
 
+@cache
 def word_vectors_of(model_name: str) -> WordVectors | None:
     """The word vectors of a model (a reader holds them as ``reader.word_vectors``); None when
-    the model is not run by the ONNX encoder."""
+    the model is not run by the ONNX encoder. Made once per model and process: the table is
+    read from the model's weights and normalised (47 MB for the packaged model), which every
+    version of every pack built with the model would otherwise hold again."""
     from retrieval.encoder import OnnxBert, encoder_for
 
     encoder = encoder_for(model_name)
