@@ -5,8 +5,10 @@ not already hold; a how-many / how-much question by one that holds a count or an
 the numbers of a date ("On May 21, 2013" counts nothing); a when / what-year / what-day
 question by one that holds a date (a year, a month, a day of the week) or a version ("Since
 when has math.dist existed?": "New in version 3.8"), not just any number ("24-yard pass"
-dates nothing); a "which version" question by one that holds a version number ("New in
-version 3.11"); a documentation how-to ("How do I ...", "What should I use ...") by one that
+dates nothing), where "when" asks and does not open the condition of another question ("When
+wait_for runs out of time, what exception reaches my code?"); a "which version" question by one that holds a version number ("New in
+version 3.11"); a "what exception" / "which error" question by one that names an exception
+the question does not (``OSError``, ``TimeoutError``); a documentation how-to ("How do I ...", "What should I use ...") by one that
 names an identifier (``DictReader``, ``json.dumps()``, ``indent=4``); a why-question by one
 that gives a reason or the condition something depends on ("re.match() will only match at the
 beginning of the string", "... evaluated only once", "... because fog covered the buoys"). The
@@ -21,21 +23,31 @@ from typing import Literal
 
 from retrieval.key_items import NAME, NUMBER, VERSION, identifiers
 
-Kind = Literal["version", "date", "number", "name", "identifier", "reason"]
+Kind = Literal["version", "date", "number", "exception", "name", "identifier", "reason"]
 
 # A version is asked for: "which version", "since which release", "what Python version".
 VERSION_QUESTION = re.compile(r"\b(which|what) (\w+ )?(version|release)\b", re.IGNORECASE)
 # "When" asks for a date where it opens the question or a part of it, or after "since" ("Since
 # when has math.dist existed?": "New in version 3.8"), not as a conjunction ("Which exception
-# do I get when ...").
+# do I get when ...") nor where it opens a condition the question then asks about ("When
+# wait_for runs out of time, what exception reaches my code?").
 DATE_QUESTION = re.compile(
     r"\b((what|which) (year|day|month|date|decade|century)|"
-    r"(?:^|[.?!,;]\s+|\band\s+|\bsince\s+)when\b)",
+    r"(?:^|[.?!,;]\s+|\band\s+|\bsince\s+)when\b"
+    r"(?!(?:[^?.,;]|\.(?=\w))*,\s*(what|which|how|why|who|where|is|are|does|do|can|should|will)\b))",
     re.IGNORECASE,
 )
 NUMBER_QUESTION = re.compile(
     r"\bhow (many|much|long|old|far|big|large|often)|what (percentage|number|age)\b",
     re.IGNORECASE,
+)
+# An error is asked for by its kind: "what exception reaches my code", "What error is that".
+EXCEPTION_QUESTION = re.compile(
+    r"\b(which|what) ((kind|type|sort)s? of |\w+ )?(exception|error)s?\b", re.IGNORECASE
+)
+# An exception's name: "OSError", "asyncio.TimeoutError", "KeyboardInterrupt", "StopIteration".
+EXCEPTION_NAME = re.compile(
+    r"\b[A-Z]\w*(Error|Exception|Warning|Exit|Interrupt|Iteration)(Group)?\b"
 )
 NAME_QUESTION = re.compile(
     r"\b(who|whom|whose|where)\b|^(which|what) [a-z]+ (is|was|were|did|won)\b", re.I
@@ -81,6 +93,7 @@ QUESTION_KINDS: tuple[tuple[re.Pattern[str], Kind], ...] = (
     (VERSION_QUESTION, "version"),
     (DATE_QUESTION, "date"),
     (NUMBER_QUESTION, "number"),
+    (EXCEPTION_QUESTION, "exception"),
     (NAME_QUESTION, "name"),
     (HOWTO_QUESTION, "identifier"),
     (REASON_QUESTION, "reason"),
@@ -100,6 +113,8 @@ def holds_answer(kind: Kind, sentence: str, question: str) -> bool:
     if kind == "date":
         dates = [m.group(0) for m in DATE.finditer(sentence)] + VERSION.findall(sentence)
         return any(d.lower() not in asked for d in dates)
+    if kind == "exception":
+        return any(e.group(0).lower() not in asked for e in EXCEPTION_NAME.finditer(sentence))
     if kind == "reason":
         return any(m.group(0).lower() not in asked for m in REASON.finditer(sentence))
     if kind == "number":

@@ -101,6 +101,10 @@ from retrieval.query import ContextSection
 EXTRACTIVE_SENTENCES = 3
 MIN_SENTENCE_WORDS, MAX_SENTENCE_WORDS = 4, 120
 MAX_CODE_LINES = 20
+# An entry's release notes are looked for in at most this many passages after a passage (a long
+# entry runs over several: zip()'s "Changed in version 3.10" is three passages after its
+# definition line).
+MAX_ENTRY_PASSAGES = 4
 # Below this answer score the best unit is not taken for an answer (module docstring).
 ANSWER_THRESHOLD = 0.3
 # What a unit holding the kind of answer asked for gains (module docstring, point 2).
@@ -298,15 +302,19 @@ def passage_in_context(
     text: str,
     chunk_text: Mapping[str, str],
     code_starts: dict[str, bool] | None = None,
+    release_notes: bool = False,
 ) -> str:
     """The text of passage ``chunk`` with what its section holds around it that its units
     need (module docstring, point 1): the definition line its first units explain, when the
     passage begins after it (a long entry is cut into several passages), and the code block
     its last lead-in introduces, when the passage ends before it; a code block it begins
-    inside of is left out. All of it comes from the passages next to it in its section
-    (``chunk_text``: passage id to text), so the answer still quotes only the pack's text.
-    ``code_starts`` keeps what is learnt of which passages begin inside a code block (a
-    reader keeps one for its version: ``reader.code_starts``)."""
+    inside of is left out. With ``release_notes`` (for a question that asks when or since
+    which version), also the release notes of the entry the passage ends inside, which a
+    long entry writes at its end, passages later (:func:`_release_notes_after`). All of it
+    comes from the passages next to it in its section (``chunk_text``: passage id to text),
+    so the answer still quotes only the pack's text. ``code_starts`` keeps what is learnt of
+    which passages begin inside a code block (a reader keeps one for its version:
+    ``reader.code_starts``)."""
     section, _, number = chunk.rpartition("-")
     if not number.isdigit():
         return text
@@ -316,7 +324,34 @@ def passage_in_context(
         text = _without_code_head(text)
     definition = _definition_before(text, earlier)
     code = _code_after(text, chunk_text.get(chunk_id(section, index + 1), ""))
-    return "\n".join(part for part in (definition, text, code) if part)
+    explains = definition or any(kind == "signature" for kind, _ in _blocks(text))
+    notes = _release_notes_after(text, section, index, chunk_text) if release_notes else ""
+    # A blank line before the notes: they are paragraphs of their own, not the tail of the
+    # passage's last one.
+    return "\n\n".join(
+        part
+        for part in ("\n".join(p for p in (definition, text, code) if p), notes if explains else "")
+        if part
+    )
+
+
+def _release_notes_after(text: str, section: str, index: int, chunk_text: Mapping[str, str]) -> str:
+    """The release notes ("New in version 3.11.", "Changed in version 3.10: Added the strict
+    argument.") that the passages after passage ``index`` hold before the next definition
+    line: those of the entry the passage ends inside. At most ``MAX_ENTRY_PASSAGES`` are read."""
+    notes: list[str] = []
+    current = text
+    for number in range(index + 1, index + 1 + MAX_ENTRY_PASSAGES):
+        following = chunk_text.get(chunk_id(section, number), "")
+        if not following:
+            break
+        for line in _continuation(current, following).split("\n"):
+            if is_signature(line):
+                return "\n\n".join(notes)
+            if VERSION_NOTE.match(line.strip()):
+                notes.append(line.strip())
+        current = following
+    return "\n\n".join(notes)
 
 
 def _overlap_start(text: str, previous: str) -> int:
@@ -674,7 +709,7 @@ def answering_sentences(
     parts = parts or []
     for terms in parts if len(parts) > 1 else []:
         if not any(earned.get(t, 0.0) for t in terms):
-            best = _best_for(terms, scored)
+            best = _best_for(terms, scored, scored[0])
             if best is not None:
                 picked.append(best)
                 _earn(earned, best)
@@ -695,15 +730,21 @@ def answering_sentences(
     return sorted(picked, key=lambda s: not s.typed)
 
 
-def _best_for(terms: frozenset[str], scored: list[ScoredSentence]) -> ScoredSentence | None:
-    """The answering unit that holds most of a part's terms, or None when none holds any."""
+def _best_for(
+    terms: frozenset[str], scored: list[ScoredSentence], anchor: ScoredSentence
+) -> ScoredSentence | None:
+    """The answering unit that holds most of a part's terms, or None when none holds any. A
+    further part asks about what the first one asked of ("... and since which version is it
+    available?"), so a unit explaining the same definition as the best unit (``anchor``)
+    goes before the others that hold any of the part's terms."""
     held = [
-        (sum(c for t, c in s.credit if t in terms), s.score, s)
+        (sum(c for t, c in s.credit if t in terms), s)
         for s in scored
         if s.score >= ANSWER_THRESHOLD
     ]
-    share, _, best = max(held, key=lambda h: h[:2], default=(0.0, 0.0, None))
-    return best if share > 0 else None
+    held = [(share, s) for share, s in held if share > 0]
+    best = max(held, key=lambda h: (_same_definition(h[1], anchor), h[0], h[1].score), default=None)
+    return best[1] if best else None
 
 
 def _earn(earned: dict[str, float], unit: ScoredSentence) -> None:

@@ -21,6 +21,7 @@ from html import escape
 import numpy as np
 
 from kpack.llm import ClaudeClient, LLMError
+from retrieval.answer_type import answer_kind
 from retrieval.citations import (
     CITATION,
     StatementCheck,
@@ -231,6 +232,7 @@ def answer_passages(query: Query) -> list[ContextSection]:
             candidate.text,
             query.reader.chunk_text,
             query.reader.code_starts,
+            release_notes=answer_kind(query.text) in ("version", "date"),
         )
         if any(BRIDGED.search(reason) for reason in candidate.reasons):
             section.via = "bridge"
