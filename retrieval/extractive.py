@@ -72,7 +72,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import pairwise
+from itertools import combinations, pairwise
 
 from kpack.contracts import chunk_id
 from kpack.text import (
@@ -174,6 +174,10 @@ CLOSED_END = re.compile(r"([.!?](\[[^\]\n]{1,40}\]|[)\"'’”]))\s+(?=[A-Z0-9`\
 FENCE_LINE = re.compile(r"^\s*(`{3,}|~{3,})")
 # A release note of API documentation: "New in version 3.8.", "Changed in version 3.3: ...".
 VERSION_NOTE = re.compile(r"(new|changed|deprecated) (in|since) version\b", re.IGNORECASE)
+# A question that asks how the things it names differ (:func:`contrasted`), and the least word
+# overlap (Jaccard) of two parallel sentences of theirs.
+COMPARISON = re.compile(r"\b(differ|differs|difference|differences|versus|vs)\b", re.IGNORECASE)
+MIN_PARALLEL = 0.4
 # Interactive-session lines left in prose (">>> print(row)"): code, not a sentence.
 PROMPT = ">>>"
 
@@ -881,6 +885,45 @@ def with_named_definitions(
     return [*named.values(), *chosen]
 
 
+def contrasted(
+    chosen: list[ScoredSentence], scored: list[ScoredSentence], question: str
+) -> list[ScoredSentence]:
+    """The chosen units after a contrast, for a question that asks how the definitions it names
+    differ ("should I use time.perf_counter or time.process_time? How do they differ?"):
+    documentation says what differs in parallel sentences ("It does include time elapsed
+    during sleep" / "It does not include time elapsed during sleep"), so of two named
+    definitions the pair of units whose words, less the definitions' names, overlap most
+    (at least ``MIN_PARALLEL``, Jaccard) without being the same words."""
+    asked = [name.lower() for name in identifiers(question)]
+    if not chosen or len(asked) < 2 or not COMPARISON.search(question):
+        return chosen
+    by_name: dict[str, list[ScoredSentence]] = {}
+    for s in scored:
+        name = defined_name(s.unit.signature)
+        if name and s.score >= ANSWER_THRESHOLD and any(same_name(name, a) for a in asked):
+            by_name.setdefault(name, []).append(s)
+    names = frozenset(w for name in by_name for w in words(name))
+
+    def plain_words(unit: ScoredSentence) -> frozenset[str]:
+        # Without the names it writes: "Use perf_counter_ns() ..." and "Use process_time_ns()
+        # ..." say the same of each.
+        named = {w for name in identifiers(unit.unit.sentence) for w in words(name)}
+        return frozenset(words(unit.unit.sentence)) - names - named
+
+    best, pair = MIN_PARALLEL, None
+    for first, second in combinations(by_name, 2):
+        for a in by_name[first]:
+            mine = plain_words(a)
+            for b in by_name[second]:
+                theirs = plain_words(b)
+                overlap = len(mine & theirs) / (len(mine | theirs) or 1)
+                if mine != theirs and overlap > best:
+                    best, pair = overlap, (a, b)
+    if pair is None:
+        return chosen
+    return [*pair, *(s for s in chosen if s is not pair[0] and s is not pair[1])]
+
+
 def _names(text: str, title: str) -> bool:
     """True when ``text`` names the article ``title`` (its name without a qualifier)."""
     name = normalize_entity(title)
@@ -901,7 +944,7 @@ def extractive_answer(
         return f"{DECLINED} mention {', '.join(missing)}, so they do not answer this question.", []
     scored = score_sentences(question, passages, idf, meaning)
     chosen = chain(answering_sentences(scored, part_terms(question)), scored, passages, question)
-    chosen = with_named_definitions(chosen, scored, question)
+    chosen = contrasted(with_named_definitions(chosen, scored, question), scored, question)
     if not chosen:
         return NO_SENTENCE_ANSWER, []
     shown: set[str] = set()
