@@ -41,9 +41,13 @@ NUMBER_QUESTION = re.compile(
     r"\bhow (many|much|long|old|far|big|large|often)|what (percentage|number|age)\b",
     re.IGNORECASE,
 )
-# An error is asked for by its kind: "what exception reaches my code", "What error is that".
+# An error is asked for by its kind ("what exception reaches my code", "What error is that"),
+# or as what an action leads to ("What happens if some code assigns to a field?": API
+# documentation answers with what it raises).
 EXCEPTION_QUESTION = re.compile(
-    r"\b(which|what) ((kind|type|sort)s? of |\w+ )?(exception|error)s?\b", re.IGNORECASE
+    r"\b(which|what) ((kind|type|sort)s? of |\w+ )?(exception|error)s?\b|"
+    r"\bwhat happens (if|when)\b",
+    re.IGNORECASE,
 )
 # An exception's name: "OSError", "asyncio.TimeoutError", "KeyboardInterrupt", "StopIteration".
 EXCEPTION_NAME = re.compile(
