@@ -32,7 +32,7 @@ VERSION_QUESTION = re.compile(r"\b(which|what) (\w+ )?(version|release)\b", re.I
 # do I get when ...") nor where it opens a condition the question then asks about ("When
 # wait_for runs out of time, what exception reaches my code?").
 DATE_QUESTION = re.compile(
-    r"\b((what|which) (year|day|month|date|decade|century)|"
+    r"\b((what|which) (year|day|month|date|decade|century)s?\b|"
     r"(?:^|[.?!,;]\s+|\band\s+|\bsince\s+)when\b"
     r"(?!(?:[^?.,;]|\.(?=\w))*,\s*(what|which|how|why|who|where|is|are|does|do|can|should|will)\b))",
     re.IGNORECASE,
