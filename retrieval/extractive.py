@@ -80,6 +80,7 @@ from kpack.text import (
     fold_word,
     normalize_entity,
     search_terms,
+    search_words,
     split_sentences,
     stem,
     words,
@@ -227,6 +228,14 @@ class ScoredSentence:
     @property
     def text(self) -> str:
         return self.unit.text
+
+
+def spellings(text: str) -> dict[str, str]:
+    """Each search term of a text with the word it first writes for it ("separ": "separate")."""
+    spelled: dict[str, str] = {}
+    for word in search_words(text):
+        spelled.setdefault(stem(word), word)
+    return spelled
 
 
 @lru_cache(maxsize=16384)
@@ -635,6 +644,7 @@ def score_sentences(
     wanted = stems(question)
     if not seen or not wanted:
         return []
+    spelled = spellings(question)
     units = list(seen)
     found = [stems(u.text) & wanted for u in units]
     # A code block's words count half: the lead-in says what the code is for.
@@ -671,9 +681,12 @@ def score_sentences(
             credit[t] = CONTEXT_SHARE * weight[t]
         unmatched = wanted - matched - context
         if meaning is not None and unmatched:
-            closeness = meaning.closeness(tuple(sorted(unmatched)), unit.text)
-            for t, c in closeness.items():
-                credit[t] = MEANING_SHARE * weight[t] * c
+            # By the words the question writes: a stem's word pieces ("separ", "heavi") mean
+            # less than the word's ("separate").
+            closeness = meaning.closeness(tuple(spelled[t] for t in sorted(unmatched)), unit.text)
+            for t in unmatched:
+                if spelled[t] in closeness:
+                    credit[t] = MEANING_SHARE * weight[t] * closeness[spelled[t]]
         coverage = sum(credit.values()) / total
         similarity = seen[unit].similarity
         scored.append(

@@ -45,17 +45,17 @@ class WordVectors:
         found = {stem(w): w for w in search_words(text)}
         return np.stack([self.vector(w) for w in found.values()]) if found else None
 
-    def closeness(self, terms: tuple[str, ...], text: str) -> dict[str, float]:
-        """For each stemmed question term, how close the text's closest word comes (0..1),
-        counted from MIN_CLOSENESS up; terms with no close word are left out."""
+    def closeness(self, words: tuple[str, ...], text: str) -> dict[str, float]:
+        """For each of the question's ``words``, how close the text's closest word comes
+        (0..1), counted from MIN_CLOSENESS up; words with no close word are left out."""
         mine = self.words_of(text)
-        if mine is None or not terms:
+        if mine is None or not words:
             return {}
-        theirs = self.terms_matrix(terms)
+        theirs = self.terms_matrix(words)
         best = (theirs @ mine.T).max(axis=1)
         return {
-            term: float((score - MIN_CLOSENESS) / (1.0 - MIN_CLOSENESS))
-            for term, score in zip(terms, best, strict=True)
+            word: float((score - MIN_CLOSENESS) / (1.0 - MIN_CLOSENESS))
+            for word, score in zip(words, best, strict=True)
             if score >= MIN_CLOSENESS
         }
 
