@@ -797,9 +797,11 @@ def asking_part(question: str) -> str:
 
 
 def _same_definition(unit: ScoredSentence, anchor: ScoredSentence) -> bool:
-    """True when both units explain the same definition line of the same passage."""
+    """True when both units explain the same definition line of the same page (a long entry
+    runs over several passages)."""
     return bool(anchor.unit.signature) and (
-        unit.passage is anchor.passage and unit.unit.signature == anchor.unit.signature
+        unit.passage.article_url == anchor.passage.article_url
+        and unit.unit.signature == anchor.unit.signature
     )
 
 

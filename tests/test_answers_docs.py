@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from retrieval.agent import KnowledgeGraphAgent
-from retrieval.extractive import DECLINED
+from retrieval.extractive import DECLINED, passage_in_context, units_of
 from retrieval.reader import open_pack
 from tests.conftest import build, write_pack
 
@@ -53,6 +53,12 @@ JSONLITE = page(
         "Deserialize s, a str or bytes instance holding a JSON document, to a Python object.",
         "The object_hook is called with the result of every object literal decoded.",
         "New in version 3.6.",
+    ),
+    entry(
+        "function",
+        "jsonlite.load(fp, *, object_hook=None)",
+        "Deserialize fp, a file-like object with a read method, to a Python object.",
+        "Changed in version 3.8: Available on every platform.",
     ),
     entry(
         "exception",
@@ -97,6 +103,7 @@ TARLITE = page(
         "file handle.",
         "Closing the archive writes its index back to the end of the file, so the members "
         "added to an archive that is never closed are lost.",
+        "Changed in version 3.9: Added the mode 'a' for appending members.",
     ),
     entry(
         "method",
@@ -109,13 +116,33 @@ TARLITE = page(
         "    archive.add('notes.txt', b'hello')\n    archive.add('todo.txt', b'later')\n"
         "# the index is written here</pre>",
         "Adding a member whose name is already in the archive replaces the older member.",
+        "New in version 3.4.",
     ),
     "<p>The modes an archive is opened with:</p><table><tr><th>mode</th><th>meaning</th></tr>"
     "<tr><td>r</td><td>read the members of an existing archive</td></tr>"
     "<tr><td>a</td><td>append members to an existing archive</td></tr>"
     "<tr><td>w</td><td>write a new archive, replacing any file at path</td></tr></table>",
 )
-PAGES = {"jsonlite.html": JSONLITE, "csvlite.html": CSVLITE}
+CLOCKLITE = page(
+    "clocklite — clocks",
+    "The clocklite module reads the clocks of the operating system for timing code.",
+    "Functions",
+    entry(
+        "function",
+        "clocklite.wall() -> float",
+        "Return the value in seconds of a clock with the highest resolution for benchmarks.",
+        "It does include time elapsed during sleep and is system-wide.",
+        "The reference point is undefined, so only the difference of two calls is valid.",
+    ),
+    entry(
+        "function",
+        "clocklite.cpu() -> float",
+        "Return the value in seconds of the sum of the system and user CPU time for benchmarks.",
+        "It does not include time elapsed during sleep.",
+        "The reference point is undefined, so only the difference of two calls is valid.",
+    ),
+)
+PAGES = {"jsonlite.html": JSONLITE, "csvlite.html": CSVLITE, "clocklite.html": CLOCKLITE}
 CITED = re.compile(r"\[Source: ([^\]]+)\]")
 
 
@@ -245,3 +272,43 @@ def test_a_table_row_is_quoted_on_its_own(archives):
     # The row that answers, though it starts with a name in lower case; not the whole table.
     assert "w | write a new archive, replacing any file at path [Source:" in answer
     assert "r | read the members" not in answer
+
+
+def test_a_passage_is_read_with_the_release_notes_at_the_end_of_its_long_entry(archives):
+    # For a when / which-version question the note that closes the entry passages later is
+    # read with the passage that says what the question asks; the next entry's are not.
+    reader = open_pack(archives)
+    (opening,) = [
+        (chunk, text)
+        for chunk, text in reader.chunk_text.items()
+        if "with mode 'a', for appending members" in text
+    ]
+    assert "Changed in version 3.9" not in opening[1]
+    plain = passage_in_context(*opening, reader.chunk_text)
+    read = passage_in_context(*opening, reader.chunk_text, release_notes=True)
+    assert "Changed in version 3.9" not in plain
+    assert read.endswith("\n\nChanged in version 3.9: Added the mode 'a' for appending members.")
+    (note,) = [u for u in units_of(read) if u.sentence.startswith("Changed in version 3.9")]
+    assert note.signature == "class tarlite.Archive(path, mode='r')"
+
+
+def test_the_second_part_of_a_question_is_answered_of_what_the_first_part_found(docs):
+    # "it" is loads(): its own release note, not the one of load() that holds "available" too.
+    answer = docs.query(
+        "Is there a function that deserializes a str or bytes instance holding a JSON "
+        "document to a Python object, and since which version is it available?"
+    )["answer"]
+    assert answer.startswith("`jsonlite.loads(s, *, object_hook=None)`: New in version 3.6.")
+
+
+def test_how_two_named_definitions_differ_is_answered_by_their_parallel_sentences(docs):
+    answer = docs.query(
+        "For benchmarks, should I use clocklite.wall or clocklite.cpu? How do they differ?"
+    )["answer"]
+    # Quoted first, each under its definition line.
+    first, second = answer.split("[Source: clocklite — clocks]")[:2]
+    assert {first.strip(), second.strip()} == {
+        "`clocklite.wall() -> float`: It does include time elapsed during sleep and is "
+        "system-wide.",
+        "`clocklite.cpu() -> float`: It does not include time elapsed during sleep.",
+    }

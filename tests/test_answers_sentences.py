@@ -21,8 +21,11 @@ from retrieval.extractive import (
     sentences_of,
     units_of,
 )
+from retrieval.meaning import word_vectors_of
 from retrieval.query import ContextSection
 from tests.conftest import build, write_pack
+
+WORD_VECTORS = word_vectors_of("sentence-transformers/all-MiniLM-L6-v2")
 
 REGATTA = """# Harbor Regatta 2031
 
@@ -120,6 +123,39 @@ def test_a_date_is_no_count_and_a_count_is_no_date():
     assert not holds_answer("reason", "Return None if the string does not match.", why)
     since = "Since when has math.dist existed?"
     assert holds_answer(answer_kind(since) or "date", "New in version 3.8.", since)
+
+
+def test_an_error_question_asks_for_an_exception_and_a_condition_asks_no_date():
+    timeout = "When wait_for runs out of time, what exception reaches my code?"
+    assert answer_kind(timeout) == "exception"
+    assert holds_answer("exception", "If a timeout occurs, it raises TimeoutError.", timeout)
+    assert not holds_answer("exception", "Changed in version 3.7: it waits longer.", timeout)
+    rmdir = "os.rmdir refuses to delete my folder. What error is that?"
+    assert holds_answer(answer_kind(rmdir) or "", "An OSError is raised.", rmdir)
+    assert not holds_answer("exception", "os.rmdir raises an OSError.", "Why an OSError?")
+    assert answer_kind("What happens if some code assigns to a frozen field?") == "exception"
+    # "datetime" is no date word; "When" that asks still asks for one.
+    assert answer_kind("Which datetime method gives a text form?") != "date"
+    assert answer_kind("When was the Harbor Regatta 2031 held?") == "date"
+
+
+def test_a_term_the_sentence_lacks_counts_by_the_meaning_of_the_word_the_question_writes():
+    # "separate" stems to "separ", whose word pieces mean nothing; the word's vector is close
+    # enough to "different" to count for part of its weight.
+    passage = ContextSection(
+        "s1",
+        "https://example.org/pools",
+        "Pools",
+        "Pools",
+        "A process pool runs code in a different process.",
+        0.5,
+        0.0,
+        "passage",
+    )
+    (unit,) = score_sentences(
+        "How do I run code in a separate process?", [passage], meaning=WORD_VECTORS
+    )
+    assert dict(unit.credit).get("separ", 0.0) > 0
 
 
 def test_a_sentence_ends_at_a_note_mark_or_the_bracket_its_full_stop_closes():
