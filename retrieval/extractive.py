@@ -12,8 +12,10 @@ the pack says. Which sentences:
    displays the first 300 bytes of it."). A lead-in whose code is not in the passage (or is
    longer than ``MAX_CODE_LINES``) would end in nothing and is skipped. A passage is read
    with what its section holds around it that its units need (:func:`passage_in_context`):
-   the code its last lead-in introduces and the definition line its first sentences explain,
-   when the chunking cut them off into the passages next to it. A definition line of
+   the code its last lead-in introduces and the opening of the entry its first sentences
+   explain (its definition line and the first lines that say what it does), when the
+   chunking cut them off into the passages next to it, and, for a when / which-version
+   question, the release notes that close that entry passages later. A definition line of
    API documentation (retrieval.key_items.SIGNATURE: ``json.dumps(obj, *, indent=None,
    ...)``, ``class csv.DictReader(f, ...)``) is no sentence: the units after it explain it,
    so each keeps it, counts its words as context and is quoted after it, as code (once per
@@ -106,6 +108,11 @@ MAX_CODE_LINES = 20
 # entry runs over several: zip()'s "Changed in version 3.10" is three passages after its
 # definition line).
 MAX_ENTRY_PASSAGES = 4
+# A passage that begins inside an entry is read with the entry's opening: its definition line
+# and at most this many lines of prose after it, where reference documentation says what the
+# definition does ("Create an object that operates like a regular reader but maps ... to a
+# dict"); the rest of the entry is details.
+ENTRY_OPENING_LINES = 4
 # Below this answer score the best unit is not taken for an answer (module docstring).
 ANSWER_THRESHOLD = 0.3
 # What a unit holding the kind of answer asked for gains (module docstring, point 2).
@@ -318,8 +325,9 @@ def passage_in_context(
     release_notes: bool = False,
 ) -> str:
     """The text of passage ``chunk`` with what its section holds around it that its units
-    need (module docstring, point 1): the definition line its first units explain, when the
-    passage begins after it (a long entry is cut into several passages), and the code block
+    need (module docstring, point 1): the opening of the entry its first units explain (its
+    definition line and what the entry first says of it), when the passage begins after it (a
+    long entry is cut into several passages), and the code block
     its last lead-in introduces, when the passage ends before it; a code block it begins
     inside of is left out. With ``release_notes`` (for a question that asks when or since
     which version), also the release notes of the entry the passage ends inside, which a
@@ -335,7 +343,7 @@ def passage_in_context(
     earlier = [chunk_text.get(chunk_id(section, index - n), "") for n in range(1, 3) if index >= n]
     if _opens_inside_code(section, index, chunk_text, {} if code_starts is None else code_starts):
         text = _without_code_head(text)
-    definition = _definition_before(text, earlier)
+    definition = _entry_opening(text, earlier)
     code = _code_after(text, chunk_text.get(chunk_id(section, index + 1), ""))
     explains = definition or any(kind == "signature" for kind, _ in _blocks(text))
     notes = _release_notes_after(text, section, index, chunk_text) if release_notes else ""
@@ -412,18 +420,27 @@ def _without_code_head(text: str) -> str:
     return "\n".join(lines[close + 1 :])
 
 
-def _definition_before(text: str, earlier: list[str]) -> str:
-    """The last definition line before the passage in the passages before it (nearest first),
-    when the passage's first sentences come before any definition line of its own."""
+def _entry_opening(text: str, earlier: list[str]) -> str:
+    """The opening of the entry the passage begins inside (``ENTRY_OPENING_LINES``): the last
+    definition line before the passage in the passages before it (nearest first) and the
+    lines of prose after it, up to the first code block, when the passage's first sentences
+    come before any definition line of its own."""
     first = next((kind for kind, _ in _blocks(text) if kind != "code"), None)
     if first != "prose":
         return ""
     current = text
+    heads: list[str] = []
     for previous in earlier:
         head = previous[: _overlap_start(current, previous)]
-        found = [body for kind, body in _blocks(head) if kind == "signature"]
-        if found:
-            return found[-1]
+        lines = head.split("\n")
+        at = next((i for i in reversed(range(len(lines))) if is_signature(lines[i])), None)
+        if at is not None:
+            entry = "\n".join([*lines[at:], *reversed(heads)]).split("\n")
+            prose = next(
+                (i for i, line in enumerate(entry[1:], 1) if FENCE_LINE.match(line)), len(entry)
+            )
+            return "\n".join(entry[: min(prose, 1 + ENTRY_OPENING_LINES)]).strip()
+        heads.append(head)
         current = previous
     return ""
 

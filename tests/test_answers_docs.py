@@ -312,3 +312,22 @@ def test_how_two_named_definitions_differ_is_answered_by_their_parallel_sentence
         "system-wide.",
         "`clocklite.cpu() -> float`: It does not include time elapsed during sleep.",
     }
+
+
+def test_a_passage_inside_a_long_entry_is_read_with_the_entry_opening(archives):
+    # What the definition does is said at the start of its entry, a passage before.
+    reader = open_pack(archives)
+    ((chunk, text),) = [
+        (chunk, text)
+        for chunk, text in reader.chunk_text.items()
+        if "Closing the archive writes" in text
+    ]
+    assert "Open the archive file at path" not in text
+    read = passage_in_context(chunk, text, reader.chunk_text)
+    assert read.startswith(
+        "class tarlite.Archive(path, mode='r')\nOpen the archive file at path for reading or, "
+        "with mode 'a', for appending members."
+    )
+    assert read.endswith(text)
+    opening = [u for u in units_of(read) if u.sentence.startswith("Open the archive file")]
+    assert [u.signature for u in opening] == ["class tarlite.Archive(path, mode='r')"]
