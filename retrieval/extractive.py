@@ -42,8 +42,9 @@ the pack says. Which sentences:
    of similarity and coverage (``COVERAGE_WEIGHT``: all sentences of a passage share its
    similarity, so only coverage tells them apart), plus ``ANSWER_TYPE_BONUS`` when the unit
    (with its definition line) holds what the question asks for (retrieval.answer_type: a
-   version for which version, a count for how many, a date for when, a name for who / which
-   / where, a reason for why, an identifier for a how-to) that the question does not already
+   version for which version, a count for how many, a date for when, an exception for what
+   error / what happens if, a name for who / which / where, a reason for why, an identifier
+   for a how-to) that the question does not already
    hold; a release note ("Changed in version 3.8: ...") loses as much for any question but a
    version or date one. Those units are quoted first, and when none
    of the chosen ones holds the kind asked for, the best that does is added. After the best
@@ -51,7 +52,8 @@ the pack says. Which sentences:
    question of several parts gets the unit that holds its own terms
    (:func:`answering_sentences`). A question that names API names ("time.perf_counter or
    time.process_time?") is answered from each definition it names as well
-   (:func:`with_named_definitions`).
+   (:func:`with_named_definitions`); one that asks how they differ gets their parallel
+   sentences first (:func:`contrasted`).
 3. The answer says plainly that the passages do not answer, instead of quoting weak matches,
    when the question names something (a capitalised name: "Neo4j", "Windows", an
    identifier: "requests.get", or a release: "Python 3.14") that none of the passages
