@@ -19,11 +19,17 @@ Per profile (offline: no key, ``use_llm=False``):
 - the citation check of the answers: statements supported of those checked, and how many were
   kept with a support below the threshold (bench.harness.CitationTally).
 
+A question file in the pack eval format (``gold_urls`` and ``answers``, such as
+bench/python_docs_questions.jsonl, the development questions) is read too: its gold URLs are
+the gold pages and each of its answers is a term group of its own.
+
 The JSON keeps a row per question (gold rank, term groups matched, refused) so failures can be
 read. This script measures; nothing in the project is tuned to these questions.
 
     .venv/bin/python bench/docs_qa_bench.py --workdir /work/bench-ws
     .venv/bin/python bench/docs_qa_bench.py --workdir /work/bench-ws --questions held_out.jsonl
+    .venv/bin/python bench/docs_qa_bench.py --workdir /work/bench-ws \
+        --questions bench/python_docs_questions.jsonl
 """
 
 from __future__ import annotations
@@ -94,6 +100,12 @@ def terms_matched(answer: str, groups: list[list[str]]) -> list[bool]:
     return [any(term.lower() in text for term in group) for group in groups]
 
 
+def answer_groups(item: dict[str, Any]) -> list[list[str]]:
+    """The term groups a correct answer contains: the set's ``answer_terms``, or for a question
+    in the pack eval format every one of its ``answers``, each a group of its own."""
+    return item.get("answer_terms") or [[answer] for answer in item.get("answers") or []]
+
+
 def refused(result: dict[str, Any]) -> bool:
     return result.get("query_type") == GATED or not result.get("citations")
 
@@ -111,8 +123,8 @@ def measure(folder: Path, profile: str, questions: list[dict[str, Any]]) -> dict
         result = retrieval.query(folder, item["question"], profile=profile, use_llm=False)
         latencies.append((time.perf_counter() - started) * 1000)
         tally.add(result)
-        gold = set(item.get("gold_pages") or [])
-        matched = terms_matched(result["answer"], item.get("answer_terms") or [])
+        gold = set(item.get("gold_pages") or item.get("gold_urls") or [])
+        matched = terms_matched(result["answer"], answer_groups(item))
         rows.append(
             {
                 "id": item["id"],
