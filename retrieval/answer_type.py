@@ -6,9 +6,10 @@ the numbers of a date ("On May 21, 2013" counts nothing); a when / what-year / w
 question by one that holds a date (a year, a month, a day of the week) or a version ("Since
 when has math.dist existed?": "New in version 3.8"), not just any number ("24-yard pass"
 dates nothing), where "when" asks and does not open the condition of another question ("When
-wait_for runs out of time, what exception reaches my code?"); a "which version" question by one that holds a version number ("New in
-version 3.11"); a "what exception" / "which error" question by one that names an exception
-the question does not (``OSError``, ``TimeoutError``); a documentation how-to ("How do I ...", "What should I use ...") by one that
+wait_for runs out of time, what exception reaches my code?"); a "which version" question by
+one that holds a version number ("New in version 3.11"); a "what exception" / "which error" /
+"what happens if" question by one that names an exception the question does not (``OSError``,
+``TimeoutError``); a documentation how-to ("How do I ...", "What should I use ...") by one that
 names an identifier (``DictReader``, ``json.dumps()``, ``indent=4``); a why-question by one
 that gives a reason or the condition something depends on ("re.match() will only match at the
 beginning of the string", "... evaluated only once", "... because fog covered the buoys"). The

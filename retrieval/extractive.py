@@ -79,12 +79,12 @@ from functools import lru_cache
 from itertools import combinations, pairwise
 
 from kpack.contracts import chunk_id
+from kpack.gate import question_terms
 from kpack.text import (
     fence_roles,
     fold_word,
     normalize_entity,
     search_terms,
-    search_words,
     split_sentences,
     stem,
     words,
@@ -239,14 +239,6 @@ class ScoredSentence:
         return self.unit.text
 
 
-def spellings(text: str) -> dict[str, str]:
-    """Each search term of a text with the word it first writes for it ("separ": "separate")."""
-    spelled: dict[str, str] = {}
-    for word in search_words(text):
-        spelled.setdefault(stem(word), word)
-    return spelled
-
-
 @lru_cache(maxsize=16384)
 def stems(text: str) -> frozenset[str]:
     """The stemmed search terms of a text (pack sentences repeat across questions)."""
@@ -347,15 +339,13 @@ def passage_in_context(
         text = _without_code_head(text)
     definition = _entry_opening(text, earlier)
     code = _code_after(text, chunk_text.get(chunk_id(section, index + 1), ""))
-    explains = definition or any(kind == "signature" for kind, _ in _blocks(text))
+    read = "\n".join(part for part in (definition, text, code) if part)
     notes = _release_notes_after(text, section, index, chunk_text) if release_notes else ""
-    # A blank line before the notes: they are paragraphs of their own, not the tail of the
-    # passage's last one.
-    return "\n\n".join(
-        part
-        for part in ("\n".join(p for p in (definition, text, code) if p), notes if explains else "")
-        if part
-    )
+    if notes and (definition or any(kind == "signature" for kind, _ in _blocks(text))):
+        # A blank line before the notes: they are paragraphs of their own, not the tail of
+        # the passage's last one.
+        return f"{read}\n\n{notes}"
+    return read
 
 
 def _release_notes_after(text: str, section: str, index: int, chunk_text: Mapping[str, str]) -> str:
@@ -663,7 +653,7 @@ def score_sentences(
     wanted = stems(question)
     if not seen or not wanted:
         return []
-    spelled = spellings(question)
+    spelled = question_terms(question)  # each term with the word the question writes
     units = list(seen)
     found = [stems(u.text) & wanted for u in units]
     # A code block's words count half: the lead-in says what the code is for.
@@ -773,14 +763,11 @@ def _best_for(
     further part asks about what the first one asked of ("... and since which version is it
     available?"), so a unit explaining the same definition as the best unit (``anchor``)
     goes before the others that hold any of the part's terms."""
-    held = [
-        (sum(c for t, c in s.credit if t in terms), s)
-        for s in scored
-        if s.score >= ANSWER_THRESHOLD
-    ]
-    held = [(share, s) for share, s in held if share > 0]
-    best = max(held, key=lambda h: (_same_definition(h[1], anchor), h[0], h[1].score), default=None)
-    return best[1] if best else None
+    shares = {id(s): sum(c for t, c in s.credit if t in terms) for s in scored}
+    held = [s for s in scored if s.score >= ANSWER_THRESHOLD and shares[id(s)] > 0]
+    return max(
+        held, key=lambda s: (_same_definition(s, anchor), shares[id(s)], s.score), default=None
+    )
 
 
 def _earn(earned: dict[str, float], unit: ScoredSentence) -> None:
