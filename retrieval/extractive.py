@@ -931,12 +931,13 @@ def contrasted(
         named = {w for name in identifiers(unit.unit.sentence) for w in words(name)}
         return frozenset(words(unit.unit.sentence)) - names - named
 
+    plain = {id(s): plain_words(s) for units in by_name.values() for s in units}
     best, pair = MIN_PARALLEL, None
     for first, second in combinations(by_name, 2):
         for a in by_name[first]:
-            mine = plain_words(a)
+            mine = plain[id(a)]
             for b in by_name[second]:
-                theirs = plain_words(b)
+                theirs = plain[id(b)]
                 overlap = len(mine & theirs) / (len(mine | theirs) or 1)
                 if mine != theirs and overlap > best:
                     best, pair = overlap, (a, b)
