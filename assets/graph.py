@@ -51,6 +51,7 @@ from kpack.indexes import (
     write_indexes,
 )
 from kpack.ingest.mentions import chunk_mentions
+from kpack.ingest.vectors import entry_texts
 from kpack.packs import INDEX_DIR
 from kpack.store import version_number, write_articles
 from kpack.text import normalize_entity, search_words
@@ -158,6 +159,13 @@ def write_staged(
     The embeddings are taken out of ``tables`` once joined to the sections and chunks: a
     million-passage pack's are 1.5 GB that the later steps do not need."""
     t = tables
+    # The definitions' entry vectors, kept apart before the embeddings are let go (below).
+    entry_vectors = t["embeddings"].filter(
+        pc.is_in(
+            t["embeddings"]["content_hash"],
+            value_set=pa.array(list(entry_texts(t["sections"], t["chunks"])), pa.string()),
+        )
+    )
     nodes = node_tables(
         t["articles"],
         t["sections"],
@@ -203,6 +211,8 @@ def write_staged(
         t["sections"].select(["section_id", "defines"]).sort_by("section_id"),
         load_table(staging / INDEX_DIR, CHUNKS),  # mapped, sorted by chunk_id: no copy of the texts
         t["section_links"],
+        entry_vectors,
+        dim,
     )
     done("documentation graph")
 

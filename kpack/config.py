@@ -180,6 +180,25 @@ class QueryConfig(_Settings):
         "+ 0.5 x the share of the question's terms missing from the first passage that it has "
         "(None: the profile's, 0.3)",
     )
+    keyword_weight: float | None = Field(
+        None,
+        ge=0.0,
+        description="hybrid search: the weight of the BM25 list in the reciprocal rank fusion, "
+        "against vector search's 1 (None: the profile's)",
+    )
+    api_weight: float | None = Field(
+        None,
+        ge=0.0,
+        description="API search: the weight of the list of passages defining the APIs a "
+        "question names, in the reciprocal rank fusion (None: the profile's)",
+    )
+    definition_weight: float | None = Field(
+        None,
+        ge=0.0,
+        description="definition search: the weight of the list of passages whose API "
+        "definitions read closest to the question, in the reciprocal rank fusion (None: the "
+        "profile's)",
+    )
     cross_encoder_model: str = Field(
         "cross-encoder/ms-marco-MiniLM-L-12-v2", description="CrossEncoderReranker's model"
     )
@@ -214,6 +233,9 @@ class QueryConfig(_Settings):
     enable_graph: bool | None = _stage_toggle("graph retrieval and the graph second hop")
     enable_doc_graph: bool | None = _stage_toggle(
         "the documentation graph (section links and API definitions)"
+    )
+    enable_api_search: bool | None = _stage_toggle(
+        "API search: the passages defining the APIs a question names"
     )
 
     @model_validator(mode="after")
@@ -268,8 +290,15 @@ class PackConfig(_Settings):
         description="most seconds a build waits for its message batches; past it the build "
         "fails, and the next build collects the batches without paying again",
     )
-    chunk_tokens: int = Field(256, ge=8, description="words per chunk")
-    chunk_overlap_tokens: int = Field(48, ge=1, description="words shared by adjacent chunks")
+    chunk_tokens: int = Field(
+        256,
+        ge=8,
+        description="most word pieces of the embedding model per chunk, heading path "
+        "included; never more than the model reads",
+    )
+    chunk_overlap_tokens: int = Field(
+        48, ge=1, description="word pieces shared by adjacent chunks of a section"
+    )
     max_failed_fraction: float = Field(
         0.2, ge=0.0, le=1.0, description="share of URLs that may fail before the build fails"
     )

@@ -96,7 +96,7 @@ PARQUET_SCHEMAS: dict[str, pa.Schema] = {
             ("section_index", I32),
             ("chunk_index", I32),
             ("content", STR),
-            ("token_estimate", I32),
+            ("word_pieces", I32),
             ("content_hash", STR),
         ]
     ),
@@ -228,7 +228,7 @@ KUZU_NODES = (
         kuzu_columns("articles") + kuzu_columns("pagerank", drop=("url",)),
     ),
     NodeTable("Section", (*kuzu_columns("sections", drop=("defines",)), ("embedding", VECTOR))),
-    NodeTable("Chunk", (*kuzu_columns("chunks", drop=("token_estimate",)), ("embedding", VECTOR))),
+    NodeTable("Chunk", (*kuzu_columns("chunks", drop=("word_pieces",)), ("embedding", VECTOR))),
     NodeTable("Entity", kuzu_columns("entities")),
     NodeTable("Fact", kuzu_columns("facts", "fact_id", "content", "section_id")),
     NodeTable("Category", (("name", "STRING"), ("article_count", "INT32"))),

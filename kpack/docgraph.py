@@ -16,6 +16,9 @@ beside the other retrieval indexes (kpack.indexes), in the version's ``indexes/`
 - ``definitions.arrow``: per API identifier (its key, kpack.text.normalize_entity, sorted) the
   chunk row of the passage that defines it (the first passage of its defining section that
   writes its name, else the section's first passage), its section row and its name as written.
+- ``definition_vectors.npy``: per row of definitions.arrow, the unit vector of the identifier's
+  entry text (its name, signature line and first line of description,
+  kpack.ingest.definitions), so a question finds a definition by meaning.
 
 A query (retrieval.docgraph) reads the rows of the few sections it expands, by offset and by
 bisection, from the memory-mapped files.
@@ -29,13 +32,18 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kpack.contracts import section_of_chunk
+from kpack.ingest.definitions import defining_passage, entry_hash, entry_text
 from kpack.text import normalize_entity
 
 DOC_LINKS = "doc_links.arrow"
 DOC_LINK_OFFSETS = "doc_link_offsets.npy"
 DEFINITIONS = "definitions.arrow"
+# Per definitions.arrow row, the unit vector of its entry text (kpack.ingest.definitions);
+# optional: a version built before it has none, and its definitions are found by name only.
+DEFINITION_VECTORS = "definition_vectors.npy"
 DOC_GRAPH_FILES = (DOC_LINKS, DOC_LINK_OFFSETS, DEFINITIONS)
 
 LINK_SCHEMA = pa.schema(
@@ -120,22 +128,25 @@ def definition_rows(
     defines: list[list[str] | None],
     runs: tuple[np.ndarray, np.ndarray],
     texts: Sequence[str],
-) -> pa.Table:
+) -> tuple[pa.Table, list[str]]:
     """definitions.arrow's rows (see the module docstring), sorted by key; an identifier
-    defined in several sections has a row for each."""
+    defined in several sections has a row for each. With them, each row's entry hash
+    (kpack.ingest.definitions: the key of its entry text's vector)."""
     first, count = runs
-    rows: list[tuple[str, int, int, str]] = []
+    rows: list[tuple[str, int, int, str, str]] = []
     for section_row, names in enumerate(defines):
         start = int(first[section_row])
         if start < 0 or not names:
             continue
+        passages = [texts[row] for row in range(start, start + int(count[section_row]))]
         for name in names:
             key = normalize_entity(name)
             if key:
-                chunk = _defining_chunk(name, texts, start, start + int(count[section_row]))
-                rows.append((key, chunk, section_row, name))
+                at = defining_passage(name, passages)
+                entry = entry_hash(entry_text(name, passages[at]))
+                rows.append((key, start + at, section_row, name, entry))
     rows.sort()
-    return pa.table(
+    table = pa.table(
         {
             "entity_id": [r[0] for r in rows],
             "chunk": [r[1] for r in rows],
@@ -144,30 +155,42 @@ def definition_rows(
         },
         schema=DEFINITION_SCHEMA,
     )
+    return table, [r[4] for r in rows]
 
 
-def _defining_chunk(name: str, texts: Sequence[str], start: int, end: int) -> int:
-    """The first chunk row in [start, end) that writes the identifier's signature (its last part
-    and a parenthesis: a method's signature writes "default(o)" for json.JSONEncoder.default),
-    else the first that writes its last part (an attribute), else start."""
-    last = name.rsplit(".", 1)[-1]
-    for written in (f"{last}(", last):
-        found = next((row for row in range(start, end) if written in texts[row]), None)
-        if found is not None:
-            return found
-    return start
+def definition_vectors(entries: list[str], vectors: pa.Table, dim: int) -> np.ndarray:
+    """The unit vector of each definition's entry text, in the definitions' order, from the
+    build's embeddings (content_hash, embedding); zeros for an entry without one (it then
+    matches no question)."""
+    out = np.zeros((len(entries), dim), dtype=np.float32)
+    if not entries or vectors.num_rows == 0:
+        return out
+    position = pc.index_in(pa.array(entries, pa.string()), value_set=vectors["content_hash"])
+    found = np.flatnonzero(position.is_valid().to_numpy(zero_copy_only=False))
+    if len(found):
+        rows = vectors["embedding"].take(position.take(pa.array(found)))
+        out[found] = np.asarray(rows.to_pylist(), dtype=np.float32)
+    return out
 
 
-def write_doc_graph(folder: Path, sections: pa.Table, chunks: pa.Table, links: pa.Table) -> None:
+def write_doc_graph(
+    folder: Path,
+    sections: pa.Table,
+    chunks: pa.Table,
+    links: pa.Table,
+    entry_vectors: pa.Table,
+    dim: int,
+) -> None:
     """Write the documentation graph's files into a version's index folder; ``sections`` and
-    ``chunks`` sorted by id, as the index folder's own tables are. Only the passages of the
-    sections that define something are read as text (a million-passage pack's texts are
-    gigabytes as Python strings)."""
+    ``chunks`` sorted by id, as the index folder's own tables are; ``entry_vectors`` the
+    build's vectors of the definitions' entry texts (content_hash, embedding). Only the
+    passages of the sections that define something are read as text (a million-passage
+    pack's texts are gigabytes as Python strings)."""
     from kpack.indexes import Column, write_arrow
 
     section_ids = sections["section_id"].to_pylist()
     runs = _chunk_runs(section_ids, chunks["chunk_id"].to_pylist())
-    definitions = definition_rows(
+    definitions, entries = definition_rows(
         section_ids, sections["defines"].to_pylist(), runs, Column(chunks["content"])
     )
     defined = {
@@ -183,6 +206,7 @@ def write_doc_graph(folder: Path, sections: pa.Table, chunks: pa.Table, links: p
     np.save(folder / DOC_LINK_OFFSETS, offsets)
     write_arrow(folder / DOC_LINKS, table)
     write_arrow(folder / DEFINITIONS, definitions)
+    np.save(folder / DEFINITION_VECTORS, definition_vectors(entries, entry_vectors, dim))
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -235,6 +259,13 @@ class DocGraph:
         self._chunks = column_array(definitions["chunk"])
         self._sections = column_array(definitions["section"])
         self._names = Column(definitions["name"])
+        self._key_column = definitions["entity_id"]
+        vectors = folder / DEFINITION_VECTORS
+        # Unit vectors of the entries, row for row; None in a version built before them.
+        self.vectors: np.ndarray | None = (
+            load_array(folder, DEFINITION_VECTORS) if vectors.is_file() else None
+        )
+        self._last_parts: dict[str, list[int]] | None = None
 
     def links(self, section_row: int) -> Links:
         """The links of a section, out and in, in the order of their target rows."""
@@ -252,10 +283,36 @@ class DocGraph:
 
     def definitions(self, key: str) -> list[Definition]:
         """Where the identifier with this key (normalize_entity) is defined; [] if nowhere."""
-        return [
-            Definition(int(self._chunks[at]), int(self._sections[at]), self._names[at])
-            for at in self._keys.span(key)
-        ]
+        return [self._definition(at) for at in self._keys.span(key)]
+
+    def nearest(self, vector: np.ndarray, k: int) -> list[tuple[Definition, float]]:
+        """The k definitions whose entry texts are nearest a unit ``vector``, with their
+        cosine similarity, best first; [] in a version without entry vectors."""
+        if self.vectors is None or not len(self.vectors):
+            return []
+        similarity = self.vectors @ vector
+        k = min(k, len(similarity))
+        top = np.argpartition(-similarity, k - 1)[:k]
+        top = top[np.argsort(-similarity[top], kind="stable")]
+        return [(self._definition(int(at)), float(similarity[at])) for at in top]
+
+    def definitions_named(self, last: str) -> list[Definition]:
+        """Where an identifier whose last part is ``last`` (lower case) is defined, whatever
+        it is defined on: "groupby" finds ``DataFrame.groupby`` and ``Series.groupby``."""
+        return [self._definition(at) for at in self._by_last_part().get(last.lower(), ())]
+
+    def _definition(self, at: int) -> Definition:
+        return Definition(int(self._chunks[at]), int(self._sections[at]), self._names[at])
+
+    def _by_last_part(self) -> dict[str, list[int]]:
+        """Definition rows by the last part of their key, made on first use (one pass over the
+        keys, once per version)."""
+        if self._last_parts is None:
+            index: dict[str, list[int]] = {}
+            for at, key in enumerate(self._key_column.to_pylist()):
+                index.setdefault(key.rsplit(".", 1)[-1], []).append(at)
+            self._last_parts = index
+        return self._last_parts
 
 
 def load_doc_graph(folder: Path) -> DocGraph | None:

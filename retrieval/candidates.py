@@ -12,10 +12,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from kpack.contracts import chunk_id, section_of_chunk
+from retrieval.coding_questions import read_question
 from retrieval.query import Candidate, Query, stage
 from retrieval.reader import PackReader
 
 RRF_K = 60
+# The lists whose presence makes fuse a reciprocal rank fusion (else the vector hits of every
+# phrasing are merged by similarity): keyword search and the two API searches.
+FUSED_SOURCES = ("bm25", "api", "definition")
 
 
 def passage(
@@ -155,24 +159,51 @@ def vector_search(query: Query) -> None:
         )
 
 
+@stage("read_question", "retrieve")
+def read_the_question(query: Query) -> None:
+    """The question's prose apart from its code, data and the asker's own names, and the APIs
+    it names (retrieval.coding_questions)."""
+    query.reading = read_question(query.text)
+
+
+def keyword_text(query: Query, phrasing: str) -> str:
+    """What keyword search looks for: the question's prose, without the asker's variables and
+    values or a problem's code and data rows (they match pages by accident); other phrasings
+    as written."""
+    if phrasing == query.text and query.reading is not None and query.reading.prose:
+        return query.reading.prose
+    return phrasing
+
+
 @stage("bm25_search", "retrieve", toggle="enable_hybrid")
 def bm25_search(query: Query) -> None:
     for phrasing in query.phrasings:
-        query.rankings.append(("bm25", keyword_passages(query.reader, phrasing, query.depth)))
+        words = keyword_text(query, phrasing)
+        query.rankings.append(("bm25", keyword_passages(query.reader, words, query.depth)))
+
+
+def source_weight(query: Query, source: str) -> float:
+    """A ranking's weight in the fusion: vector search counts 1, the others at their setting."""
+    settings = query.settings
+    weights = {
+        "graph": settings.graph_weight,
+        "bm25": settings.keyword_weight,
+        "api": settings.api_weight,
+        "definition": settings.definition_weight,
+    }
+    weight = weights.get(source)
+    return 1.0 if weight is None else weight
 
 
 @stage("dedupe", "retrieve", toggle=None)
 def fuse(query: Query) -> None:
-    """One ranking from all lists: RRF when keyword search took part (hybrid), else the best
+    """One ranking from all lists: RRF when keyword or API search took part, else the best
     similarity per passage. Every candidate gets a cosine similarity, which the gate and the
     reports compare: a BM25-only hit's is computed from its stored vector."""
     lists = [hits for _, hits in query.rankings]
-    if any(source == "bm25" for source, _ in query.rankings):
+    if any(source in FUSED_SOURCES for source, _ in query.rankings):
         # The graph list (retrieval.graph) counts at its calibrated weight.
-        weights = [
-            query.settings.graph_weight if source == "graph" else 1.0
-            for source, _ in query.rankings
-        ]
+        weights = [source_weight(query, source) for source, _ in query.rankings]
         candidates = reciprocal_rank_fusion(*lists, weights=weights)
         top = max((c.rrf or 0.0 for c in candidates), default=0.0) or 1.0
         for rank, candidate in enumerate(candidates, start=1):

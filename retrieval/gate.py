@@ -26,6 +26,13 @@ def pack_vocabulary(reader: PackReader) -> Vocabulary:
     return Vocabulary(reader.keywords.passages, reader.keywords.frequency)
 
 
+def searched_words(query: Query) -> str:
+    """The words the gate asks the passages to cover: the question's prose, without the
+    asker's own variables and values or a problem's code and data, which no page holds."""
+    reading = query.reading
+    return reading.prose if reading is not None and reading.prose else query.text
+
+
 class ConfidenceGate:
     name, phase, toggle = "gate", "gate", None
 
@@ -36,6 +43,11 @@ class ConfidenceGate:
         if not query.candidates:
             query.query_type = NOTHING_FOUND
             return
+        defined = [name for name, as_code in query.notes.get("apis", {}).items() if as_code]
+        if defined:
+            names = ", ".join(defined[:3])
+            query.notes["gate"] = {"gated": False, "why": f"the pack defines {names}"}
+            return
         if best is None or best < threshold:
             why = f"best similarity {best or 0.0:.3f} < threshold {threshold}{source}"
             query.notes["gate"] = {"gated": True, "why": why}
@@ -45,7 +57,7 @@ class ConfidenceGate:
             return
         vocabulary = pack_vocabulary(query.reader)
         passages = [c.text for c in query.candidates[:COVERAGE_PASSAGES]]
-        evidence = coverage(query.text, passages, vocabulary, threshold)
+        evidence = coverage(searched_words(query), passages, vocabulary, threshold)
         gated = best < evidence.required
         why = evidence.explain(vocabulary.passages, best)
         query.notes["gate"] = {"gated": gated, "why": why, **evidence.as_dict()}

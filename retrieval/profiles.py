@@ -39,7 +39,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kpack.errors import PackError
-from retrieval.candidates import bm25_search, embed_question, fuse, vector_search
+from retrieval.api_search import ApiSearch, DefinitionSearch
+from retrieval.candidates import (
+    bm25_search,
+    embed_question,
+    fuse,
+    read_the_question,
+    vector_search,
+)
 from retrieval.decompose import QueryDecomposer, SubQuestionCoverage
 from retrieval.docgraph import DocGraphExpansion
 from retrieval.expansion import MultiQueryExpander
@@ -68,6 +75,7 @@ TOGGLES = (
     "enable_quality_filter",
     "enable_graph",
     "enable_doc_graph",
+    "enable_api_search",
 )
 # What use_enhancements=false keeps besides the stages without a toggle.
 NOT_AN_ENHANCEMENT = ("enable_hybrid",)
@@ -96,6 +104,9 @@ BALANCED_SETTINGS = {
     "graph_weight": 1.0,
     "graph_expand": 3,
     "graph_bridge_threshold": 0.3,
+    "keyword_weight": 1.0,
+    "api_weight": 1.0,
+    "definition_weight": 1.0,
 }
 
 # The profiles with the graph stages (retrieval.graph) give the GraphReranker's PageRank, a
@@ -108,7 +119,14 @@ GRAPH_SETTINGS = {"reranker_beta": 0.0}
 
 # Stage runs that several profiles share; a profile lists them in its own order, so a stage
 # for one profile is still one line in that profile's list.
-SEARCH = (embed_question, vector_search, bm25_search)
+SEARCH = (
+    read_the_question,
+    embed_question,
+    vector_search,
+    bm25_search,
+    ApiSearch(),
+    DefinitionSearch(),
+)
 # Query decomposition (retrieval.decompose): with a key, a multi-part question's sub-questions
 # are searched as phrasings, and each keeps its best passage after top k.
 DECOMPOSE = QueryDecomposer()

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from kpack.config import QueryConfig
     from kpack.gate import GateThreshold
     from kpack.llm import ClaudeClient
+    from retrieval.coding_questions import QuestionReading
     from retrieval.reader import PackReader
 
 Phase = Literal["retrieve", "gate", "rank", "context", "answer"]
@@ -172,6 +173,7 @@ class Query:
     exclude_examples: Callable[[dict], bool] | None = None
     depth: int = 0  # passages each index returns: k, or more for a reranker that cuts to k
     phrasings: list[str] = field(default_factory=list)
+    reading: QuestionReading | None = None  # its prose, code and names (read_question)
     vectors: np.ndarray | None = None
     rankings: list[tuple[str, list[Candidate]]] = field(default_factory=list)  # (source, hits)
     candidates: list[Candidate] = field(default_factory=list)  # alive, best first

@@ -23,13 +23,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kpack.contracts import passage_text
+from kpack.ingest.definitions import defining_passage, entry_hash, entry_text
 
 
 def distinct_texts(
     sections: pa.Table, chunks: pa.Table, embed_sections: bool = True
 ) -> dict[str, str]:
-    """content_hash -> the text the model embeds for it: every chunk's, and every section's
-    when ``embed_sections`` (a section of one chunk has its chunk's hash either way)."""
+    """content_hash -> the text the model embeds for it: every chunk's, every section's
+    when ``embed_sections`` (a section of one chunk has its chunk's hash either way), and
+    every definition's entry text (:func:`entry_texts`)."""
     heading_of = dict(
         zip(sections["section_id"].to_pylist(), sections["heading_path"].to_pylist(), strict=True)
     )
@@ -41,6 +43,28 @@ def distinct_texts(
         texts.setdefault(
             row["content_hash"], passage_text(heading_of[row["section_id"]], row["content"])
         )
+    texts.update(entry_texts(sections, chunks))
+    return texts
+
+
+def entry_texts(sections: pa.Table, chunks: pa.Table) -> dict[str, str]:
+    """entry hash -> entry text of every identifier the sections define
+    (kpack.ingest.definitions), read from its defining passage."""
+    defining = sections.filter(pc.invert(pc.is_null(sections["defines"])))
+    if defining.num_rows == 0:
+        return {}
+    wanted = chunks.filter(pc.is_in(chunks["section_id"], value_set=defining["section_id"]))
+    passages: dict[str, list[tuple[int, str]]] = {}
+    for row in wanted.select(["section_id", "chunk_index", "content"]).to_pylist():
+        passages.setdefault(row["section_id"], []).append((row["chunk_index"], row["content"]))
+    texts: dict[str, str] = {}
+    for row in defining.select(["section_id", "defines"]).to_pylist():
+        ordered = [text for _, text in sorted(passages.get(row["section_id"], []))]
+        if not ordered:
+            continue
+        for name in row["defines"] or []:
+            text = entry_text(name, ordered[defining_passage(name, ordered)])
+            texts.setdefault(entry_hash(text), text)
     return texts
 
 
