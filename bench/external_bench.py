@@ -20,7 +20,8 @@ Per method, page level (a passage counts when its page path ends with a gold pag
 10 passages per question, repeats kept: hit@1, hit@5, hit@10, MRR@10, and how many questions
 the gate refused (a search that returns no passage). Methods, all over the pack's own chunks:
 
-- our profiles (``retrieval.search``, k=10): baseline and balanced (the default);
+- our profiles (``retrieval.search``, k=10): baseline and balanced (the default); a question
+  counts as refused when ``retrieval.query`` (offline) falls back past the gate;
 - ``dense``: cosine over the pack's own chunk vectors, the question embedded by the pack's
   own query encoder;
 - ``bm25s``: the bm25s package (BM25 with its English stopwords and the Snowball stemmer) over
@@ -70,6 +71,7 @@ PEERS = ("dense", "bm25s", "rrf")
 K = 10
 RRF_K = 60
 HALVES = ("dev", "report", "all")
+GATED = "confidence_gated_fallback"
 
 
 # --- Packs ---------------------------------------------------------------------------------
@@ -170,22 +172,22 @@ class Peers:
         index = self.reader.version_dir / "indexes"
         chunks = pa.ipc.open_file(pa.memory_map(str(index / "chunks.arrow"))).read_all()
         sections = pa.ipc.open_file(pa.memory_map(str(index / "sections.arrow"))).read_all()
-        heading = dict(
-            zip(
+        section_of = {
+            s: (url, heading)
+            for s, url, heading in zip(
                 sections["section_id"].to_pylist(),
-                sections["heading_path"].to_pylist()
-                if "heading_path" in sections.column_names
-                else sections["heading"].to_pylist(),
+                sections["article_url"].to_pylist(),
+                sections["heading_path"].to_pylist(),
                 strict=True,
             )
-        )
+        }
         self.chunk_ids = chunks["chunk_id"].to_pylist()
-        self.pages = [page_of(u) for u in chunks["article_url"].to_pylist()]
+        # A chunk id is "<section id>-<chunk index>" (kpack.contracts).
+        owners = [section_of[c.rsplit("-", 1)[0]] for c in self.chunk_ids]
+        self.pages = [page_of(url) for url, _ in owners]
         texts = [
-            f"{heading.get(s, '')}\n{c}"
-            for s, c in zip(
-                chunks["section_id"].to_pylist(), chunks["content"].to_pylist(), strict=True
-            )
+            f"{heading}\n{content}"
+            for (_, heading), content in zip(owners, chunks["content"].to_pylist(), strict=True)
         ]
         self.vectors = np.load(index / "chunk_vectors.npy", mmap_mode="r")
         assert len(self.vectors) == len(self.chunk_ids), "vectors and chunks disagree"
@@ -238,8 +240,11 @@ def profile_method(pack: Path, profile: str) -> Callable[[str], list[str] | None
     import retrieval
 
     def run(question: str) -> list[str] | None:
+        answered = retrieval.query(pack, question, profile=profile, use_llm=False)
+        if answered["query_type"] == GATED:
+            return None  # the gate refused: no passage is used
         hits = retrieval.search(pack, question, k=K, profile=profile)
-        return [page_of(h["url"]) for h in hits] if hits else None  # None: the gate refused
+        return [page_of(h["url"]) for h in hits]
 
     return run
 

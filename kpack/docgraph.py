@@ -239,6 +239,7 @@ class Definition:
     chunk: int  # chunk row of the defining passage
     section: int  # section row
     name: str  # as the documentation writes it
+    row: int = -1  # its row in definitions.arrow (and definition_vectors.npy)
 
 
 class DocGraph:
@@ -302,7 +303,14 @@ class DocGraph:
         return [self._definition(at) for at in self._by_last_part().get(last.lower(), ())]
 
     def _definition(self, at: int) -> Definition:
-        return Definition(int(self._chunks[at]), int(self._sections[at]), self._names[at])
+        return Definition(int(self._chunks[at]), int(self._sections[at]), self._names[at], at)
+
+    def entry_similarity(self, definitions: Sequence[Definition], vector: np.ndarray) -> np.ndarray:
+        """The cosine similarity of a unit ``vector`` with each definition's entry text; zeros
+        in a version without entry vectors."""
+        if self.vectors is None:
+            return np.zeros(len(definitions), dtype=np.float32)
+        return self.vectors[[d.row for d in definitions]] @ vector
 
     def _by_last_part(self) -> dict[str, list[int]]:
         """Definition rows by the last part of their key, made on first use (one pass over the

@@ -21,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from kpack.contracts import section_of_chunk
-from kpack.text import STOPWORDS, WORD
+from kpack.docgraph import Definition
+from kpack.text import STOPWORDS, WORD, stem
 from retrieval.candidates import passage
 from retrieval.coding_questions import read_question
 from retrieval.query import Candidate, Query
@@ -48,7 +49,22 @@ def named_apis(query: Query) -> list[tuple[str, bool]]:
     for word in WORD.findall(reading.prose.lower()):
         if len(word) > 2 and word not in STOPWORDS:
             named.setdefault(word, False)
+            named.setdefault(stem(word), False)  # "summing" names sum, "sorted" sort
     return list(named.items())
+
+
+def defined_names(query: Query) -> list[tuple[str, bool, list[Definition]]]:
+    """The names of :func:`named_apis` that the version defines, with their definitions; a
+    bare word only where it is specific (defined in at most MAX_DEFINITIONS places)."""
+    graph = query.reader.doc_graph
+    if graph is None:
+        return []
+    found = []
+    for name, as_code in named_apis(query):
+        definitions = graph.definitions_named(name)
+        if definitions and (as_code or len(definitions) <= MAX_DEFINITIONS):
+            found.append((name, as_code, definitions))
+    return found
 
 
 class ApiSearch:
@@ -57,14 +73,15 @@ class ApiSearch:
     name, phase, toggle = "api_search", "retrieve", "enable_api_search"
 
     def __call__(self, query: Query) -> None:
-        graph = query.reader.doc_graph
-        if graph is None:
-            return
         found: dict[int, tuple[str, bool]] = {}
-        for name, as_code in named_apis(query):
-            definitions = graph.definitions_named(name)
-            if not definitions or (not as_code and len(definitions) > MAX_DEFINITIONS):
-                continue
+        # Per name given as a word, how closely its best entry reads like the question: the
+        # gate's keyword evidence (retrieval.gate).
+        word_evidence: dict[str, float] = {}
+        graph = query.reader.doc_graph
+        for word, as_code, definitions in defined_names(query):
+            if not as_code and query.vectors is not None:
+                entries = graph.entry_similarity(definitions, query.vector)
+                word_evidence[word] = max(word_evidence.get(word, 0.0), float(entries.max()))
             rows = np.array(sorted({d.chunk for d in definitions}), dtype=np.int64)
             closest = rows[np.argsort(-query.passage_similarity(rows), kind="stable")]
             by_row = {d.chunk: d.name for d in definitions}
@@ -72,6 +89,7 @@ class ApiSearch:
                 found.setdefault(int(row), (by_row[int(row)], as_code))
         if not found:
             return
+        query.notes["api_words"] = {w: round(v, 4) for w, v in word_evidence.items()}
         rows = np.array(list(found), dtype=np.int64)
         similarity = query.passage_similarity(rows)
         hits: list[Candidate] = []

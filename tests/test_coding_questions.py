@@ -153,3 +153,10 @@ def test_an_intent_finds_the_definition_whose_entry_reads_like_it(pack):
         pack, "make a long ledger into a wide one", k=2, enable_api_search=False
     )
     assert "definition #" not in " ".join(hit["why"] for hit in with_api_search_off)
+
+
+def test_an_everyday_question_whose_word_names_an_api_is_still_refused(pack):
+    # "spread" is an API of this pack, but its entry reads nothing like the question.
+    result = retrieval.query(pack, "How do I spread butter evenly on warm toast?", use_llm=False)
+    assert result["query_type"] == "confidence_gated_fallback"
+    assert "spread" in result["trace"].get("api_words", {})
