@@ -18,7 +18,7 @@ from kpack.packs import is_loopback
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from serving.http import serve
+    from serving.runner import serve
 
     token = args.token or os.environ.get("KPACK_API_TOKEN") or None
     if not 0 < args.port < 65536:
@@ -41,6 +41,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         access_log=args.access_log,
         header_timeout=args.header_timeout,
         max_connections=args.max_connections,
+        allowed_hosts=args.allow_host,
     )
     return 0
 
@@ -132,6 +133,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="connections open at once; beyond, the one waiting longest for its headers is "
         "dropped (default: half the open-file limit, at most 1024)",
+    )
+    serve.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests whose Host is NAME (repeatable; '*.example.com' for a "
+        "domain, '*' for any). By default only loopback names and the --host address are "
+        "answered: a web page cannot reach the packs through DNS rebinding",
     )
     serve.set_defaults(run=cmd_serve)
     sub.add_parser("mcp", help="the MCP server for Claude Code (stdio)").set_defaults(run=cmd_mcp)
