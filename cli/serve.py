@@ -70,7 +70,13 @@ def cmd_install(args: argparse.Namespace) -> int:
     from kpack.archive import install
 
     with console.status("verifying checksums, the database and the embedding model"):
-        result = install(args.source, name=args.as_name, replace=args.replace)
+        result = install(
+            args.source, name=args.as_name, replace=args.replace, trust_config=args.trust_config
+        )
+    if result.dropped:
+        from kpack.archive.policy import dropped_note
+
+        err.print(f"[yellow]note:[/] {escape(dropped_note(result.dropped))}")
     return report(
         f"installed {result.source_pack} v{result.source_version} as {result.pack} version "
         f"{result.version} in {escape(str(result.folder))} ({len(result.files)} files verified, "
@@ -156,6 +162,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "--replace",
         action="store_true",
         help="publish it as the next version of an existing pack of that name",
+    )
+    inst.add_argument(
+        "--trust-config",
+        action="store_true",
+        help="keep the archive's fetch.file_roots and fetch.allow_private_hosts (by default a "
+        "rebuild of an installed pack reads no file outside it and no private address)",
     )
     inst.set_defaults(run=cmd_install)
     check = sub.add_parser("validate", help="check a pack or a .kpack archive without installing")

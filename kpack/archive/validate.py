@@ -3,7 +3,8 @@
 The checks (:func:`check_pack_files`) are the ones install makes before it publishes: the
 manifest's fields, the embedding model loading here with the pack's dimension, ``pack.db``
 being the file the manifest was sealed with (kpack.store.database_problem, the check every
-query makes), and the database's counts against the manifest. An archive is first read into
+query makes), the database's counts against the manifest, and every retrieval index opened as
+a reader opens it with the shape the manifest implies (kpack.archive.index_shapes). An archive is first read into
 a staging folder (kpack.archive.reader: every member checked and bounded), removed afterwards.
 """
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from kpack import settings
 from kpack.archive.format import SUFFIX, VERSION_FILES, read_json
+from kpack.archive.index_shapes import index_problem
 from kpack.archive.reader import is_url, local_copy, open_archive
 from kpack.archive.staging import staging_area
 from kpack.contracts import KUZU_NODES, KUZU_RELS
@@ -122,6 +124,21 @@ def check_pack_files(report: Report, version_dir: Path, manifest: dict) -> None:
     # The seal first: Kuzu can crash the process on a damaged file instead of raising.
     if check_seal(report, version_dir):
         check_database(report, version_dir / DATABASE, manifest)
+        check_indexes(report, version_dir, manifest)
+
+
+def check_indexes(report: Report, version_dir: Path, manifest: dict) -> None:
+    """Every retrieval index opened as a reader opens it, its type and shape against the
+    manifest's counts and dimension (kpack.archive.index_shapes): a resealed archive carries
+    checksums that match whatever it holds."""
+    problem = index_problem(version_dir, manifest)
+    report.add(
+        "indexes",
+        problem is None,
+        "every index file opens with the manifest's counts and dimension"
+        if problem is None
+        else f"{problem}; the archive was not written by kpack export, or was altered",
+    )
 
 
 def check_seal(report: Report, version_dir: Path) -> bool:
