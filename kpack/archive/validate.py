@@ -20,7 +20,7 @@ from kpack.archive.reader import is_url, local_copy, open_archive
 from kpack.archive.staging import staging_area
 from kpack.contracts import KUZU_NODES, KUZU_RELS
 from kpack.errors import PackError, disk_errors
-from kpack.packs import current_version, pack_dir, validate_pack_name
+from kpack.packs import built_time, current_version, pack_dir, validate_pack_name
 from kpack.store import DATABASE, database_problem, indexes_problem
 
 
@@ -112,11 +112,13 @@ def check_pack_files(report: Report, version_dir: Path, manifest: dict) -> None:
         and isinstance(embedding.get("dimension"), int)
         and isinstance(manifest.get("counts"), dict)
         and isinstance(manifest.get("name"), str)
+        and built_time(manifest.get("built_at")) is not None
     )
     detail = (
         f"{manifest['name']} version {manifest.get('version')}, built {manifest.get('built_at')}"
         if fields_ok
-        else "it names no embedding model and dimension, counts or pack name"
+        else "it names no embedding model and dimension, counts, pack name or build time (an "
+        "ISO 8601 date with its offset)"
     )
     if not report.add("manifest", fields_ok, detail):
         return

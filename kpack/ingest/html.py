@@ -70,6 +70,8 @@ SKIP = {"img", "picture", "video", "audio", "canvas", "button", "input", "select
 PARSE_BUDGET_S = 20.0
 BUDGET_CHECK_EVERY = 1024  # elements walked between two looks at the clock
 WS = re.compile(r"\s+")
+# What reads as an answer's citation ([Source: title], retrieval.citations) inside page text.
+CITATION_LOOKALIKE = re.compile(r"\[\s*(sources?\s*:[^\]]*)\]", re.IGNORECASE)
 
 MD_HEADING = re.compile(r"^(#{1,6})\s+(.*?)(?:\s+#+)?\s*$")
 MD_LINK = re.compile(r"\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+[\"'][^)]*[\"'])?\s*\)")
@@ -333,8 +335,18 @@ def _markdown_hrefs(text: str) -> list[str]:
 
 
 def page_blocks(fmt: str, body: str, marks: bool = False) -> Iterator[Block]:
-    """The blocks of a fetched page: HTML, or Markdown (plain text reads as Markdown)."""
-    return html_blocks(body, marks) if fmt in HTML_FORMATS else markdown_blocks(body, marks)
+    """The blocks of a fetched page: HTML, or Markdown (plain text reads as Markdown), each
+    text's citation lookalikes defused (see defuse_citations)."""
+    blocks = html_blocks(body, marks) if fmt in HTML_FORMATS else markdown_blocks(body, marks)
+    for kind, level, text in blocks:
+        yield kind, level, text if kind in MARKS else defuse_citations(text)
+
+
+def defuse_citations(text: str) -> str:
+    """Page text is data, never a citation: ``[Source: X]`` written in a page (in any case or
+    spacing) becomes ``(Source: X)``, so an answer that quotes the page never shows it as the
+    ``[Source: title]`` an answer cites its passages with."""
+    return CITATION_LOOKALIKE.sub(r"(\1)", text) if "[" in text else text
 
 
 def page_links(fmt: str, body: str) -> list[tuple[str, str]]:
