@@ -52,8 +52,9 @@ from kpack.indexes import (
 )
 from kpack.packs import INDEX_DIR
 
-# Array kinds, as numpy's dtype.kind: float, signed or unsigned integer.
-FLOAT, INTEGER = "f", "iu"
+# Array kinds, as numpy's dtype.kind: float, signed or unsigned integer; vectors are float32
+# exactly (a reader maps them as they are, and the question's vector is float32).
+FLOAT, INTEGER, VECTORS = "f", "iu", "float32"
 # Arrow tables and the manifest count their rows must equal.
 TABLE_COUNTS = {CHUNKS: "Chunk", SECTIONS: "Section", ARTICLES: "Article", ENTITIES: "Entity"}
 OPTIONAL_TABLES = (ARTICLE_ENTITIES, FACTS, DOC_LINKS, DEFINITIONS)
@@ -81,7 +82,8 @@ def _check(folder: Path, manifest: dict) -> None:
 
     def array(name: str, kinds: str, *shape: int | None) -> np.ndarray:
         data = load_array(folder, name)
-        if data.dtype.kind not in kinds or data.ndim != len(shape):
+        wrong_type = data.dtype != np.float32 if kinds == VECTORS else data.dtype.kind not in kinds
+        if wrong_type or data.ndim != len(shape):
             raise IndexShapeError(
                 f"{INDEX_DIR}/{name} is a {data.ndim}-dimensional {data.dtype} array, "
                 f"not the {len(shape)}-dimensional {_kind_name(kinds)} array a reader needs"
@@ -104,7 +106,7 @@ def _check(folder: Path, manifest: dict) -> None:
         array(hashes, INTEGER, 2, tables[table])
 
     for name, rows in ((CHUNK_VECTORS, chunks), (SECTION_VECTORS, sections)):
-        vectors = array(name, FLOAT, rows, dim)
+        vectors = array(name, VECTORS, rows, dim)
         # A reader's first step on every question: the nearest rows to a unit vector.
         probe = np.zeros(dim, dtype=np.float32)
         probe[0] = 1.0
@@ -151,7 +153,7 @@ def _equal(name: str, what: str, actual: int, wanted: int | None) -> None:
 
 
 def _kind_name(kinds: str) -> str:
-    return "float" if kinds == FLOAT else "integer"
+    return {FLOAT: "float", VECTORS: "float32"}.get(kinds, "integer")
 
 
 def _shape_text(shape: tuple[int | None, ...]) -> str:
