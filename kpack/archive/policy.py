@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 from kpack.config import CONFIG_FILE, parse_config, read_config_json
+from kpack.errors import PackError
 
 # What an installed pack may read with file: URLs: its own folder.
 OWN_FOLDER = "."
@@ -25,9 +26,12 @@ def contain_settings(pack_files: Path, trusted: bool) -> list[str]:
     """Rewrite the staged ``kg_config.json`` in ``pack_files`` so its build reaches nothing
     outside the pack (unless ``trusted``); the settings dropped, as ``key value`` texts. A
     kg_config.json that is not valid settings is refused (PackError naming the key)."""
-    path = pack_files / CONFIG_FILE
-    raw = read_config_json(path) if path.is_file() else {}
-    parse_config(raw, f"the archive's {CONFIG_FILE}")
+    path, where = pack_files / CONFIG_FILE, f"the archive's {CONFIG_FILE}"
+    try:
+        raw = read_config_json(path) if path.is_file() else {}
+    except PackError as exc:  # named by the staged file's path: named as the archive's
+        raise PackError(where + str(exc).removeprefix(str(path))) from None
+    parse_config(raw, where)
     if trusted:
         return []
     assert isinstance(raw, dict)  # parse_config refused anything else
