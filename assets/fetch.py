@@ -46,7 +46,7 @@ from kpack.changes import page_changes, sources_fingerprint
 from kpack.embedding import effective_precision, vector_namespace
 from kpack.errors import PackNotReady
 from kpack.ingest.crawl import CrawlReport, crawl
-from kpack.ingest.fetch import unreachable
+from kpack.ingest.fetch_errors import unreachable
 from kpack.ingest.pages import CHANGE_KINDS, stored_pages
 from kpack.packs import Source
 from resources.fetcher import FetcherResource

@@ -37,6 +37,7 @@ from assets.partitions import (
 from kpack.changes import page_changes
 from kpack.contracts import StagedBuild, facts_of
 from kpack.docgraph import write_doc_graph
+from kpack.errors import PackError
 from kpack.graphdb import graph_counts, opened, writing_graph
 from kpack.indexes import (
     CHUNK_ANN,
@@ -245,7 +246,14 @@ def pack_graph(
     current = pack_store.current(pack)
     previous_version = version_number(current) if current else None
     changes = page_changes(pages, pack_store.published_articles(pack))
-    dim = len(embeddings["embedding"][0]) if embeddings.num_rows else 0
+    if not chunks.num_rows:
+        # Pages of headings only (or nothing a reader would read): no passage to embed or
+        # search, and a database of no vectors has no dimension to declare.
+        raise PackError(
+            f"nothing to index: the {articles.num_rows} page(s) fetched have no text beside "
+            "their headings; add pages with content to urls.txt"
+        )
+    dim = len(embeddings["embedding"][0])
     staging = pack_store.new_staging(pack, context.run_id)
     db_path = staging / "pack.db"
     write_staged(

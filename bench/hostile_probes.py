@@ -1104,6 +1104,688 @@ def first_hour(lab: Lab) -> list[Outcome]:
     return outcomes
 
 
+# --- 13 to 23: issue 36, packs from strangers, full disks and hostile pages ------------------
+
+
+def exported(lab: Lab) -> Path:
+    """`sitemapped` exported once: the archive the stranger probes alter."""
+    archive = lab.root / "sitemapped-36.kpack"
+    if not archive.exists():
+        lab.sitemapped()
+        done = lab.kpack("export", "sitemapped", "-o", str(archive))
+        assert done.code == 0, done.err
+    return archive
+
+
+def altered(lab: Lab, name: str, edit: Callable[[dict[str, bytes]], None]) -> Path:
+    """The exported archive with its files edited and every checksum recomputed (resealed)."""
+    from tests.test_archive import rewrite
+
+    return rewrite(exported(lab), lab.root / f"{name}.kpack", edit=edit)
+
+
+def vectors_as(array: object) -> Callable[[dict[str, bytes]], None]:
+    """An edit putting ``array`` in place of the chunk vectors, resealed in the manifest."""
+    import hashlib
+    import io
+
+    import numpy as np
+
+    def edit(files: dict[str, bytes]) -> None:
+        out = io.BytesIO()
+        np.save(out, array)
+        data = out.getvalue()
+        manifest = json.loads(files["manifest.json"])
+        seal = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        manifest["indexes"]["indexes/chunk_vectors.npy"] = seal
+        files["manifest.json"] = json.dumps(manifest).encode()
+        files["indexes/chunk_vectors.npy"] = data
+
+    return edit
+
+
+def manifest_edit(**fields: object) -> Callable[[dict[str, bytes]], None]:
+    def edit(files: dict[str, bytes]) -> None:
+        files["manifest.json"] = json.dumps(
+            {**json.loads(files["manifest.json"]), **fields}
+        ).encode()
+
+    return edit
+
+
+def refused(done: Done, *words: str) -> bool:
+    return (
+        done.code in (1, 2) and "Traceback" not in done.err and all(w in done.said for w in words)
+    )
+
+
+@probe("13", "a resealed archive with a wrong-shape index: validate, install, serve")
+def resealed_archives(lab: Lab) -> list[Outcome]:
+    import numpy as np
+
+    installed_copy(lab)
+    version = lab.current("widgets")
+    outcomes = []
+    dim = lab.manifest("sitemapped")["embedding"]["dimension"]
+    rows = lab.manifest("sitemapped")["counts"]["Chunk"]
+    cases = {
+        "13a (3, 7) vectors": np.ones((3, 7), dtype=np.float32),
+        "13b one vector short": np.ones((rows - 1, dim), dtype=np.float32),
+        "13c float64 vectors": np.ones((rows, dim), dtype=np.float64),
+        "13d integer vectors": np.ones((rows, dim), dtype=np.int32),
+        "13e a flat array": np.ones(rows * dim, dtype=np.float32),
+    }
+    for name, array in cases.items():
+        bad = altered(lab, "resealed", vectors_as(array))
+        checked = lab.kpack("validate", str(bad))
+        installed = lab.kpack("install", str(bad), "--as", "resealed")
+        replaced = lab.kpack("install", str(bad), "--as", "widgets", "--replace")
+        untouched = lab.current("widgets") == version and lab.answers("widgets")
+        held = (
+            checked.code == 1
+            and "indexes/chunk_vectors.npy" in checked.out + checked.err
+            and refused(installed, "indexes/chunk_vectors.npy")
+            and refused(replaced)
+            and not (lab.packs / "resealed").exists()
+            and untouched
+        )
+        outcomes.append(
+            Outcome(
+                name,
+                held,
+                f"validate exit {checked.code}, install exit {installed.code}, --replace exit "
+                f"{replaced.code}; widgets {version} untouched: {untouched}; install said: "
+                f"{installed.said[:200]}",
+            )
+        )
+    # A version damaged in place past its seal (resealed by hand): the server still starts.
+    from kpack.store import seal_version
+
+    broken = lab.packs / "broken"
+    if not broken.exists():
+        shutil.copytree(lab.packs / "sitemapped", broken, symlinks=True)
+        current = broken / ".versions" / os.readlink(broken / ".versions" / "current")
+        np.save(current / "indexes" / "chunk_vectors.npy", np.ones((3, 7), dtype=np.float32))
+        (current / ".verified.json").unlink(missing_ok=True)
+        seal_version(current)
+    with kpack_serve(lab) as (url, _):
+        health = httpx.get(f"{url}/healthz", timeout=60).json()
+        listed = {p["name"]: p for p in httpx.get(f"{url}/packs", timeout=60).json()["packs"]}
+        good = httpx.post(f"{url}/packs/sitemapped/search", json={"question": QUESTION}, timeout=60)
+        bad = httpx.post(f"{url}/packs/broken/query", json={"question": QUESTION}, timeout=60)
+    outcomes.append(
+        Outcome(
+            "13f kpack serve with one broken pack starts",
+            health.get("failing_packs") == ["broken"] and good.status_code == 200,
+            f"/healthz {health}; search of another pack {good.status_code}",
+        )
+    )
+    outcomes.append(
+        Outcome(
+            "13g the broken pack is reported, in one line",
+            not listed["broken"].get("serving", True)
+            and bad.status_code == 409
+            and "kpack validate broken" in bad.json()["detail"],
+            f"/packs serving={listed['broken'].get('serving')}; query {bad.status_code}: "
+            f"{bad.text[:200]}",
+        )
+    )
+    shutil.rmtree(broken)
+    return outcomes
+
+
+SECRET_LINE = "AWS_SECRET_ACCESS_KEY=probe-invented-0000"
+
+
+@probe("14", "an archive whose kg_config.json widens what the next build reads")
+def widening_archives(lab: Lab) -> list[Outcome]:
+    secret = lab.root / "home" / "creds.txt"
+    secret.parent.mkdir(exist_ok=True)
+    secret.write_text(SECRET_LINE + "\n")
+
+    def widen(files: dict[str, bytes]) -> None:
+        config = json.loads(files.get("kg_config.json", b"{}"))
+        config["fetch"] = {**config.get("fetch", {}), "file_roots": ["/"]}
+        config["fetch"]["allow_private_hosts"] = True
+        files["kg_config.json"] = json.dumps(config).encode()
+        urls = f"{secret.as_uri()}\nhttp://10.0.0.1/admin\n{lab.site.url('/docs/article-1.html')}\n"
+        files["urls.txt"] = urls.encode()
+
+    stranger = altered(lab, "stranger", widen)
+    outcomes = []
+    shutil.rmtree(lab.packs / "stranger", ignore_errors=True)
+    done = lab.kpack("install", str(stranger), "--as", "stranger")
+    outcomes.append(
+        Outcome(
+            "14a install says what it dropped, in one line",
+            done.code == 0
+            and "dropped from the archive's kg_config.json" in done.said
+            and 'fetch.file_roots ["/"]' in done.said
+            and "fetch.allow_private_hosts" in done.said,
+            done.said[:300],
+        )
+    )
+    config = json.loads((lab.packs / "stranger" / "kg_config.json").read_text())
+    outcomes.append(
+        Outcome(
+            "14b the installed settings reach nothing outside",
+            config["fetch"].get("file_roots") == ["."]
+            and not config["fetch"].get("allow_private_hosts"),
+            f"fetch: {config['fetch']}",
+        )
+    )
+    before = lab.current("stranger")
+    rebuilt = lab.kpack("build", "stranger", "--force", "--no-progress")
+    leaked = [
+        str(p)
+        for p in (lab.packs / "stranger").rglob("*")
+        if p.is_file() and SECRET_LINE.encode() in p.read_bytes()
+    ]
+    found = lab.kpack("search", "stranger", "AWS_SECRET_ACCESS_KEY", "--json")
+    outcomes.append(
+        Outcome(
+            "14c a rebuild does not publish the file",
+            not leaked and SECRET_LINE not in found.out,
+            f"build exit {rebuilt.code} ({rebuilt.said[:160]}); files holding the secret: "
+            f"{leaked or 'none'}; current {before} -> {lab.current('stranger')}",
+        )
+    )
+    outcomes.append(
+        Outcome(
+            "14d the rebuild says why the file was not read",
+            "outside the allowed file roots" in rebuilt.said,
+            rebuilt.said[:240],
+        )
+    )
+    shutil.rmtree(lab.packs / "trusted", ignore_errors=True)
+    trusted = lab.kpack("install", str(stranger), "--as", "trusted", "--trust-config")
+    kept = json.loads((lab.packs / "trusted" / "kg_config.json").read_text())["fetch"]
+    outcomes.append(
+        Outcome(
+            "14e --trust-config keeps them, as the user said",
+            trusted.code == 0 and kept.get("file_roots") == ["/"] and "dropped" not in trusted.said,
+            f"exit {trusted.code}; fetch: {kept}",
+        )
+    )
+    for name in ("stranger", "trusted"):
+        shutil.rmtree(lab.packs / name, ignore_errors=True)
+    return outcomes
+
+
+def graph_writers(disk: Path) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        line = " ".join(process.info["cmdline"] or ())
+        if "kpack.graphdb" in line and str(disk) in line:
+            found.append(process)
+    return found
+
+
+@probe("15", "a build on a nearly full disk, and a build stopped while its writer runs")
+def bounded_writer(lab: Lab) -> list[Outcome]:
+    outcomes = []
+    disk = lab.small_disk("300m")
+    if disk is None:
+        return [Outcome("15a a few MiB free", False, "no tmpfs here (needs root to mount)")]
+    packs = disk / "packs"
+    folder = packs / "nearly"
+    folder.mkdir(parents=True)
+    shutil.copy(lab.packs / "sitemapped" / "urls.txt", folder / "urls.txt")
+    (folder / "kg_config.json").write_text(json.dumps({"fetch": FETCH}))
+    elsewhere = lab.root / f"state-of-{disk.name}"
+    state = {"KPACK_STORAGE": str(elsewhere / "storage"), "DAGSTER_HOME": str(elsewhere / "home")}
+    first = lab.kpack("build", "nearly", "--no-progress", packs=packs, **state)
+    assert first.code == 0, first.err[-3000:]
+    version = os.readlink(folder / ".versions" / "current")
+    filler = fill(disk, leave_bytes=3 * MIB)
+    runs = [
+        lab.kpack("build", "nearly", "--force", "--no-progress", packs=packs, **state)
+        for _ in range(3)
+    ]
+    slowest = max(r.seconds for r in runs)
+    left = graph_writers(disk)
+    answers = lab.answers("nearly", packs=packs)
+    outcomes.append(
+        Outcome(
+            "15a 3 MiB free: three builds end within a minute",
+            all(r.code == 2 for r in runs) and slowest < 60,
+            f"exits {[r.code for r in runs]}, slowest {slowest:.1f} s",
+        )
+    )
+    outcomes.append(
+        Outcome(
+            "15b ... each in one line",
+            all("Traceback" not in r.err and "no space left" in r.said for r in runs),
+            runs[-1].said[:240],
+        )
+    )
+    outcomes.append(
+        Outcome(
+            "15c ... no writer left, the previous version current",
+            not left and os.readlink(folder / ".versions" / "current") == version and answers,
+            f"writers left: {[p.pid for p in left]}; current {version}; answering {answers}",
+        )
+    )
+    filler.unlink()
+    # A build stopped while its writer runs: SIGINT (Ctrl-C) and SIGKILL.
+    for name, sig in (("15d Ctrl-C", signal.SIGINT), ("15e kill -9", signal.SIGKILL)):
+        build = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "build", "nearly", "--force", "--no-progress"],
+            env=lab.env(packs, **state),
+            cwd=PROJECT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        writer = None
+        deadline = time.monotonic() + 300
+        while writer is None and time.monotonic() < deadline and build.poll() is None:
+            writers = graph_writers(disk)
+            writer = writers[0] if writers else None
+            time.sleep(0.05)
+        if writer is None:
+            build.kill()
+            build.wait()
+            outcomes.append(Outcome(name, False, "the build ended before its writer started"))
+            continue
+        os.killpg(build.pid, sig) if sig == signal.SIGINT else build.send_signal(sig)
+        build.wait(timeout=120)
+        gone = False
+        for _ in range(100):
+            try:
+                gone = writer.status() == psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
+                gone = True
+            if gone:
+                break
+            time.sleep(0.1)
+        again = lab.kpack("build", "nearly", "--no-progress", packs=packs, **state)
+        outcomes.append(
+            Outcome(
+                f"{name} while the writer runs",
+                gone and again.code == 0,
+                f"writer gone: {gone}; the next build (the lock free) exit {again.code}",
+            )
+        )
+        if not gone:
+            with contextlib.suppress(psutil.Error):
+                writer.kill()
+    return outcomes
+
+
+@probe("16", "kpack serve and the Host header (DNS rebinding)")
+def host_header(lab: Lab) -> list[Outcome]:
+    lab.sitemapped()
+    outcomes = []
+    with kpack_serve(lab) as (url, _):
+        port = url.rsplit(":", 1)[1]
+
+        def get(host: str) -> httpx.Response:
+            return httpx.get(f"{url}/packs", headers={"Host": host}, timeout=60)
+
+        for probe_id, host, wanted in (
+            ("16a Host: attacker.example", f"attacker.example:{port}", 400),
+            ("16b Host: localhost", f"localhost:{port}", 200),
+            ("16c Host: 127.0.0.1", f"127.0.0.1:{port}", 200),
+            ("16d Host: [::1]", f"[::1]:{port}", 200),
+        ):
+            response = get(host)
+            outcomes.append(
+                Outcome(
+                    probe_id,
+                    response.status_code == wanted
+                    and ("sitemapped" in response.text) == (wanted == 200),
+                    f"{response.status_code} {response.text[:80]}",
+                )
+            )
+        rebound = httpx.post(
+            f"{url}/packs/sitemapped/search",
+            json={"question": QUESTION},
+            headers={"Host": "rebound.example"},
+            timeout=60,
+        )
+        outcomes.append(
+            Outcome("16e a rebound search", rebound.status_code == 400, f"{rebound.status_code}")
+        )
+    port = free_port()
+    server = subprocess.Popen(
+        [str(KPACK), "serve", "--port", str(port), "--no-warmup", "--allow-host", "docs.internal"],
+        env=lab.env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until_serving(server, f"http://127.0.0.1:{port}", 300)
+        named = httpx.get(f"http://127.0.0.1:{port}/healthz", headers={"Host": "docs.internal"})
+        other = httpx.get(f"http://127.0.0.1:{port}/healthz", headers={"Host": "other.internal"})
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=60)
+    outcomes.append(
+        Outcome(
+            "16f --allow-host docs.internal",
+            named.status_code == 200 and other.status_code == 400,
+            f"docs.internal {named.status_code}, other.internal {other.status_code}",
+        )
+    )
+    return outcomes
+
+
+def nested_page(depth: int) -> bytes:
+    return (
+        "<html><body>" + "<b>" * depth + "<p>flange gasket</p>" + "</b>" * depth + "</body></html>"
+    ).encode()
+
+
+@probe("17", "pages nested deep in inline elements")
+def deep_pages(lab: Lab) -> list[Outcome]:
+    outcomes = []
+    for probe_id, depth in (("17a 12,500 nested <b>", 12_500), ("17b 40,000 nested <b>", 40_000)):
+        path = f"/docs/nested-{depth}.html"
+        lab.site.answers[path] = Answer(body=nested_page(depth))
+        name = f"nested{depth}"
+        lab.write_pack(
+            name, [lab.site.url(path), lab.site.url("/docs/article-1.html")], {"fetch": FETCH}
+        )
+        done = lab.kpack("build", name, "--no-progress")
+        outcomes.append(
+            Outcome(
+                probe_id,
+                done.code == 0 and done.seconds < 120,
+                f"{len(nested_page(depth)) / 1024:.0f} KB page; build exit {done.code} in "
+                f"{done.seconds:.1f} s",
+            )
+        )
+        shutil.rmtree(lab.packs / name)
+    from kpack.ingest.html import html_blocks
+
+    started = time.perf_counter()
+    list(html_blocks(nested_page(40_000).decode(), marks=True))
+    seconds = time.perf_counter() - started
+    outcomes.append(Outcome("17c parsing 40,000 nested <b> alone", seconds < 5, f"{seconds:.2f} s"))
+    from kpack.ingest import html
+
+    outcomes.append(
+        Outcome(
+            "17d a per-page parse budget",
+            html.PARSE_BUDGET_S > 0,
+            f"{html.PARSE_BUDGET_S:g} s per page (a page past it fails alone)",
+        )
+    )
+    return outcomes
+
+
+@probe("18", "a manifest whose built_at is not a date")
+def bad_built_at(lab: Lab) -> list[Outcome]:
+    outcomes = []
+    bad = altered(lab, "undated", manifest_edit(built_at="sometime"))
+    checked = lab.kpack("validate", str(bad))
+    outcomes.append(
+        Outcome(
+            "18a validate refuses it",
+            checked.code == 1 and "build time" in checked.out + checked.err,
+            " ".join(checked.out.split())[:200],
+        )
+    )
+    shutil.copytree(lab.packs / "sitemapped", lab.packs / "undated", symlinks=True)
+    current = (
+        lab.packs
+        / "undated"
+        / ".versions"
+        / os.readlink(lab.packs / "undated" / ".versions" / "current")
+    )
+    data = json.loads((current / "manifest.json").read_text())
+    (current / "manifest.json").unlink()
+    (current / "manifest.json").write_text(json.dumps({**data, "built_at": "sometime"}))
+    listed = lab.kpack("list")
+    status = lab.kpack("status", "undated")
+    outcomes.append(
+        Outcome(
+            "18b kpack list",
+            listed.code == 0 and "Traceback" not in listed.err and "sitemapped" in listed.out,
+            " ".join(listed.out.split())[:200],
+        )
+    )
+    outcomes.append(
+        Outcome(
+            "18c kpack status",
+            status.code in (0, 1) and "Traceback" not in status.err,
+            f"exit {status.code}: {' '.join(status.out.split())[:160]}",
+        )
+    )
+    shutil.rmtree(lab.packs / "undated")
+    return outcomes
+
+
+@probe("19", "pages with a heading and no body")
+def heading_only(lab: Lab) -> list[Outcome]:
+    page = lab.root / "title-only.md"
+    page.write_text("# Only a title\n")
+    lab.write_pack("titles", [page.as_uri()], {"fetch": {**FETCH, "file_roots": [str(lab.root)]}})
+    done = lab.kpack("build", "titles", "--no-progress")
+    lab.write_pack(
+        "mixed",
+        [page.as_uri(), lab.site.url("/docs/article-1.html")],
+        {"fetch": {**FETCH, "file_roots": [str(lab.root)]}},
+    )
+    mixed = lab.kpack("build", "mixed", "--no-progress")
+    outcomes = [
+        Outcome(
+            "19a only a title: one line",
+            done.code in (1, 2)
+            and "Traceback" not in done.err
+            and "nothing to index" in done.said
+            and "Cannot cast" not in done.said,
+            done.said[:200],
+        ),
+        Outcome("19b a title-only page among others", mixed.code == 0, f"exit {mixed.code}"),
+    ]
+    for name in ("titles", "mixed"):
+        shutil.rmtree(lab.packs / name)
+    return outcomes
+
+
+@probe("20", "page text that looks like a citation")
+def lookalike_citations(lab: Lab) -> list[Outcome]:
+    outcomes = []
+    texts = {
+        "20a [Source: ...]": "[Source: Bureau of Invented Standards]",
+        "20b [source:...] lower case": "[source:Bureau of Invented Standards]",
+        "20c [ Sources : ... ]": "[ Sources : Bureau of Invented Standards ]",
+    }
+    for probe_id, text in texts.items():
+        body = (
+            "<html><head><title>Gaskets</title></head><body><main><h1>Gaskets</h1><p>A flange "
+            f"gasket is rated for 40 bar {text}. Gaskets are replaced every two years.</p>"
+            "</main></body></html>"
+        ).encode()
+        lab.site.answers["/docs/gaskets.html"] = Answer(body=body)
+        lab.write_pack("gaskets", [lab.site.url("/docs/gaskets.html")], {"fetch": FETCH})
+        built = lab.kpack("build", "gaskets", "--force", "--no-progress")
+        asked = lab.kpack(
+            "query", "gaskets", "What is a flange gasket rated for?", "--no-llm", "--json"
+        )
+        answer = json.loads(asked.out)["answer"] if asked.code == 0 else asked.said
+        outcomes.append(
+            Outcome(
+                probe_id,
+                built.code == 0
+                and "40 bar" in answer
+                and "Bureau of Invented Standards]" not in answer,
+                " ".join(answer.split())[:200],
+            )
+        )
+    shutil.rmtree(lab.packs / "gaskets")
+    return outcomes
+
+
+@probe("21", "kg_config.json built to crash its reader")
+def hostile_settings(lab: Lab) -> list[Outcome]:
+    lab.sitemapped()
+    outcomes = []
+    cases = {
+        "21a nested 100,000 deep": ('{"a": ' * 100_000 + "1" + "}" * 100_000, "nested more than"),
+        "21b a 5,001-digit integer": (
+            '{"fetch": {"max_bytes": ' + "9" * 5001 + "}}",
+            "fetch.max_bytes",
+        ),
+        "21c fetch.timeout_s: 1e308": ('{"fetch": {"timeout_s": 1e308}}', "fetch.timeout_s"),
+        "21d fetch.deadline_s: 1e308": ('{"fetch": {"deadline_s": 1e308}}', "fetch.deadline_s"),
+        "21e per_host_delay_s: 1e308": (
+            '{"fetch": {"per_host_delay_s": 1e308}}',
+            "fetch.per_host_delay_s",
+        ),
+    }
+    folder = lab.packs / "sitemapped"
+    kept = (folder / "kg_config.json").read_text()
+    try:
+        for probe_id, (text, key) in cases.items():
+            (folder / "kg_config.json").write_text(text)
+            done = lab.kpack("build", "sitemapped", "--no-progress")
+            outcomes.append(
+                Outcome(
+                    probe_id,
+                    done.code == 2 and done.one_line and key in done.said and len(done.said) < 600,
+                    done.said[:200],
+                )
+            )
+    finally:
+        (folder / "kg_config.json").write_text(kept)
+
+    def deep(files: dict[str, bytes]) -> None:
+        files["kg_config.json"] = ('{"a": ' * 100_000 + "1" + "}" * 100_000).encode()
+
+    done = lab.kpack("install", str(altered(lab, "deep", deep)), "--as", "deep")
+    outcomes.append(
+        Outcome(
+            "21f an archive carrying one",
+            refused(done, "nested more than") and not (lab.packs / "deep").exists(),
+            done.said[:200],
+        )
+    )
+    return outcomes
+
+
+@probe("22", "what a 404 tells a stranger")
+def unknown_packs(lab: Lab) -> list[Outcome]:
+    lab.sitemapped()
+    outcomes = []
+    with kpack_serve(lab) as (url, _):
+        for probe_id, response in (
+            ("22a GET /packs/NAME", httpx.get(f"{url}/packs/no-such", timeout=60)),
+            (
+                "22b POST /packs/NAME/query",
+                httpx.post(f"{url}/packs/no-such/query", json={"question": "x"}, timeout=60),
+            ),
+        ):
+            outcomes.append(
+                Outcome(
+                    probe_id,
+                    response.status_code == 404
+                    and str(lab.packs) not in response.text
+                    and "sitemapped" not in response.text,
+                    f"{response.status_code} {response.text[:160]}",
+                )
+            )
+    replies = mcp_session(
+        lab,
+        [
+            INITIALIZE,
+            INITIALIZED,
+            json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 2,
+                    "method": "tools/call",
+                    "params": {
+                        "name": "search_pack",
+                        "arguments": {"pack": "no-such", "question": "x"},
+                    },
+                }
+            ),
+        ],
+        2,
+    )
+    text = json.dumps(replies[-1])
+    outcomes.append(
+        Outcome(
+            "22c MCP search_pack",
+            "unknown pack" in text and str(lab.packs) not in text and "sitemapped" not in text,
+            text[:200],
+        )
+    )
+    return outcomes
+
+
+@probe("23", "a charset that lies, URL variants of one page, and the 409 of docs/serving.md")
+def charsets_and_variants(lab: Lab) -> list[Outcome]:
+    outcomes = []
+    body = (
+        "<html><head><title>Declared</title></head><body><main><h1>Declared</h1><p>The gasket "
+        "table lists every flange size.</p></main></body></html>"
+    ).encode("ascii")
+    lab.site.answers["/docs/declared.html"] = Answer(
+        content_type="text/html; charset=utf-16", body=body
+    )
+    lab.write_pack("declared", [lab.site.url("/docs/declared.html")], {"fetch": FETCH})
+    done = lab.kpack("build", "declared", "--no-progress")
+    found = lab.kpack("search", "declared", "gasket table flange size", "--json")
+    outcomes.append(
+        Outcome(
+            "23a declared utf-16, ASCII: read as text",
+            done.code == 0 and "flange size" in found.out,
+            f"build exit {done.code}; search: {' '.join(found.out.split())[:120]}",
+        )
+    )
+    logged = done.out + done.err
+    verbose = lab.kpack("build", "declared", "--force", "--verbose", "--no-progress")
+    outcomes.append(
+        Outcome(
+            "23b ... and warned",
+            "declared UTF-16 but has no NUL byte" in logged + verbose.out + verbose.err,
+            " ".join((verbose.out + verbose.err).split())[-200:],
+        )
+    )
+    shutil.rmtree(lab.packs / "declared")
+    page = lab.site.url("/docs/article-2.html")
+    for probe_id, variant in (
+        ("23c ?utm_source= variant", page + "?utm_source=newsletter&utm_medium=mail"),
+        ("23d // variant", page.replace("/docs/", "/docs//")),
+    ):
+        lab.write_pack("variants", [page, variant], {"fetch": FETCH})
+        built = lab.kpack("build", "variants", "--no-progress")
+        articles = lab.manifest("variants")["counts"]["Article"] if built.code == 0 else None
+        outcomes.append(
+            Outcome(
+                probe_id,
+                built.code == 0 and articles == 1,
+                f"exit {built.code}; articles {articles}",
+            )
+        )
+        shutil.rmtree(lab.packs / "variants")
+    folder = lab.packs / "sitemapped"
+    kept = (folder / "kg_config.json").read_text()
+    (folder / "kg_config.json").write_text("{broken")
+    try:
+        with kpack_serve(lab) as (url, _):
+            response = httpx.post(
+                f"{url}/packs/sitemapped/query", json={"question": QUESTION}, timeout=60
+            )
+    finally:
+        (folder / "kg_config.json").write_text(kept)
+    docs = (PROJECT / "docs" / "serving.md").read_text()
+    says_200 = "changes no answer and is no error here" in docs
+    outcomes.append(
+        Outcome(
+            "23e a broken kg_config.json: docs/serving.md says what the server does",
+            response.status_code == 200 and says_200,
+            f"query {response.status_code}; docs say edits change no answer: {says_200}",
+        )
+    )
+    return outcomes
+
+
 # --- the run ---------------------------------------------------------------------------------
 
 

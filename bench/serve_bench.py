@@ -742,7 +742,7 @@ def main() -> None:
         sys.exit(f"--rounds must be between 1 and --n ({args.n})")
 
     import retrieval
-    from serving.http import retrieval_pool_size
+    from serving.pools import retrieval_pool_size
 
     folder = ensure_pack(args)
     if args.during_publish:

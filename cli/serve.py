@@ -18,7 +18,7 @@ from kpack.packs import is_loopback
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from serving.http import serve
+    from serving.runner import serve
 
     token = args.token or os.environ.get("KPACK_API_TOKEN") or None
     if not 0 < args.port < 65536:
@@ -41,6 +41,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         access_log=args.access_log,
         header_timeout=args.header_timeout,
         max_connections=args.max_connections,
+        allowed_hosts=args.allow_host,
     )
     return 0
 
@@ -69,7 +70,13 @@ def cmd_install(args: argparse.Namespace) -> int:
     from kpack.archive import install
 
     with console.status("verifying checksums, the database and the embedding model"):
-        result = install(args.source, name=args.as_name, replace=args.replace)
+        result = install(
+            args.source, name=args.as_name, replace=args.replace, trust_config=args.trust_config
+        )
+    if result.dropped:
+        from kpack.archive.policy import dropped_note
+
+        err.print(f"[yellow]note:[/] {escape(dropped_note(result.dropped))}")
     return report(
         f"installed {result.source_pack} v{result.source_version} as {result.pack} version "
         f"{result.version} in {escape(str(result.folder))} ({len(result.files)} files verified, "
@@ -133,6 +140,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="connections open at once; beyond, the one waiting longest for its headers is "
         "dropped (default: half the open-file limit, at most 1024)",
     )
+    serve.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests whose Host is NAME (repeatable; '*.example.com' for a "
+        "domain, '*' for any). By default only loopback names and the --host address are "
+        "answered: a web page cannot reach the packs through DNS rebinding",
+    )
     serve.set_defaults(run=cmd_serve)
     sub.add_parser("mcp", help="the MCP server for Claude Code (stdio)").set_defaults(run=cmd_mcp)
     export = sub.add_parser("export", help="write the published version to one .kpack archive")
@@ -146,6 +162,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "--replace",
         action="store_true",
         help="publish it as the next version of an existing pack of that name",
+    )
+    inst.add_argument(
+        "--trust-config",
+        action="store_true",
+        help="keep the archive's fetch.file_roots and fetch.allow_private_hosts (by default a "
+        "rebuild of an installed pack reads no file outside it and no private address)",
     )
     inst.set_defaults(run=cmd_install)
     check = sub.add_parser("validate", help="check a pack or a .kpack archive without installing")

@@ -27,6 +27,15 @@ DEFAULT_SCHEDULE = "0 3 * * 1"
 HOW_TO_EXTRACT = ("extraction_batch_threshold", "extraction_batch_wait_s")
 PROFILE_NAMES = ("baseline", "balanced", "max", "latency_optimized", "coverage_optimized")
 
+# The longest wait any setting may ask for: a week. A larger number of seconds (1e308 is a
+# finite float) overflows the timers and socket timeouts it reaches, deep in a build.
+MAX_SECONDS = 7 * 86_400.0
+# The most digits an integer setting may have: 18 fit every counter and size a pack needs, and
+# Python refuses to read an integer of more than 4,300 digits at all.
+MAX_INT_DIGITS = 18
+# How deeply a kg_config.json may nest: its settings are two levels deep.
+MAX_NESTING = 32
+
 _CRON_FIELD = re.compile(r"^(\*|\d+(-\d+)?)(/\d+)?(,(\*|\d+(-\d+)?)(/\d+)?)*$")
 _CRON_ALIASES = ("@hourly", "@daily", "@weekly", "@monthly", "@yearly", "@annually", "@midnight")
 # Each cron field's allowed range (minute hour day month weekday).
@@ -58,7 +67,9 @@ class _Settings(BaseModel):
 class FetchConfig(_Settings):
     """How pages are fetched."""
 
-    timeout_s: float = Field(20.0, ge=0.001, description="seconds to wait for a server")
+    timeout_s: float = Field(
+        20.0, ge=0.001, le=MAX_SECONDS, description="seconds to wait for a server"
+    )
     max_bytes: int = Field(5_000_000, ge=1, description="largest page accepted, in bytes")
     retries: int = Field(3, ge=0, description="retries of a failed request (5xx, timeouts)")
     max_redirects: int = Field(10, ge=0, description="redirects followed per URL")
@@ -75,11 +86,12 @@ class FetchConfig(_Settings):
         description="folders (relative to the pack folder) that file: URLs may read",
     )
     per_host_delay_s: float = Field(
-        0.2, ge=0.0, description="seconds between two requests to the same host"
+        0.2, ge=0.0, le=MAX_SECONDS, description="seconds between two requests to the same host"
     )
     deadline_s: float | None = Field(
         None,
         ge=0.001,
+        le=MAX_SECONDS,
         description="most seconds one URL may take from its first request: redirects, "
         "retries, the body however slowly a server sends it, and reading a PDF "
         "(None: timeout_s × (retries + 1))",
@@ -287,6 +299,7 @@ class PackConfig(_Settings):
     extraction_batch_wait_s: float = Field(
         86_400.0,
         gt=0.0,
+        le=MAX_SECONDS,
         description="most seconds a build waits for its message batches; past it the build "
         "fails, and the next build collects the batches without paying again",
     )
@@ -362,18 +375,56 @@ def load_config(folder: Path) -> PackConfig:
 
 @functools.lru_cache(maxsize=256)
 def _parsed(path: str, _inode: int, _size: int, _mtime_ns: int) -> PackConfig:
-    return parse_config(_read_json(Path(path)), path)
+    return parse_config(read_config_json(Path(path)), path)
 
 
-def _read_json(path: Path) -> object:
+def read_config_json(path: Path) -> object:
+    """A kg_config.json decoded; PackError (one line) for text that is not UTF-8, not JSON, or
+    nested deeper than MAX_NESTING. An integer of more than MAX_INT_DIGITS digits is read as
+    a TooLongNumber, which validation refuses naming its key."""
     try:
         text = path.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise PackError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        data = json.loads(text, parse_constant=_reject_constant, parse_int=_integer)
     except json.JSONDecodeError as exc:
         raise PackError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:  # deeper than the interpreter's recursion limit
+        data = _TOO_DEEP
+    if data is _TOO_DEEP or _depth(data) > MAX_NESTING:
+        raise PackError(f"{path}: nested more than {MAX_NESTING} levels deep (settings are two)")
+    return data
+
+
+_TOO_DEEP = object()
+
+
+class TooLongNumber(str):
+    """An integer of kg_config.json with more than MAX_INT_DIGITS digits: no setting's value,
+    and named by its digit count wherever an error shows it."""
+
+    def __repr__(self) -> str:
+        return f"an integer of {len(self.lstrip('-'))} digits"
+
+
+def _integer(text: str) -> int | TooLongNumber:
+    return TooLongNumber(text) if len(text.lstrip("-")) > MAX_INT_DIGITS else int(text)
+
+
+def _depth(data: object) -> int:
+    """How deeply ``data`` nests, counted without recursion (it may be very deep)."""
+    deepest, stack = 0, [(data, 1)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth > MAX_NESTING:
+            break
+        if isinstance(item, dict):
+            stack.extend((value, depth + 1) for value in item.values())
+        elif isinstance(item, list):
+            stack.extend((value, depth + 1) for value in item)
+    return deepest
 
 
 def _reject_constant(name: str) -> float:

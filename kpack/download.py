@@ -18,7 +18,7 @@ Bounds:
   64 GiB by default, would let it fill most disks first);
 - **time**: the whole download, from connecting to the last byte, must end within
   ``KPACK_DOWNLOAD_DEADLINE_S`` seconds (900 by default). Over HTTP the deadline shuts the
-  socket (kpack.ingest.fetch.guarded), which also ends a read blocked on a server that sends a
+  socket (kpack.ingest.network_guard.guarded), which also ends a read blocked on a server that sends a
   byte every few seconds: a timeout per read would never fire there.
 """
 
@@ -32,7 +32,8 @@ import requests
 import urllib3
 
 from kpack.errors import SPACE_MARGIN_BYTES, PackError, check_space, disk_errors, room_on_disk
-from kpack.ingest.fetch import Deadline, guarded, guarded_session
+from kpack.ingest.deadline import Deadline
+from kpack.ingest.network_guard import guarded, guarded_session
 
 DEADLINE_VARIABLE = "KPACK_DOWNLOAD_DEADLINE_S"
 DEFAULT_DEADLINE_S = 900.0

@@ -192,7 +192,9 @@ def build_entity_graph(
         size,
     )
     rows = adjacency.rows
-    degree = np.bincount(rows, weights=adjacency.data, minlength=size)
+    # float64 whatever the input: with no edge at all (a pack of one page with a title and no
+    # text) bincount's empty sum is int64, which divide cannot write its floats into.
+    degree = np.bincount(rows, weights=adjacency.data, minlength=size).astype(np.float64)
     inverse = np.divide(1.0, degree, out=np.zeros_like(degree), where=degree > 0)
     # Column j of the transition holds where node j's weight goes: A D^-1 (A is symmetric).
     # float32: PageRank needs no more, and the walk's matrix-vector product runs twice as fast.

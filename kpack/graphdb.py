@@ -8,20 +8,31 @@ A pack database is written in a child process (:func:`writing_graph`): Kuzu 0.11
 write errors, a full disk among them, with a C++ ``terminate`` that aborts the whole process
 (rc 134), which would take a build down without a record or a cleanup. In a child the abort is
 an error of this build, reported in one line.
+
+The child is bounded. On a nearly full disk Kuzu may instead spin without writing anything
+more; a watchdog (:func:`_await_writer`) kills a writer that makes no progress (no byte fed
+to it, no byte written to its database files) for FULL_DISK_STALL_S while the disk is low on
+space, reported as a full disk, or for STALLED_S in any case. However the parent's wait ends
+(the block raising, Ctrl-C), a writer still running is killed; and the child asks the kernel to
+kill it when its parent dies (PR_SET_PDEATHSIG), so a killed build leaves no writer holding the
+pack's database.
 """
 
 from __future__ import annotations
 
+import ctypes
+import io
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import kuzu
 import pyarrow as pa
@@ -33,6 +44,14 @@ EXTENSIONS = ("vector", "fts", "algo")
 # Below this much free space a failed write is reported as a full disk: Kuzu's abort on ENOSPC
 # hides the errno, and a write that failed with more room left than this had another cause.
 LOW_SPACE_BYTES = 64 << 20
+# A writer showing no progress this long is stuck: on a disk low on space (Kuzu spinning on
+# ENOSPC), or whatever the disk. Writing a million-passage pack's largest table took under 5
+# minutes on a loaded 2-core machine, feeding it or growing its files all along.
+FULL_DISK_STALL_S = 15.0
+STALLED_S = 600.0
+WATCH_INTERVAL_S = 0.5
+# prctl(2)'s option that sends a signal to this process when its parent dies (Linux).
+PR_SET_PDEATHSIG = 1
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 IN_MEMORY = Path(":memory:")  # Kuzu's name for a database that lives in memory only
 
@@ -115,25 +134,26 @@ def writing_graph(
     path = os.pathsep.join([str(PROJECT_ROOT), *([inherited] if inherited else [])])
     env = {**os.environ, "PYTHONPATH": path}
     child = subprocess.Popen(
-        [sys.executable, "-m", "kpack.graphdb", str(db_path), str(dim)],
+        [sys.executable, "-m", "kpack.graphdb", str(db_path), str(dim), str(os.getpid())],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         env=env,
     )
     errors: list[bytes] = []
+    fed = _Counted(child.stdin)
     # Feeding stdin and draining stderr in threads of their own: neither pipe can fill and
     # stall the child while the block runs.
     drain = threading.Thread(target=lambda: errors.append(child.stderr.read()), daemon=True)
-    feed = threading.Thread(target=_feed, args=(child.stdin, nodes, rels), daemon=True)
+    feed = threading.Thread(target=_feed, args=(fed, nodes, rels), daemon=True)
     drain.start()
     feed.start()
     try:
         yield
-    except BaseException:
-        child.kill()
-        raise
+        _await_writer(child, db_path, fed)
     finally:
+        if child.poll() is None:  # the block raised, the watchdog fired, or Ctrl-C
+            child.kill()
         feed.join()
         child.wait()
         drain.join()
@@ -141,7 +161,81 @@ def writing_graph(
         raise write_failure(db_path, child.returncode, b"".join(errors))
 
 
-def _feed(sink: IO[bytes], nodes: dict[str, pa.Table], rels: dict[str, pa.Table]) -> None:
+class _Counted(io.RawIOBase):
+    """The child's stdin, counting the bytes written to it (the watchdog's sign of progress)."""
+
+    def __init__(self, sink: IO[bytes]) -> None:
+        super().__init__()
+        self.sink, self.written = sink, 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self.sink.write(data)
+        self.written += memoryview(data).nbytes
+        return len(data)
+
+    def flush(self) -> None:
+        if not self.closed:
+            self.sink.flush()
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self.sink.close()
+
+
+def _await_writer(child: subprocess.Popen, db_path: Path, fed: _Counted) -> None:
+    """Wait for the writer child; kill it and raise PackError when it makes no progress (see
+    the module docstring)."""
+    last, last_change = None, time.monotonic()
+    while child.poll() is None:
+        with suppress(subprocess.TimeoutExpired):
+            child.wait(WATCH_INTERVAL_S)
+            break
+        now = time.monotonic()
+        progress = (fed.written, _written(db_path))
+        if progress != last:
+            last, last_change = progress, now
+            continue
+        stalled = now - last_change
+        free = shutil.disk_usage(db_path.parent).free
+        if free < LOW_SPACE_BYTES and stalled >= FULL_DISK_STALL_S:
+            child.kill()
+            raise PackError(
+                f"no space left on device while writing the pack database in {db_path.parent} "
+                f"({free / 2**20:.1f} MiB free; the writer made no progress for "
+                f"{stalled:.0f} s); free some space and build again"
+            )
+        if stalled >= STALLED_S:
+            child.kill()
+            raise PackError(
+                f"writing the pack database made no progress for {stalled:.0f} s; the writer "
+                "was stopped (build again; if it recurs, report it with the pack's size)"
+            )
+
+
+def _written(db_path: Path) -> int:
+    """The bytes of the database's files (the database, its write-ahead log, ...)."""
+    total = 0
+    for path in db_path.parent.glob(f"{db_path.name}*"):
+        with suppress(OSError):  # a file Kuzu removed meanwhile
+            total += path.stat().st_size
+    return total
+
+
+def _die_with_parent(parent: int) -> None:
+    """Have the kernel kill this process when its parent dies (Linux; elsewhere nothing), and
+    exit now if the parent has died already."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        sys.exit(1)
+
+
+def _feed(sink: _Counted, nodes: dict[str, pa.Table], rels: dict[str, pa.Table]) -> None:
     with suppress(BrokenPipeError):  # the child failed or was killed; its stderr says why
         for name, table in _copied(nodes, rels):
             _send(sink, name, table)
@@ -161,7 +255,7 @@ def write_failure(db_path: Path, returncode: int, stderr: bytes) -> PackError:
     return PackError(f"writing the pack database failed: {detail}")
 
 
-def _send(sink: IO[bytes], name: str, table: pa.Table) -> None:
+def _send(sink: _Counted, name: str, table: pa.Table) -> None:
     """One table as a line with its name, then its Arrow IPC stream."""
     sink.write(name.encode() + b"\n")
     with pa.ipc.new_stream(sink, table.schema) as writer:
@@ -183,7 +277,8 @@ def _exit_reason(returncode: int) -> str:
     return f"the writer process exited with status {returncode}"
 
 
-if __name__ == "__main__":  # the child of writing_graph: argv = database path, dimension
+if __name__ == "__main__":  # the child of writing_graph: argv = database path, dimension, parent
+    _die_with_parent(int(sys.argv[3]))
     try:
         load_graph(Path(sys.argv[1]), _received(sys.stdin.buffer), int(sys.argv[2]))
     except Exception as exc:  # one line for the parent; its traceback would say no more

@@ -66,22 +66,37 @@ def new_pack_folder(name: str, root: Path | None = None) -> Path:
     return folder
 
 
+# Query arguments that say where a visitor came from, never what the page holds.
+TRACKING_PARAMETER = re.compile(
+    r"^(?:utm_[a-z_]+|fbclid|gclid|dclid|msclkid|mc_cid|mc_eid|_hsenc|_hsmi|igshid)(?:=|$)",
+    re.IGNORECASE,
+)
+REPEATED_SLASHES = re.compile(r"/{2,}")
+
+
 def normalize_url(url: str) -> str:
     """The form used to match URLs, w3lib's canonical one: percent-encoding normalised
     (``%7E`` is ``~``), dot segments resolved, the host IDNA-encoded and lower-cased, query
-    arguments sorted, the fragment dropped; and the default port dropped. ValueError for a URL
-    that cannot be parsed."""
+    arguments sorted, the fragment dropped; and the default port dropped. A web URL also loses
+    its tracking arguments (``utm_*``, ``fbclid``, ...) and repeated slashes in its path
+    (``/docs//guide`` is ``/docs/guide``): the same page reached through either is one page.
+    ValueError for a URL that cannot be parsed."""
     # Imported here: w3lib.url loads urllib.request and http.client (~40 ms), which a query,
     # reading kpack.packs for pack folders only, does not need.
     from w3lib.url import canonicalize_url
 
     parts = urlsplit(canonicalize_url(url.strip()))
-    netloc = parts.netloc
+    netloc, path, query = parts.netloc, parts.path, parts.query
     if (parts.scheme == "http" and netloc.endswith(":80")) or (
         parts.scheme == "https" and netloc.endswith(":443")
     ):
         netloc = netloc.rsplit(":", 1)[0]
-    return urlunsplit((parts.scheme.lower(), netloc, parts.path or "/", parts.query, ""))
+    if parts.scheme in ("http", "https"):
+        path = REPEATED_SLASHES.sub("/", path)
+        query = "&".join(
+            pair for pair in query.split("&") if pair and not TRACKING_PARAMETER.match(pair)
+        )
+    return urlunsplit((parts.scheme.lower(), netloc, path or "/", query, ""))
 
 
 INDEX_PAGES = ("index.html", "index.htm")
@@ -285,11 +300,24 @@ def read_manifest(folder: Path) -> dict | None:
     return json.loads((version / "manifest.json").read_text())
 
 
+def built_time(timestamp: object) -> datetime | None:
+    """An ISO 8601 time with its offset as a datetime; None when it is not one."""
+    try:
+        when = datetime.fromisoformat(timestamp)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return when if when.tzinfo is not None else None
+
+
 def time_ago(timestamp: str | None) -> str:
-    """'3h 12m ago' for an ISO 8601 time with its offset (a manifest's built_at)."""
+    """'3h 12m ago' for an ISO 8601 time with its offset (a manifest's built_at); "not a date"
+    for anything else (an installed archive's manifest may say anything)."""
     if not timestamp:
         return "-"
-    seconds = int((datetime.now(UTC) - datetime.fromisoformat(timestamp)).total_seconds())
+    when = built_time(timestamp)
+    if when is None:
+        return "not a date"
+    seconds = int((datetime.now(UTC) - when).total_seconds())
     if seconds < 60:
         return f"{max(seconds, 0)}s ago"
     minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400

@@ -7,14 +7,8 @@ from pathlib import Path
 from dagster import ConfigurableResource
 
 from kpack.config import FetchConfig
-from kpack.ingest.fetch import (
-    GITHUB_HOST,
-    GITHUB_RAW_BASE,
-    USER_AGENT,
-    Fetcher,
-    FetchResponse,
-    Validators,
-)
+from kpack.ingest.fetch import USER_AGENT, Fetcher, FetchResponse, Validators
+from kpack.ingest.github import GITHUB_HOST, GITHUB_RAW_BASE
 
 
 class FetcherResource(ConfigurableResource):

@@ -17,7 +17,14 @@ from typing import Any, Literal
 
 from kpack import settings
 from kpack.config import PROFILE_NAMES
-from kpack.packs import WEB, PackError, current_version, list_packs, pack_dir, sources_location
+from kpack.packs import (
+    WEB,
+    PackError,
+    current_version,
+    list_packs,
+    sources_location,
+    validate_pack_name,
+)
 
 # Every profile, as a type the request models and tool signatures check (and the OpenAPI
 # schema lists); Literal takes the tuple's names as its values.
@@ -29,8 +36,14 @@ def packs_root(root: Path | None = None) -> Path:
 
 
 def pack_folder(name: str, root: Path) -> Path:
-    """The folder of a known pack; PackError (with the known names) otherwise."""
-    return pack_dir(name, root)
+    """The folder of a known pack; PackError otherwise. Unlike the CLI's message, it names
+    neither the server's packs folder nor the other packs: a client that may not list them
+    learns nothing from a guess."""
+    validate_pack_name(name)
+    folder = root / name
+    if not (folder / "urls.txt").is_file():
+        raise PackError(f"unknown pack {name!r}: the pack list names the packs served here")
+    return folder
 
 
 def version_of(folder: Path) -> int | None:

@@ -12,7 +12,9 @@ Resources: each published pack's ``skill.md`` as ``kpack://packs/{name}/skill.md
 
 A tool's mistake (unknown pack, empty question, pack never built) comes back as a tool error
 with the CLI's message, for the model to read and correct; nothing else of the server is
-exposed. The SDK runs the synchronous tools in worker threads, off its event loop, and while it
+exposed (an unknown pack's message names neither the packs folder nor the other packs). A
+pack whose version fails to open or search is reported by list_packs and its tools' errors
+(serving.health); the other packs answer. The SDK runs the synchronous tools in worker threads, off its event loop, and while it
 serves stdio it points the process's stdout at stderr, so nothing a library prints can corrupt
 the protocol stream.
 
@@ -50,6 +52,7 @@ from retrieval.query import MAX_QUESTION_CHARS, MAX_SERVED_K, clean_question
 from retrieval.reader import open_versions_in_background
 from serving import catalog
 from serving.catalog import ProfileName
+from serving.health import PackHealth
 
 SKILL_URI = "kpack://packs/{name}/skill.md"
 INSTRUCTIONS = (
@@ -152,12 +155,13 @@ class CheckedLines:
 def create_server(packs_dir: Path | None = None) -> PacksServer:
     root = catalog.packs_root(packs_dir)
     server = PacksServer(root)
+    health = PackHealth()
 
     @server.tool()
     def list_packs() -> dict[str, Any]:
         """List every knowledge pack: name, whether it is published, version, build time,
         article/section/chunk counts and embedding model."""
-        return {"packs": catalog.all_summaries(root)}
+        return {"packs": health.summaries(root)}
 
     @server.tool()
     def pack_info(pack: PackName) -> dict[str, Any]:
@@ -186,7 +190,8 @@ def create_server(packs_dir: Path | None = None) -> PacksServer:
         them as [Source: title]."""
         with _tool_errors():
             folder = catalog.pack_folder(pack, root)
-            hits = retrieval.search(folder, clean_question(question), k=k)
+            with _pack_failures(health, pack, folder):
+                hits = retrieval.search(folder, clean_question(question), k=k)
         return {
             "pack": pack,
             "version": hits.version,  # the version that answered, whatever is current now
@@ -216,13 +221,14 @@ def create_server(packs_dir: Path | None = None) -> PacksServer:
         passages (vector_search) or not (a fallback)."""
         with _tool_errors():
             folder = catalog.pack_folder(pack, root)
-            result = retrieval.query(
-                folder,
-                clean_question(question),
-                profile=profile,
-                use_llm=use_llm,
-                max_results=k,
-            )
+            with _pack_failures(health, pack, folder):
+                result = retrieval.query(
+                    folder,
+                    clean_question(question),
+                    profile=profile,
+                    use_llm=use_llm,
+                    max_results=k,
+                )
         return {
             "pack": pack,
             "version": result["version"],
@@ -256,6 +262,18 @@ def _tool_errors() -> Iterator[None]:
         yield
     except PackError as exc:
         raise ToolError(str(exc)) from exc
+
+
+@contextmanager
+def _pack_failures(health: PackHealth, name: str, folder: Path) -> Iterator[None]:
+    """Anything but a PackError from a pack's version is that pack's failure (serving.health):
+    recorded for list_packs, and a PackError with its one line; the other packs answer."""
+    try:
+        yield
+    except PackError:
+        raise
+    except Exception as exc:
+        raise health.record(name, folder, exc) from exc
 
 
 def run_stdio(packs_dir: Path | None = None) -> None:

@@ -7,6 +7,7 @@ Routes:
 - ``/empty.html``: a page with a title and an empty body.
 - ``/utf16-bom.html``: UTF-16 with a byte-order mark, no charset declared.
 - ``/utf16-charset.html``: UTF-16LE without a mark, declared by ``charset=utf-16le``.
+- ``/ascii-declared-utf16.html``: an ASCII page declared ``charset=utf-16`` (a lie).
 - ``/page-N.html``: an ordinary small article.
 """
 
@@ -93,6 +94,9 @@ class HostileHandler(BaseHTTPRequestHandler):
             self._send(UTF16_TEXT.encode("utf-16"), "text/html")
         elif path == "/utf16-charset.html":
             self._send(UTF16_TEXT.encode("utf-16-le"), "text/html; charset=utf-16le")
+        elif path == "/ascii-declared-utf16.html":
+            text = article("Declared", "The gasket table lists every flange size.")
+            self._send(text.encode("ascii"), "text/html; charset=utf-16")
         elif path.startswith("/page-"):
             name = path.removeprefix("/page-").removesuffix(".html")
             text = article(f"Page {name}", f"Page {name} explains the widget gasket number {name}.")

@@ -87,8 +87,13 @@ def test_installed_pack_answers_exactly_as_the_built_one(built, archive, tmp_pat
     result = install(archive, packs_root=other)
     assert (result.pack, result.version, result.replaced) == ("widgets", 1, False)
     source, target = built / "widgets", other / "widgets"
-    for name in ("urls.txt", "kg_config.json", "eval/questions.jsonl"):
+    for name in ("urls.txt", "eval/questions.jsonl"):
         assert (target / name).read_bytes() == (source / name).read_bytes()
+    # The query settings travel as they are; the fetch settings reaching outside the pack
+    # (tests/test_archive_hostile.py) are dropped.
+    settings, installed = (json.loads((f / "kg_config.json").read_text()) for f in (source, target))
+    assert installed["query"] == settings["query"]
+    assert result.dropped == ["fetch.allow_private_hosts true"]
     assert sha256(target / "pack.db") == sha256(source / "pack.db")
     manifest = json.loads((target / "manifest.json").read_text())
     assert manifest["version"] == 1 and manifest["installed_from"]["archive"] == archive.name

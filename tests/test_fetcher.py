@@ -11,17 +11,13 @@ from pathlib import Path
 import pytest
 
 from kpack.config import FetchConfig
-from kpack.ingest.fetch import (
-    Fetcher,
-    FetchError,
-    HostThrottle,
-    Validators,
-    decode,
-    is_public_address,
-    page_format,
-)
+from kpack.ingest.content import decode, page_format
+from kpack.ingest.fetch import Fetcher, Validators
+from kpack.ingest.fetch_errors import FetchError
 from kpack.ingest.html import html_blocks, main_content
+from kpack.ingest.network_guard import is_public_address
 from kpack.ingest.sections import split_sections
+from kpack.ingest.throttle import HostThrottle
 from resources.fetcher import FetcherResource
 from tests.hostile_site import HostileHandler
 from tests.loopback import LoopbackServer
@@ -306,9 +302,9 @@ def test_page_format():
 
 
 def test_decode():
-    assert decode("café".encode("latin-1"), "text/html; charset=latin-1") == "café"
-    assert decode("café".encode(), "text/html") == "café"
-    assert decode("café".encode("cp1252"), None) == "café"
+    assert decode("café".encode("latin-1"), "text/html; charset=latin-1").text == "café"
+    assert decode("café".encode(), "text/html").text == "café"
+    assert decode("café".encode("cp1252"), None).text == "café"
     with pytest.raises(FetchError, match="binary"):
         decode(b"GIF89a\x00\x00", "text/plain")
 
@@ -422,10 +418,10 @@ def test_a_utf16_page_is_decoded_not_refused_as_binary(fetcher, hostile, path):
 
 def test_decode_by_byte_order_mark_and_wide_charset():
     text = "Zürich gasket"
-    assert decode(text.encode("utf-16"), None) == text
-    assert decode(text.encode("utf-16-be"), "text/html; charset=UTF-16BE") == text
-    assert decode(text.encode("utf-8-sig"), "text/html") == text
-    assert decode(text.encode("utf-32"), None) == text
+    assert decode(text.encode("utf-16"), None).text == text
+    assert decode(text.encode("utf-16-be"), "text/html; charset=UTF-16BE").text == text
+    assert decode(text.encode("utf-8-sig"), "text/html").text == text
+    assert decode(text.encode("utf-32"), None).text == text
 
 
 def test_through_a_proxy_the_name_is_still_checked_before_the_request(fetcher, site, monkeypatch):

@@ -121,6 +121,7 @@ def test_lists_packs_and_describes_one(api, root):
     assert packs["unbuilt"] == {
         "name": "unbuilt",
         "published": False,
+        "serving": False,
         "sources": "local",  # the loopback site: no internet needed to build it
         "version": None,
         "error": "never built: run `kpack build unbuilt`",
@@ -405,7 +406,8 @@ def test_errors_are_clear(api, path, payload, status, detail):
 def test_unknown_pack_info_and_bad_json(api):
     response = api.get("/packs/nope")
     assert (
-        response.status_code == 404 and "available: unbuilt, widgets" in response.json()["detail"]
+        response.status_code == 404
+        and "the pack list names the packs served here" in response.json()["detail"]
     )
     response = api.post(
         "/packs/widgets/query", content=b"{not json", headers={"content-type": "application/json"}

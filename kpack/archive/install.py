@@ -5,7 +5,10 @@ names, is a link or a device, would land outside the pack folder (an absolute pa
 differs in size or SHA-256 from ``kpack-archive.json``, when the archive declares far more
 than it can hold (kpack.archive.reader), when the database disagrees with the manifest, or
 when the embedding model the pack was built with cannot be loaded here (questions would be
-embedded in another space than the pack's vectors).
+embedded in another space than the pack's vectors), or when an index file does not have the
+shape its manifest implies (kpack.archive.index_shapes). What the archive's kg_config.json
+would let a rebuild read outside the pack is dropped unless the user trusts it
+(kpack.archive.policy).
 
 A new pack is assembled in the packs folder's staging area (kpack.archive.staging) and renamed
 into place, so it appears whole or not at all. Over an existing pack the archive becomes its
@@ -23,12 +26,15 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 from kpack import settings
 from kpack.archive.format import PACK_FILES, SETTINGS_FILES, VERSION_MEMBERS, read_json
+from kpack.archive.policy import contain_settings
 from kpack.archive.reader import Archive, local_copy, open_archive
 from kpack.archive.staging import staging_area
 from kpack.archive.validate import Report, check_pack_files
@@ -47,6 +53,9 @@ class InstallResult:
     files: dict[str, dict]
     replaced: bool
     seconds: float
+    # Settings of the archive's kg_config.json dropped as reaching outside the pack
+    # (kpack.archive.policy); empty when trusted or when it had none.
+    dropped: list[str]
 
 
 def install(
@@ -54,12 +63,14 @@ def install(
     packs_root: Path | None = None,
     name: str | None = None,
     replace: bool = False,
+    trust_config: bool = False,
 ) -> InstallResult:
     """Verify an archive (file or http(s) URL) and publish it as a new local version.
 
     An existing pack is only replaced with ``replace=True``: then the archive becomes its next
     version, and its urls.txt, kg_config.json, few_shot_examples.json and eval questions are
-    those of the archive.
+    those of the archive. Unless ``trust_config``, the installed kg_config.json lets a rebuild
+    read nothing outside the pack (kpack.archive.policy).
     """
     started = time.perf_counter()
     root = Path(packs_root or settings.packs_dir())
@@ -78,10 +89,13 @@ def install(
                     "--replace"
                 )
             archive_sha = file_sha256(path)
+            dropped: list[str] = []
+            stage = partial(_stage, archive, name=target_name, archive_sha=archive_sha)
+            stage = partial(stage, trusted=trust_config, dropped=dropped)
             if exists:
-                version = _install_over(archive, root, target_name, archive_sha)
+                version = _install_over(stage, root, target_name, archive, archive_sha)
             else:
-                version = _install_new(archive, root, staging, target_name, archive_sha)
+                version = _install_new(stage, root, staging, target_name, archive, archive_sha)
         return InstallResult(
             pack=target_name,
             folder=target,
@@ -91,13 +105,19 @@ def install(
             files=archive.files,
             replaced=exists,
             seconds=round(time.perf_counter() - started, 3),
+            dropped=dropped,
         )
 
 
-def _install_new(archive: Archive, root: Path, staging: Path, name: str, archive_sha: str) -> int:
+Stage = Callable[..., None]  # _stage with the archive and what to install as bound
+
+
+def _install_new(
+    stage: Stage, root: Path, staging: Path, name: str, archive: Archive, archive_sha: str
+) -> int:
     folder = staging / "pack" / name
     version_staging = versions_dir(folder) / "staging"
-    _stage(archive, version_staging, folder, name, archive_sha, previous=None, version=1)
+    stage(staging=version_staging, pack_files=folder, previous=None, version=1)
     store = PackStore(folder.parent)
     store.publish(name, 1, version_staging)
     _record(store, name, 1, None, archive, archive_sha)
@@ -110,7 +130,7 @@ def _install_new(archive: Archive, root: Path, staging: Path, name: str, archive
     return 1
 
 
-def _install_over(archive: Archive, root: Path, name: str, archive_sha: str) -> int:
+def _install_over(stage: Stage, root: Path, name: str, archive: Archive, archive_sha: str) -> int:
     store = PackStore(root)
     folder = store.folder(name)
     run_id = f"install-{uuid.uuid4().hex}"
@@ -122,7 +142,7 @@ def _install_over(archive: Archive, root: Path, name: str, archive_sha: str) -> 
         version = store.next_version(name)
         staging = store.new_staging(name, run_id)
         incoming = staging / ".pack-files"
-        _stage(archive, staging, incoming, name, archive_sha, previous_number, version)
+        stage(staging=staging, pack_files=incoming, previous=previous_number, version=version)
         # The pack's own files first, the flip last: an agent created for the new version
         # must read the installed kg_config.json (agents are cached per version).
         for member in PACK_FILES:
@@ -141,14 +161,18 @@ def _install_over(archive: Archive, root: Path, name: str, archive_sha: str) -> 
 
 def _stage(
     archive: Archive,
+    *,
     staging: Path,
     pack_files: Path,
     name: str,
     archive_sha: str,
     previous: int | None,
     version: int,
+    trusted: bool,
+    dropped: list[str],
 ) -> None:
-    """Extract (checksums verified), check, and write the local manifest.json and skill.md."""
+    """Extract (checksums verified), check, contain the settings (what was dropped is added
+    to ``dropped``), and write the local manifest.json and skill.md."""
     from kpack.graphdb import opened
     from kpack.skill import skill_inputs, skill_markdown
 
@@ -161,6 +185,7 @@ def _stage(
     check_pack_files(report, staging, manifest)
     if not report.ok:
         raise PackError(f"refusing {archive.path.name}: {report.failures()}")
+    dropped.extend(contain_settings(pack_files, trusted))
     # The manifest describes this machine's version (its number, its previous one, its name),
     # with where it came from; the database stays byte for byte what was exported.
     manifest["installed_from"] = {

@@ -3,7 +3,8 @@
 The checks (:func:`check_pack_files`) are the ones install makes before it publishes: the
 manifest's fields, the embedding model loading here with the pack's dimension, ``pack.db``
 being the file the manifest was sealed with (kpack.store.database_problem, the check every
-query makes), and the database's counts against the manifest. An archive is first read into
+query makes), the database's counts against the manifest, and every retrieval index opened as
+a reader opens it with the shape the manifest implies (kpack.archive.index_shapes). An archive is first read into
 a staging folder (kpack.archive.reader: every member checked and bounded), removed afterwards.
 """
 
@@ -14,11 +15,12 @@ from pathlib import Path
 
 from kpack import settings
 from kpack.archive.format import SUFFIX, VERSION_FILES, read_json
+from kpack.archive.index_shapes import index_problem
 from kpack.archive.reader import is_url, local_copy, open_archive
 from kpack.archive.staging import staging_area
 from kpack.contracts import KUZU_NODES, KUZU_RELS
 from kpack.errors import PackError, disk_errors
-from kpack.packs import current_version, pack_dir, validate_pack_name
+from kpack.packs import built_time, current_version, pack_dir, validate_pack_name
 from kpack.store import DATABASE, database_problem, indexes_problem
 
 
@@ -110,11 +112,13 @@ def check_pack_files(report: Report, version_dir: Path, manifest: dict) -> None:
         and isinstance(embedding.get("dimension"), int)
         and isinstance(manifest.get("counts"), dict)
         and isinstance(manifest.get("name"), str)
+        and built_time(manifest.get("built_at")) is not None
     )
     detail = (
         f"{manifest['name']} version {manifest.get('version')}, built {manifest.get('built_at')}"
         if fields_ok
-        else "it names no embedding model and dimension, counts or pack name"
+        else "it names no embedding model and dimension, counts, pack name or build time (an "
+        "ISO 8601 date with its offset)"
     )
     if not report.add("manifest", fields_ok, detail):
         return
@@ -122,6 +126,21 @@ def check_pack_files(report: Report, version_dir: Path, manifest: dict) -> None:
     # The seal first: Kuzu can crash the process on a damaged file instead of raising.
     if check_seal(report, version_dir):
         check_database(report, version_dir / DATABASE, manifest)
+        check_indexes(report, version_dir, manifest)
+
+
+def check_indexes(report: Report, version_dir: Path, manifest: dict) -> None:
+    """Every retrieval index opened as a reader opens it, its type and shape against the
+    manifest's counts and dimension (kpack.archive.index_shapes): a resealed archive carries
+    checksums that match whatever it holds."""
+    problem = index_problem(version_dir, manifest)
+    report.add(
+        "indexes",
+        problem is None,
+        "every index file opens with the manifest's counts and dimension"
+        if problem is None
+        else f"{problem}; the archive was not written by kpack export, or was altered",
+    )
 
 
 def check_seal(report: Report, version_dir: Path) -> bool:

@@ -58,7 +58,8 @@ from protego import Protego
 from selectolax.lexbor import LexborHTMLParser
 
 from kpack.config import CrawlConfig
-from kpack.ingest.fetch import Fetcher, FetchResponse, page_format
+from kpack.ingest.content import page_format
+from kpack.ingest.fetch import Fetcher, FetchResponse
 from kpack.ingest.html import page_links
 from kpack.ingest.pages import page_row, validators
 from kpack.ingest.sitemaps import SitemapError, parse_sitemap
@@ -298,6 +299,8 @@ class Crawl:
 
     def _take(self, page: Page, response: FetchResponse, replacements: list[Page]) -> list[Page]:
         """Record one fetched page; the pages its links add to the next depth."""
+        if response.warning:
+            self.report.problems.append(f"{page.url}: {response.warning}")
         crawled = page.scope is not None
         if crawled and response.format is None and (response.status or 0) in range(200, 300):
             self.report.not_text += 1  # an image or a download behind a page-like URL

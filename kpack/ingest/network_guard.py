@@ -1,0 +1,162 @@
+"""The private-network guard of fetches: which addresses a fetch may connect to, and the
+requests session whose connections obey it (and the fetch's deadline).
+
+Unless ``fetch.allow_private_hosts`` is set, a connection resolves its host once, refuses every
+address that is not globally routable (loopback, private, link-local, 100.64.0.0/10, and the
+IPv4-mapped, NAT64 and 6to4 forms of such addresses) and connects to exactly the address it
+checked, so a name that answers a public address to the check and a private one to the
+connection (DNS rebinding) never reaches the private one. Through an HTTP proxy the proxy
+resolves names: the name is checked before the request (kpack.ingest.fetch), but rebinding
+cannot be ruled out there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
+
+from kpack.ingest.deadline import Deadline
+from kpack.ingest.fetch_errors import FetchError
+
+# The IPv6 ranges that carry an IPv4 address in their last 32 bits (NAT64 well-known and
+# local-use prefixes, and the deprecated IPv4-compatible form).
+IPV4_CARRIERS = tuple(ipaddress.IPv6Network(n) for n in ("64:ff9b::/96", "64:ff9b:1::/48", "::/96"))
+
+
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if any(address in network for network in IPV4_CARRIERS):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
+def is_public_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Globally routable unicast; an IPv6 address that carries an IPv4 one is judged by it."""
+    if isinstance(address, ipaddress.IPv6Address):
+        embedded = _embedded_ipv4(address)
+        if embedded is not None:
+            return is_public_address(embedded)
+    return address.is_global and not address.is_multicast
+
+
+def public_addresses(host: str, port: int | None) -> list[str]:
+    """The addresses ``host`` resolves to, once; FetchError if any is not globally routable."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise FetchError(f"cannot resolve host {host!r}: {exc.strerror}") from None
+    addresses = list(dict.fromkeys(info[4][0].split("%")[0] for info in infos))
+    for text in addresses:
+        if not is_public_address(ipaddress.ip_address(text)):
+            raise FetchError(
+                f"refusing address {text} of {host!r}: not globally routable "
+                "(set fetch.allow_private_hosts in kg_config.json to allow it)"
+            )
+    return addresses
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """What the connections of the fetch running on this thread must respect."""
+
+    deadline: Deadline | None = None
+    allow_private: bool = False
+
+
+_thread = threading.local()
+
+
+def _scope() -> _Scope:
+    # Outside a Fetcher.fetch (no scope set), the strict policy applies.
+    return getattr(_thread, "scope", None) or _Scope()
+
+
+@contextlib.contextmanager
+def guarded(deadline: Deadline, *, allow_private: bool) -> Iterator[None]:
+    """While it is open, the requests of a :func:`guarded_session` made on this thread have
+    their sockets shut when ``deadline`` passes, and connect only to globally routable
+    addresses unless ``allow_private``."""
+    _thread.scope = _Scope(deadline, allow_private)
+    try:
+        yield
+    finally:
+        deadline.cancel()
+        _thread.scope = None
+
+
+class _GuardedConnection:
+    """Mixed into urllib3's connections: connect only to checked addresses, and let the fetch's
+    deadline shut the socket it reads the answer from."""
+
+    def _new_conn(self) -> socket.socket:
+        if _scope().allow_private:
+            return super()._new_conn()  # type: ignore[misc]
+        name = self._dns_host  # type: ignore[attr-defined]
+        failure: Exception | None = None
+        for address in public_addresses(name, self.port):  # type: ignore[attr-defined]
+            # urllib3 resolves _dns_host; an address literal resolves to itself, with no DNS.
+            self._dns_host = address
+            try:
+                return super()._new_conn()  # type: ignore[misc]
+            except (NewConnectionError, ConnectTimeoutError) as exc:
+                failure = exc
+            finally:
+                self._dns_host = name
+        raise failure or FetchError(f"host {name!r} has no address")
+
+    def getresponse(self, *args: Any, **kwargs: Any) -> Any:
+        deadline = _scope().deadline
+        if deadline is not None:
+            deadline.watch(self.sock)  # type: ignore[attr-defined]
+        return super().getresponse(*args, **kwargs)  # type: ignore[misc]
+
+
+class _GuardedHTTPConnection(_GuardedConnection, HTTPConnection):
+    pass
+
+
+class _GuardedHTTPSConnection(_GuardedConnection, HTTPSConnection):
+    pass
+
+
+class _GuardedHTTPPool(HTTPConnectionPool):
+    ConnectionCls = _GuardedHTTPConnection
+
+
+class _GuardedHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _GuardedHTTPSConnection
+
+
+class _GuardedAdapter(HTTPAdapter):
+    """requests' adapter whose direct connections are _GuardedConnection (not proxied ones)."""
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {
+            "http": _GuardedHTTPPool,
+            "https": _GuardedHTTPSPool,
+        }
+
+
+def guarded_session(user_agent: str, pool_size: int = 4) -> requests.Session:
+    """A requests session whose direct connections follow the rules of :func:`guarded`."""
+    session = requests.Session()
+    session.headers["User-Agent"] = user_agent
+    adapter = _GuardedAdapter(pool_connections=16, pool_maxsize=pool_size)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
