@@ -16,8 +16,8 @@ the pack says. Which sentences:
    explain (its definition line and the first lines that say what it does), when the
    chunking cut them off into the passages next to it, and, for a when / which-version
    question, the release notes that close that entry passages later. A definition line of
-   API documentation (retrieval.key_items.SIGNATURE: ``json.dumps(obj, *, indent=None,
-   ...)``, ``class csv.DictReader(f, ...)``) is no sentence: the units after it explain it,
+   API documentation (retrieval.key_items.SIGNATURE: ``shelf.open(path, *, mode="r",
+   ...)``, ``class shelf.Shelf(path, ...)``) is no sentence: the units after it explain it,
    so each keeps it, counts its words as context and is quoted after it, as code (once per
    answer), and the name it defines reaches the answer. Sentences that only talk about the
    page ("This page describes ..."), point elsewhere ("... is described in [pack layout]
@@ -50,10 +50,9 @@ the pack says. Which sentences:
    of the chosen ones holds the kind asked for, the best that does is added. After the best
    unit, each further one is chosen for what it adds to the quoted ones, and each part of a
    question of several parts gets the unit that holds its own terms
-   (:func:`answering_sentences`). A question that names API names ("time.perf_counter or
-   time.process_time?") is answered from each definition it names as well
-   (:func:`with_named_definitions`); one that asks how they differ gets their parallel
-   sentences first (:func:`contrasted`).
+   (:func:`answering_sentences`). A question that names API names ("shelf.open or
+   shelf.restore?") is answered from each definition it names as well
+   (:func:`with_named_definitions`).
 3. The answer says plainly that the passages do not answer, instead of quoting weak matches,
    when the question names something (a capitalised name: "Neo4j", "Windows", an
    identifier: "requests.get", or a release: "Python 3.14") that none of the passages
@@ -70,13 +69,14 @@ the pack says. Which sentences:
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import combinations, pairwise
+from itertools import pairwise
 
 from kpack.contracts import chunk_id
 from kpack.gate import question_terms
@@ -106,10 +106,6 @@ from retrieval.query import ContextSection
 EXTRACTIVE_SENTENCES = 3
 MIN_SENTENCE_WORDS, MAX_SENTENCE_WORDS = 4, 120
 MAX_CODE_LINES = 20
-# An entry's release notes are looked for in at most this many passages after a passage (a long
-# entry runs over several: zip()'s "Changed in version 3.10" is three passages after its
-# definition line).
-MAX_ENTRY_PASSAGES = 4
 # A passage that begins inside an entry is read with the entry's opening: its definition line
 # and at most this many lines of prose after it, where reference documentation says what the
 # definition does ("Create an object that operates like a regular reader but maps ... to a
@@ -134,7 +130,7 @@ MEANING_SHARE = 0.6
 # A further unit's coverage counts this share for the terms no quoted unit holds yet, the rest
 # for all its terms (answering_sentences).
 NOVELTY_SHARE = 0.3
-# In a question that describes a situation before it asks ("I call basicConfig twice and
+# In a question that describes a situation before it asks ("I call shelf.open twice and
 # nothing changes. Why?"), the terms of the asking sentences weigh this many times more.
 ASKED_WEIGHT = 2.0
 
@@ -184,10 +180,6 @@ CLOSED_END = re.compile(r"([.!?](\[[^\]\n]{1,40}\]|[)\"'’”]))\s+(?=[A-Z0-9`\
 FENCE_LINE = re.compile(r"^\s*(`{3,}|~{3,})")
 # A release note of API documentation: "New in version 3.8.", "Changed in version 3.3: ...".
 VERSION_NOTE = re.compile(r"(new|changed|deprecated) (in|since) version\b", re.IGNORECASE)
-# A question that asks how the things it names differ (:func:`contrasted`), and the least word
-# overlap (Jaccard) of two parallel sentences of theirs.
-COMPARISON = re.compile(r"\b(differ|differs|difference|differences|versus|vs)\b", re.IGNORECASE)
-MIN_PARALLEL = 0.4
 # Interactive-session lines left in prose (">>> print(row)"): code, not a sentence.
 PROMPT = ">>>"
 
@@ -199,7 +191,7 @@ class Unit:
     sentence: str  # as quoted: the passage's words, links shown as their text
     code: str | None = None  # the fenced block, fences included
     before: str = ""  # the sentence before it in its paragraph, which it may lean on
-    signature: str = ""  # the definition line it explains ("json.dumps(obj, *, ...)")
+    signature: str = ""  # the definition line it explains ("shelf.open(path, *, ...)")
 
     @property
     def text(self) -> str:
@@ -252,7 +244,7 @@ def is_boilerplate(sentence: str, cut: bool = True) -> bool:
     if cut and (sentence[:1].islower() or sentence[:1] in CUT_START):
         return True
     plain = MARKDOWN_LINK.sub(r"\1", sentence).strip(" -*")
-    # A pointer to an API name ("For example, see time.perf_counter().") names the answer.
+    # A pointer to an API name ("For example, see shelf.restore().") names the answer.
     pointer = POINTER.search(plain) and not identifiers(plain)
     if SELF_REFERENCE.match(plain) or pointer or LINK_RESIDUE.search(sentence):
         return True
@@ -265,7 +257,7 @@ def _blocks(text: str) -> list[tuple[str, str]]:
     """The passage as ("prose", paragraph), ("item", list item), ("row", table row), ("code",
     fenced block) and ("signature", definition line) pieces, in order; a code block the
     passage cuts off (no closing fence) is left out. A definition line of API documentation
-    ends the paragraph before it: it is no sentence ("contextlib.chdir(path)" is not the tail
+    ends the paragraph before it: it is no sentence ("shelf.restore(path)" is not the tail
     of "New in version 3.5."); a table row is a piece of its own ("'x' | open for exclusive
     creation, failing if the file already exists"), and so is a list item, without its
     marker ("- The sort is stable" is not the tail of the sentence before the list)."""
@@ -351,10 +343,11 @@ def passage_in_context(
 def _release_notes_after(text: str, section: str, index: int, chunk_text: Mapping[str, str]) -> str:
     """The release notes ("New in version 3.11.", "Changed in version 3.10: Added the strict
     argument.") that the passages after passage ``index`` hold before the next definition
-    line: those of the entry the passage ends inside. At most ``MAX_ENTRY_PASSAGES`` are read."""
+    line: those of the entry the passage ends inside, however many passages it runs over
+    (reading stops at the next definition line or the section's end)."""
     notes: list[str] = []
     current = text
-    for number in range(index + 1, index + 1 + MAX_ENTRY_PASSAGES):
+    for number in itertools.count(index + 1):
         following = chunk_text.get(chunk_id(section, number), "")
         if not following:
             break
@@ -545,11 +538,13 @@ def word_stems(text: str) -> frozenset[str]:
 
 def misspelled(name: str, mentioned: frozenset[str]) -> bool:
     """True when a name of the question is a passage's word misspelled: one letter added,
-    dropped or changed ("Hatmanis" for "Hartmanis"), or the word with up to two letters more
-    or fewer at its end ("Californian", "California"). Names of fewer than ``MIN_TYPO_NAME``
+    dropped or changed ("Brightwatr" for "Brightwater"), or the word with up to two letters
+    more or fewer at its end, as an inflection or a derived word writes it ("Marrowan",
+    "Marrow"). Names of fewer than ``MIN_TYPO_NAME``
     letters are not guessed at."""
     folded = fold_word(name.lower())
-    # Both the stem and the whole word: the stemmer takes "Merceds" for a past tense ("merc").
+    # Both the stem and the whole word: the stemmer may cut a misspelled name as if it were an
+    # inflected word ("Lindqvsted" -> "lindqvst").
     keys = {k for k in (stem(folded), folded) if len(k) >= MIN_TYPO_NAME}
     return any(
         _one_edit(key, word)
@@ -575,8 +570,8 @@ def _one_edit(a: str, b: str) -> bool:
 
 
 def written_apart(name: str, passages: list[ContextSection]) -> bool:
-    """True when the passages write a name of the question as two words ("Superbowl": "Super
-    Bowl")."""
+    """True when the passages write a name of the question as two words ("Seawolf": "Sea
+    Wolf")."""
     key = fold_word(name.lower())
     return any(
         fold_word(a.lower()) + fold_word(b.lower()) == key
@@ -725,9 +720,7 @@ def answering_sentences(
     it lacks: the bridge's second passage of a two-hop question, the fix after the sentence
     that restates the problem. When
     none of these holds the kind of answer asked for (a version, a name, an identifier), the
-    best unit that does is added (one explaining the same definition as the best unit first:
-    "since which version" of ``contextlib.chdir`` is its own "New in version 3.11", not the
-    one of the entry before); units that hold it go first."""
+    best unit that does is added; units that hold it go first."""
     if not scored or scored[0].score < ANSWER_THRESHOLD:
         return []
     picked = [scored[0]]
@@ -735,7 +728,7 @@ def answering_sentences(
     parts = parts or []
     for terms in parts if len(parts) > 1 else []:
         if not any(earned.get(t, 0.0) for t in terms):
-            best = _best_for(terms, scored, scored[0])
+            best = _best_for(terms, scored)
             if best is not None:
                 picked.append(best)
                 _earn(earned, best)
@@ -749,25 +742,17 @@ def answering_sentences(
             break
         picked.append(best)
         _earn(earned, best)
-    anchor = picked[0]
     typed = [s for s in scored if s.typed and s.score >= ANSWER_THRESHOLD]
     if typed and not any(s.typed for s in picked):
-        picked.append(max(typed, key=lambda s: (_same_definition(s, anchor), s.score)))
+        picked.append(typed[0])  # best first
     return sorted(picked, key=lambda s: not s.typed)
 
 
-def _best_for(
-    terms: frozenset[str], scored: list[ScoredSentence], anchor: ScoredSentence
-) -> ScoredSentence | None:
-    """The answering unit that holds most of a part's terms, or None when none holds any. A
-    further part asks about what the first one asked of ("... and since which version is it
-    available?"), so a unit explaining the same definition as the best unit (``anchor``)
-    goes before the others that hold any of the part's terms."""
+def _best_for(terms: frozenset[str], scored: list[ScoredSentence]) -> ScoredSentence | None:
+    """The answering unit that holds most of a part's terms, or None when none holds any."""
     shares = {id(s): sum(c for t, c in s.credit if t in terms) for s in scored}
     held = [s for s in scored if s.score >= ANSWER_THRESHOLD and shares[id(s)] > 0]
-    return max(
-        held, key=lambda s: (_same_definition(s, anchor), shares[id(s)], s.score), default=None
-    )
+    return max(held, key=lambda s: (shares[id(s)], s.score), default=None)
 
 
 def _earn(earned: dict[str, float], unit: ScoredSentence) -> None:
@@ -800,15 +785,6 @@ def asking_part(question: str) -> str:
     sentences = [s for s in split_sentences(question) if s.strip()]
     asking = [s for s in sentences if s.rstrip().endswith("?")]
     return " ".join(asking) if asking and len(asking) < len(sentences) else question
-
-
-def _same_definition(unit: ScoredSentence, anchor: ScoredSentence) -> bool:
-    """True when both units explain the same definition line of the same page (a long entry
-    runs over several passages)."""
-    return bool(anchor.unit.signature) and (
-        unit.passage.article_url == anchor.passage.article_url
-        and unit.unit.signature == anchor.unit.signature
-    )
 
 
 # Where a question asks a further thing: a second question mark, or "..., and what/how ...".
@@ -886,8 +862,8 @@ def with_named_definitions(
     chosen: list[ScoredSentence], scored: list[ScoredSentence], question: str
 ) -> list[ScoredSentence]:
     """The chosen units after the best unit of each definition the question names and none
-    of them explains: "should I use time.perf_counter or time.process_time?" is answered by
-    what each of the two definitions says, not by the best two sentences of one of them."""
+    of them explains: "should I use shelf.open or shelf.restore?" is answered by what each
+    of the two definitions says, not by the best two sentences of one of them."""
     if not chosen:
         return chosen
     asked = [name.lower() for name in identifiers(question)]
@@ -904,46 +880,6 @@ def with_named_definitions(
         ):
             named[name] = s
     return [*named.values(), *chosen]
-
-
-def contrasted(
-    chosen: list[ScoredSentence], scored: list[ScoredSentence], question: str
-) -> list[ScoredSentence]:
-    """The chosen units after a contrast, for a question that asks how the definitions it names
-    differ ("should I use time.perf_counter or time.process_time? How do they differ?"):
-    documentation says what differs in parallel sentences ("It does include time elapsed
-    during sleep" / "It does not include time elapsed during sleep"), so of two named
-    definitions the pair of units whose words, less the definitions' names, overlap most
-    (at least ``MIN_PARALLEL``, Jaccard) without being the same words."""
-    asked = [name.lower() for name in identifiers(question)]
-    if not chosen or len(asked) < 2 or not COMPARISON.search(question):
-        return chosen
-    by_name: dict[str, list[ScoredSentence]] = {}
-    for s in scored:
-        name = defined_name(s.unit.signature)
-        if name and s.score >= ANSWER_THRESHOLD and any(same_name(name, a) for a in asked):
-            by_name.setdefault(name, []).append(s)
-    names = frozenset(w for name in by_name for w in words(name))
-
-    def plain_words(unit: ScoredSentence) -> frozenset[str]:
-        # Without the names it writes: "Use perf_counter_ns() ..." and "Use process_time_ns()
-        # ..." say the same of each.
-        named = {w for name in identifiers(unit.unit.sentence) for w in words(name)}
-        return frozenset(words(unit.unit.sentence)) - names - named
-
-    plain = {id(s): plain_words(s) for units in by_name.values() for s in units}
-    best, pair = MIN_PARALLEL, None
-    for first, second in combinations(by_name, 2):
-        for a in by_name[first]:
-            mine = plain[id(a)]
-            for b in by_name[second]:
-                theirs = plain[id(b)]
-                overlap = len(mine & theirs) / (len(mine | theirs) or 1)
-                if mine != theirs and overlap > best:
-                    best, pair = overlap, (a, b)
-    if pair is None:
-        return chosen
-    return [*pair, *(s for s in chosen if s is not pair[0] and s is not pair[1])]
 
 
 def _names(text: str, title: str) -> bool:
@@ -966,7 +902,7 @@ def extractive_answer(
         return f"{DECLINED} mention {', '.join(missing)}, so they do not answer this question.", []
     scored = score_sentences(question, passages, idf, meaning)
     chosen = chain(answering_sentences(scored, part_terms(question)), scored, passages, question)
-    chosen = contrasted(with_named_definitions(chosen, scored, question), scored, question)
+    chosen = with_named_definitions(chosen, scored, question)
     if not chosen:
         return NO_SENTENCE_ANSWER, []
     shown: set[str] = set()
