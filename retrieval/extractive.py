@@ -4,7 +4,7 @@ Without a Claude key the answer is made of the pack's own sentences, so it can o
 the pack says. Which sentences:
 
 1. Candidates are the units of the passages kept for the answer (the k best), never the whole
-   context: a prose sentence (:func:`sentences_of`; a list item, read without its marker, and
+   context: a prose sentence (kpack.text.split_sentences; a list item, read without its marker, and
    a table row start their own), or a lead-in sentence ending in a colon together with the fenced
    code block that follows it ("The simplest example of reading a CSV file:" and its code),
    quoted as a fenced block so a how-to keeps the code it needs; so is a sentence that ends
@@ -172,10 +172,6 @@ NAME_SEPARATOR = re.compile(r"[._]")
 NAME_WORD_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
 # A list item's marker at the start of its line ("- The sort is stable", "2. Open the file").
 LIST_ITEM = re.compile(r"^\s*([-*+•]|\d{1,2}[.)])\s+")
-# A sentence's end followed by a note mark ("[citation needed]", "[12]") or the bracket or quote
-# it closes ("(Default values are calculated once ...; this should usually be avoided.)"), and
-# the next sentence's start.
-CLOSED_END = re.compile(r"([.!?](\[[^\]\n]{1,40}\]|[)\"'’”]))\s+(?=[A-Z0-9`\"'(\[])")
 # A fence line of a code block ("```", "~~~").
 FENCE_LINE = re.compile(r"^\s*(`{3,}|~{3,})")
 # A release note of API documentation: "New in version 3.8.", "Changed in version 3.3: ...".
@@ -464,17 +460,6 @@ def _continuation(text: str, following: str) -> str:
     return following[repeated:]
 
 
-def sentences_of(paragraph: str) -> list[str]:
-    """The sentences of a paragraph, also where a note mark or a closing bracket or quote
-    follows a sentence's end ("... Alice Through the Looking Glass.[citation needed] Westwood
-    One will carry ..."): the mark stays with the sentence it ends."""
-    return [
-        sentence
-        for piece in CLOSED_END.sub("\\1\n", paragraph).split("\n")
-        for sentence in split_sentences(piece)
-    ]
-
-
 @lru_cache(maxsize=16384)
 def units_of(text: str) -> tuple[Unit, ...]:
     """The units of a passage that could answer (module docstring, point 1), each with the
@@ -489,7 +474,7 @@ def units_of(text: str) -> tuple[Unit, ...]:
             continue
         # A table row is one unit; it may start with a name in lower case ("defaultdict | dict
         # subclass that calls a factory function to supply missing values").
-        sentences = [body] if kind == "row" else sentences_of(body)
+        sentences = [body] if kind == "row" else split_sentences(body)
         following = blocks[index + 1] if index + 1 < len(blocks) else None
         for number, sentence in enumerate(sentences):
             before = MARKDOWN_LINK.sub(r"\1", sentences[number - 1]) if number else ""

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from kpack.contracts import chunk_id
+from kpack.text import split_sentences
 from retrieval.agent import KnowledgeGraphAgent
 from retrieval.answer_type import answer_kind, holds_answer
 from retrieval.extractive import (
     DECLINED,
     passage_in_context,
     score_sentences,
-    sentences_of,
     units_of,
 )
 from retrieval.meaning import word_vectors_of
@@ -58,6 +58,8 @@ PRIORY = """# Priory of Saint Brannoc
 The priory at Kéravel was founded by Ewen of Morlaix in the year 1120, on the site of an
 older chapel. Its library kept more than two hundred charters by the fourteenth century. The
 Lindqvist-Hart Gallery of the priory museum stands beside the cloister and shows its silver.
+The gallery lends objects to other museums, e.g. `Reliquary 7` and the Brannoc Psalter, for up
+to a year at a time.
 """
 
 
@@ -185,12 +187,37 @@ def test_a_sentence_ends_at_a_note_mark_or_the_bracket_its_full_stop_closes():
         "a TypeError is raised. Hollow Oak gave the cider.[citation needed] Marrow Bay Radio "
         "covered it, e.g. on the coast."
     )
-    assert sentences_of(paragraph) == [
+    assert split_sentences(paragraph) == [
         "(Default values are computed once; this is usually avoided.)",
         "If a slot is unfilled, a TypeError is raised.",
         "Hollow Oak gave the cider.[citation needed]",
         "Marrow Bay Radio covered it, e.g. on the coast.",
     ]
+
+
+def test_a_sentence_goes_on_after_an_abbreviation_a_dotted_name_and_a_code_span():
+    text = (
+        "Dates are read in most forms, e.g. `2031-W07` or 12 May, i.e. Any ISO form. "
+        "Join parts with os.path.join() first. It needs Python 3.11. Dr. Lee wrote `x = 1. Y` "
+        "in the guide.\n```\nrun(). Then\n```\nDone."
+    )
+    assert split_sentences(text) == [
+        "Dates are read in most forms, e.g. `2031-W07` or 12 May, i.e. Any ISO form.",
+        "Join parts with os.path.join() first.",
+        "It needs Python 3.11.",
+        "Dr. Lee wrote `x = 1. Y` in the guide.",
+        "```\nrun(). Then\n```",
+        "Done.",
+    ]
+
+
+def test_no_answer_breaks_a_sentence_at_an_abbreviation(offline):
+    answer = offline.query("Which objects does the gallery lend to other museums?")["answer"]
+    assert (
+        "The gallery lends objects to other museums, e.g. `Reliquary 7` and the Brannoc Psalter"
+        in answer
+    )
+    assert "e.g. [Source" not in answer
 
 
 def test_a_list_item_is_a_unit_of_its_own_without_its_marker():
