@@ -15,7 +15,8 @@ import pytest
 from retrieval.agent import KnowledgeGraphAgent
 from retrieval.citations import SUPPORT_THRESHOLD
 from retrieval.decompose import DECOMPOSE_SYSTEM
-from retrieval.extractive import DECLINED, NO_SENTENCE_ANSWER
+from retrieval.extractive import NO_SENTENCE_ANSWER
+from retrieval.missing_names import DECLINED
 from retrieval.synthesis import SYNTHESIS_SYSTEM, UNSUPPORTED_ANSWER
 from tests.conftest import build, write_pack
 from tests.loopback import fake_anthropic_server

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from retrieval.agent import KnowledgeGraphAgent
-from retrieval.extractive import DECLINED, passage_in_context, units_of
+from retrieval.answer_units import units_of
+from retrieval.missing_names import DECLINED
+from retrieval.passage_context import passage_in_context
 from retrieval.reader import open_pack
 from tests.conftest import build, write_pack
 

@@ -15,14 +15,12 @@ from kpack.contracts import chunk_id
 from kpack.text import split_sentences
 from retrieval.agent import KnowledgeGraphAgent
 from retrieval.answer_type import answer_kind, holds_answer
-from retrieval.extractive import (
-    DECLINED,
-    passage_in_context,
-    score_sentences,
-    units_of,
-)
+from retrieval.answer_units import units_of
 from retrieval.meaning import word_vectors_of
+from retrieval.missing_names import DECLINED
+from retrieval.passage_context import passage_in_context
 from retrieval.query import ContextSection
+from retrieval.unit_scoring import score_sentences
 from tests.conftest import build, write_pack
 
 WORD_VECTORS = word_vectors_of("sentence-transformers/all-MiniLM-L6-v2")
