@@ -16,6 +16,7 @@ from kpack.text import split_sentences
 from retrieval.agent import KnowledgeGraphAgent
 from retrieval.answer_type import answer_kind, holds_answer
 from retrieval.answer_units import units_of
+from retrieval.extractive import extractive_answer
 from retrieval.meaning import word_vectors_of
 from retrieval.missing_names import DECLINED
 from retrieval.passage_context import passage_in_context
@@ -278,3 +279,64 @@ def test_a_release_note_answers_a_version_question_not_a_how_to():
         "Since which version are the sections of a SectionReader dicts?", [passage]
     )
     assert since[0].unit.sentence.startswith("Changed in version 3.8")
+
+
+def passage(
+    section: str, heading: str, text: str, similarity: float, title: str = "tools — small helpers"
+) -> ContextSection:
+    return ContextSection(
+        section,
+        f"https://docs.example/tools.html#{section}",
+        title,
+        heading,
+        text,
+        similarity,
+        0.0,
+        "retrieved",
+    )
+
+
+def test_the_answer_starts_from_the_best_ranked_passage_that_answers():
+    # Ranking put the section that does it first; the module's introduction names every term
+    # of the question and is a little closer, but only says what the module is.
+    section = passage(
+        "sub",
+        "Subcommands",
+        "Call add_commands() on a menu to get a group; each command added to the group is a "
+        "subcommand with options of its own.",
+        0.52,
+        "climenu — command menus",
+    )
+    intro = passage(
+        "intro",
+        "climenu",
+        "The climenu module builds climenu.Menu objects for scripts: options, subcommands, help "
+        "pages and a parser for what the user typed.",
+        0.60,
+        "climenu — command menus",
+    )
+    answer, _ = extractive_answer("How do I make subcommands with climenu?", [section, intro])
+    assert answer.startswith("Call add_commands() on a menu to get a group")
+
+
+def test_a_how_to_answer_quotes_the_code_of_its_passage_verbatim_with_one_citation():
+    code = (
+        "```\nwith tarlite.Archive('notes.tar', mode='a') as archive:\n"
+        "    archive.extend(sorted(glob.glob('notes/*.txt')))\n```"
+    )
+    entry = passage(
+        "extend",
+        "Archive.extend",
+        "Archive.extend(names)\n"
+        "Add every file named in the list names to the archive in one call, in the order given.\n"
+        "The names may be relative to the current folder.\n"
+        f"For instance, to take the notes kept in a folder:\n{code}\n"
+        "Members already in the archive are replaced.",
+        0.55,
+    )
+    answer, _ = extractive_answer("How do I add many files to an archive at once?", [entry])
+    assert answer.startswith("`Archive.extend(names)`: Add every file named in the list")
+    assert f"For instance, to take the notes kept in a folder:\n\n{code}\n" in answer
+    # One citation for the passage, after all it said, not one per sentence.
+    assert answer.count("[Source: tools — small helpers]") == 1
+    assert answer.endswith(f"{code}\n[Source: tools — small helpers]")
