@@ -53,13 +53,13 @@ LINK_RESIDUE = re.compile(r"(?<!\])\([\w./-]+\.(md|html?|rst|txt)\)")
 TABLE_ROW = re.compile(r"\S \| \S")
 # What no sentence starts with but the tail of one that a passage boundary cut does.
 CUT_START = frozenset("=,;:.)]}|/%&")
-# A list of links: a table of contents, "Next: [x](y)".
+# A sentence with this many links is a list of links (a table of contents, "Next: [x](y)"):
+# a sentence that explains something links one or two terms, a menu links every item.
 NAVIGATION_LINKS = 3
 
 # A sentence that announces the code after it without a colon ("This example gets the
 # python.org main page ...", "Look at the following example, which ..."): quoted with it.
 ANNOUNCES_CODE = re.compile(r"\b(examples?|following|below|as follows|like this|snippet)\b", re.I)
-# The words inside an identifier: its parts between dots and underscores, split at case.
 # A list item's marker at the start of its line ("- The sort is stable", "2. Open the file").
 LIST_ITEM = re.compile(r"^\s*([-*+•]|\d{1,2}[.)])\s+")
 # A release note of API documentation: "New in version 3.8.", "Changed in version 3.3: ...".
