@@ -60,7 +60,7 @@ from retrieval.eval.metrics import (  # noqa: E402
     mean_reciprocal_rank,
     normalize_text,
 )
-from retrieval.extractive import DECLINED  # noqa: E402
+from retrieval.missing_names import DECLINED  # noqa: E402
 from retrieval.reader import open_pack  # noqa: E402
 from retrieval.synthesis import NO_CONTEXT_ANSWER  # noqa: E402
 

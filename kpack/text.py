@@ -15,9 +15,42 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     import Stemmer
 
-# A sentence ends at . ! or ? followed by space and something that starts a sentence
-# (a capital, a digit, a code span, a quote or a bracket): "e.g. foo" stays one sentence.
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9`\"'(\[])")
+# A sentence ends at . ! or ? (with a note mark, "[citation needed]", "[12]", or the bracket or
+# quote it closes after it) followed by space and something that starts a sentence (a capital,
+# a digit, a code span, a quote or a bracket). A dotted name ("os.path.join()") or a version
+# ("3.11.2") has no space after its dots, so it never ends one.
+SENTENCE_END = re.compile(r"[.!?](?:\[[^\]\n]{1,40}\]|[)\"'’”])?(?=\s+[A-Z0-9`\"'(\[])")
+# Abbreviations after which a full stop ends no sentence, whatever follows ("e.g. `open()`",
+# "i.e. The", "Dr. Lee", "vs. Python 2"), read in lower case: the word before the stop.
+# "etc." is not one: it often closes a sentence ("... pears, etc. The next").
+ABBREVIATIONS = frozenset(
+    [
+        "e.g",
+        "i.e",
+        "cf",
+        "vs",
+        "viz",
+        "approx",
+        "dr",
+        "mr",
+        "mrs",
+        "ms",
+        "prof",
+        "st",
+        "jr",
+        "sr",
+        "fig",
+        "figs",
+        "eq",
+        "vol",
+        "pp",
+        "ca",
+        "resp",
+        "al",
+    ]
+)
+# The word a full stop closes: letters with inner dots ("e.g", "i.e", "Dr").
+WORD_BEFORE_STOP = re.compile(r"([A-Za-z]+(?:\.[A-Za-z]+)*)$")
 
 # A Markdown code fence: three or more backticks or tildes, possibly indented.
 FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
@@ -128,8 +161,55 @@ STOPWORDS = frozenset(
 
 
 def split_sentences(text: str) -> list[str]:
-    """The sentences of one paragraph (no newlines are needed or removed)."""
-    return SENTENCE_END.split(text)
+    """The sentences of a text: the one splitter of chunking, entity extraction, the gate's
+    probes and the offline answer. A sentence ends where :data:`SENTENCE_END` says, except
+    after an abbreviation (:data:`ABBREVIATIONS`: "e.g.", "vs.", "Dr.") and inside a code span
+    (`` `x = 1. Then` ``); a fenced code block is one piece, fences and newlines included.
+    Within prose, newlines are kept where they stand (no newlines are needed)."""
+    pieces: list[str] = []
+    prose: list[str] = []
+    block: list[str] = []
+
+    def flush_prose() -> None:
+        if prose:
+            pieces.extend(s for s in _prose_sentences("\n".join(prose)) if s.strip())
+            prose.clear()
+
+    if "```" not in text and "~~~" not in text:
+        return _prose_sentences(text)
+    for line, role in fence_roles(text.split("\n")):
+        if role == "text":
+            prose.append(line)
+            continue
+        flush_prose()
+        block.append(line)
+        if role == "close":
+            pieces.append("\n".join(block))
+            block.clear()
+    flush_prose()
+    if block:  # a block the text cuts off before its closing fence
+        pieces.append("\n".join(block))
+    return pieces
+
+
+def _prose_sentences(text: str) -> list[str]:
+    """The sentences of prose without fenced code (:func:`split_sentences`)."""
+    sentences: list[str] = []
+    start = 0
+    for end in SENTENCE_END.finditer(text):
+        before = text[start : end.start()]
+        if before.count("`") % 2:  # inside a code span
+            continue
+        if end.group(0) == ".":
+            word = WORD_BEFORE_STOP.search(before)
+            if word and word.group(1).lower() in ABBREVIATIONS:
+                continue
+        sentences.append(text[start : end.end()])
+        start = end.end()
+        while start < len(text) and text[start].isspace():
+            start += 1
+    sentences.append(text[start:])
+    return sentences
 
 
 def fence_roles(lines: Iterable[str]) -> Iterator[tuple[str, LineRole]]:

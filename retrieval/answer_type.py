@@ -4,15 +4,16 @@ A who / which / where question is answered by a sentence that holds a name the q
 not already hold; a how-many / how-much question by one that holds a count or an amount, not
 the numbers of a date ("On May 21, 2013" counts nothing); a when / what-year / what-day
 question by one that holds a date (a year, a month, a day of the week) or a version ("Since
-when has math.dist existed?": "New in version 3.8"), not just any number ("24-yard pass"
-dates nothing), where "when" asks and does not open the condition of another question ("When
-wait_for runs out of time, what exception reaches my code?"); a "which version" question by
-one that holds a version number ("New in version 3.11"); a "what exception" / "which error" /
-"what happens if" question by one that names an exception the question does not (``OSError``,
-``TimeoutError``); a documentation how-to ("How do I ...", "What should I use ...") by one that
-names an identifier (``DictReader``, ``json.dumps()``, ``indent=4``); a why-question by one
-that gives a reason or the condition something depends on ("re.match() will only match at the
-beginning of the string", "... evaluated only once", "... because fog covered the buoys"). The
+when has shelf.restore existed?": "New in version 3.8"), not just any number ("a 30-metre
+lead" dates nothing), where "when" asks and does not open the condition of another question
+(in "When the upload stalls, what exception does the client raise?" the clause before the
+comma is the condition and "what exception" is asked); a "which version" question by one that
+holds a version number ("New in version 3.11"); a "what exception" / "which error" question by
+one that names an exception the question does not (``TransferStalledError``, ``ShelfClosedError``);
+a documentation how-to ("How do I ...", "What should I use ...") by one that names an
+identifier (``Palette``, ``shelf.open()``, ``mode='a'``); a why-question by one that gives a
+reason or the condition something depends on ("... only at the start of the string", "...
+evaluated only once", "... because fog covered the buoys"). The
 offline answer (retrieval.extractive) prefers such a sentence and quotes it first; no kind is
 guessed for other questions ("What is the difference ...").
 """
@@ -30,8 +31,9 @@ Kind = Literal["version", "date", "number", "exception", "name", "identifier", "
 VERSION_QUESTION = re.compile(r"\b(which|what) (\w+ )?(version|release)\b", re.IGNORECASE)
 # "When" asks for a date where it opens the question or a part of it, or after "since" ("Since
 # when has math.dist existed?": "New in version 3.8"), not as a conjunction ("Which exception
-# do I get when ...") nor where it opens a condition the question then asks about ("When
-# wait_for runs out of time, what exception reaches my code?").
+# do I get when ...") nor where it opens a condition the question then asks about ("When the
+# upload stalls, what exception does the client raise?"): a clause before a comma that a
+# question word follows is a condition, in any question.
 DATE_QUESTION = re.compile(
     r"\b((what|which) (year|day|month|date|decade|century)s?\b|"
     r"(?:^|[.?!,;]\s+|\band\s+|\bsince\s+)when\b"
@@ -42,15 +44,12 @@ NUMBER_QUESTION = re.compile(
     r"\bhow (many|much|long|old|far|big|large|often)|what (percentage|number|age)\b",
     re.IGNORECASE,
 )
-# An error is asked for by its kind ("what exception reaches my code", "What error is that"),
-# or as what an action leads to ("What happens if some code assigns to a field?": API
-# documentation answers with what it raises).
+# An error is asked for by its kind ("what exception does the client raise", "What error is
+# that").
 EXCEPTION_QUESTION = re.compile(
-    r"\b(which|what) ((kind|type|sort)s? of |\w+ )?(exception|error)s?\b|"
-    r"\bwhat happens (if|when)\b",
-    re.IGNORECASE,
+    r"\b(which|what) ((kind|type|sort)s? of |\w+ )?(exception|error)s?\b", re.IGNORECASE
 )
-# An exception's name: "OSError", "asyncio.TimeoutError", "KeyboardInterrupt", "StopIteration".
+# An exception's name: "ShelfError", "shelf.ClosedError", "KeyboardInterrupt", "StopIteration".
 EXCEPTION_NAME = re.compile(
     r"\b[A-Z]\w*(Error|Exception|Warning|Exit|Interrupt|Iteration)(Group)?\b"
 )

@@ -1,7 +1,7 @@
 """Query decomposition: a question of several parts is retrieved part by part.
 
 With a key, a question that asks several things ("What error is that, and what should I use
-instead?": retrieval.extractive.question_parts) is split by Claude into sub-questions in one
+instead?": retrieval.unit_selection.question_parts) is split by Claude into sub-questions in one
 Messages call that answers with JSON (``{"sub_questions": [...]}``, the expansion model).
 Each sub-question becomes a phrasing of the query, so the retrieval stages embed it (in the
 same batch as the question) and search it on its own, and the number of passages kept grows
@@ -12,7 +12,7 @@ those kept, and synthesis asks Claude to answer every part, citing each (the tra
 
 Without a key the graph stages stand in: the graph's bridge entities bring in the passage a
 second part needs (retrieval.graph), and the offline answer chains the bridge sentence and
-the answer sentence (retrieval.extractive.chain). A failed call, or a reply that is not the
+the answer sentence (retrieval.unit_selection.chain). A failed call, or a reply that is not the
 JSON asked for, leaves the question whole.
 """
 
@@ -22,8 +22,8 @@ import json
 import re
 
 from kpack.llm import LLMError
-from retrieval.extractive import question_parts
 from retrieval.query import Query
+from retrieval.unit_selection import question_parts
 
 MAX_SUB_QUESTIONS = 3
 PASSAGES_PER_PART = 3

@@ -24,8 +24,8 @@ RELEASE = re.compile(r"\b(?:python|version|release)\s+v?(\d+\.\d+(?:\.\d+)?)(?!\
 # (the first word of a sentence is capitalised whatever it is).
 NAME = re.compile(r"(?<=[a-z0-9,;)]\s)[A-Z][\w'’-]+")
 # A name in a question: a capitalised word inside a sentence of it ("Neo4j", "Windows"), not
-# the first word of one ("What", "How" after a full stop), and not a short abbreviation ("TV",
-# "QB"), which has its spelled-out paraphrase. Its letters may be any alphabet's ("Fécamp").
+# the first word of one ("What", "How" after a full stop), and not an abbreviation of one to
+# three capitals ("GPU", "RSVP" is a name), which a page may write spelled out instead. Its letters may be any alphabet's ("Fécamp").
 QUESTION_NAME = re.compile(r"(?<![.?!:;]\s)(?<=\s)(?![A-Z]{1,3}s?\b)[A-Z][^\W_]*")
 # An identifier as documentation writes one: a code span, a dotted name (each part two
 # characters or more, so "e.g" is none) or a call, an underscored name, a keyword argument or
@@ -38,13 +38,13 @@ IDENTIFIER = re.compile(
     r"|\b(?P<keyword>\w+=\w*)"
     r"|\b(?P<camel>[A-Z]+[a-z]+[A-Z]\w*)\b"
 )
-# An identifier in a question: a dotted or underscored name ("requests.get", "wait_for").
+# An identifier in a question: a dotted or underscored name ("requests.get", "save_as").
 QUESTION_IDENTIFIER = re.compile(r"\b[A-Za-z_]\w+(?:\.\w{2,})+\b|\b\w+_\w+\b")
 # An identifier as a text writes it: a name with dots or underscores, not after a dot.
 WRITTEN_IDENTIFIER = CODE_NAME
 # A definition line of API documentation (a Sphinx signature): a name with its parameters,
-# perhaps a kind before it and a return type after it ("class csv.DictReader(f, ...)",
-# "time.process_time() → float", "exception ValueError"), or a dotted attribute
+# perhaps a kind before it and a return type after it ("class shelf.Shelf(path, ...)",
+# "shelf.size() → int", "exception ValueError"), or a dotted attribute
 # ("csv.QUOTE_ALL"), alone on its line.
 SIGNATURE = re.compile(
     rf"^(?:(?:{SIGNATURE_KINDS})\s+)*"
@@ -53,7 +53,7 @@ SIGNATURE = re.compile(
     r"|^(?:class|exception)\s+[A-Za-z_][\w.]*$"
 )
 
-# The name a definition line defines: "csv.DictReader" of "class csv.DictReader(f, ...)".
+# The name a definition line defines: "shelf.Shelf" of "class shelf.Shelf(path, ...)".
 DEFINED_NAME = re.compile(rf"^(?:(?:{SIGNATURE_KINDS})\s+)*@?([A-Za-z_][\w.]*)")
 
 
@@ -75,5 +75,5 @@ def defined_name(signature: str) -> str:
 
 def same_name(defined: str, asked: str) -> bool:
     """True when a defined name is the one asked about, written in full or without the
-    module or class before it ("time.perf_counter" and "perf_counter"; "list.sort", "sort")."""
+    module or class before it ("shelf.restore" and "restore"; "list.sort", "sort")."""
     return defined == asked or defined.endswith(f".{asked}") or asked.endswith(f".{defined}")

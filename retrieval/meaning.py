@@ -1,7 +1,7 @@
 """Closeness of words by meaning, from the embedding model's own word vectors.
 
 The offline answer counts a question's term that a sentence lacks by its closest word in the
-sentence ("folder" and "directory": 0.63; "folder" and "banana": 0.06), using the input word
+sentence ("folder" and "directory": 0.63; "folder" and "volcano": 0.07), using the input word
 piece vectors of the pack's embedding model (a word is the mean of its pieces' unit vectors).
 This costs a table lookup per word, where running the model over each candidate sentence
 costs about 18 ms of CPU (retrieval.extractive). Only a BERT model run by the ONNX encoder
@@ -18,7 +18,7 @@ import numpy as np
 from kpack.text import search_words, stem
 
 # Below this cosine two words are not taken for the same meaning (measured on pairs such as
-# folder/directory 0.63, column/field 0.38, fetch/download 0.27, folder/banana 0.06).
+# folder/directory 0.63, column/field 0.38, fetch/download 0.27, folder/volcano 0.07).
 MIN_CLOSENESS = 0.35
 
 

@@ -373,14 +373,14 @@ class PackReader:
     def written_identifiers(self) -> frozenset[str]:
         """The identifiers the version's passages write (retrieval.extractive), collected on
         first use: where an identifier a question names is looked up."""
-        from retrieval.extractive import written_identifiers
+        from retrieval.missing_names import written_identifiers
 
         return written_identifiers(self.chunk_text.values())
 
     @cached_property
     def code_starts(self) -> dict[str, bool]:
         """Which passages begin inside a code block, by passage id, learnt as offline answers
-        read passages with their neighbours (retrieval.extractive.passage_in_context)."""
+        read passages with their neighbours (retrieval.passage_context.passage_in_context)."""
         return {}
 
     @cached_property

@@ -31,14 +31,11 @@ from retrieval.citations import (
     trace_rows,
 )
 from retrieval.docgraph import MOVED_DOWN
-from retrieval.extractive import (
-    NO_SENTENCE_ANSWER,
-    extractive_answer,
-    passage_in_context,
-    stems,
-)
+from retrieval.extractive import NO_SENTENCE_ANSWER, extractive_answer
 from retrieval.gate import pack_vocabulary
+from retrieval.passage_context import passage_in_context
 from retrieval.query import ContextSection, Query, stage
+from retrieval.unit_scoring import stems
 
 NO_CONTEXT_ANSWER = "The pack has no passage that answers this question."
 CONTEXT_WORDS_PER_SECTION = 350
@@ -226,7 +223,7 @@ def answer_passages(query: Query) -> list[ContextSection]:
     for candidate in sorted(kept, key=lambda c: c.rank or 0) + moved:
         section = candidate.as_context()
         # With the definition line and the code its sentences need from the passages next
-        # to it in its section (extractive.passage_in_context).
+        # to it in its section (retrieval.passage_context).
         section.text = passage_in_context(
             candidate.passage_id,
             candidate.text,

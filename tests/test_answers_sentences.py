@@ -12,17 +12,16 @@ from pathlib import Path
 import pytest
 
 from kpack.contracts import chunk_id
+from kpack.text import split_sentences
 from retrieval.agent import KnowledgeGraphAgent
 from retrieval.answer_type import answer_kind, holds_answer
-from retrieval.extractive import (
-    DECLINED,
-    passage_in_context,
-    score_sentences,
-    sentences_of,
-    units_of,
-)
+from retrieval.answer_units import units_of
+from retrieval.extractive import extractive_answer
 from retrieval.meaning import word_vectors_of
+from retrieval.missing_names import DECLINED
+from retrieval.passage_context import passage_in_context
 from retrieval.query import ContextSection
+from retrieval.unit_scoring import score_sentences
 from tests.conftest import build, write_pack
 
 WORD_VECTORS = word_vectors_of("sentence-transformers/all-MiniLM-L6-v2")
@@ -38,9 +37,9 @@ by two miles. The course was shortened because fog covered the outer buoys.
 
 ## Broadcast
 
-Three studios paid for trailers shown on the harbor screens: Northlight paid for The Long
-Tide, Ember paid for Salt Roads.[citation needed] Westwood Radio carried the race across the
-league, with Kevin Harlan as the announcer.
+Two bakeries gave the prizes for the crews: Crumb and Co gave the bread, Hollow Oak gave
+the cider.[citation needed] Marrow Bay Radio covered the race for the whole coast, with Tilda
+Okafor as the commentator.
 
 ## Clubs
 
@@ -53,11 +52,13 @@ boats, the Saltmarsh Mariners, which sent two boats, and the Quayside Dinghy Clu
 the single boat of Orrin Pell.
 """
 
-ABBEY = """# Abbey of the Holy Trinity
+PRIORY = """# Priory of Saint Brannoc
 
-The abbey at Fécamp was founded by William of Volpiano in the year 1001, on the site of an
-older chapel. Its library kept more than four hundred manuscripts by the twelfth century. The
-Mercedes-Benz Hall of the abbey museum stands beside the cloister and shows its silver.
+The priory at Kéravel was founded by Ewen of Morlaix in the year 1120, on the site of an
+older chapel. Its library kept more than two hundred charters by the fourteenth century. The
+Lindqvist-Hart Gallery of the priory museum stands beside the cloister and shows its silver.
+The gallery lends objects to other museums, e.g. `Reliquary 7` and the Brannoc Psalter, for up
+to a year at a time.
 """
 
 
@@ -65,7 +66,7 @@ Mercedes-Benz Hall of the abbey museum stands beside the cloister and shows its 
 def offline(tmp_path_factory) -> KnowledgeGraphAgent:
     root = tmp_path_factory.mktemp("sentences")
     (root / "docs").mkdir()
-    pages = {"regatta.md": REGATTA, "abbey.md": ABBEY}
+    pages = {"regatta.md": REGATTA, "priory.md": PRIORY}
     for name, text in pages.items():
         (root / "docs" / name).write_text(text)
     folder: Path = write_pack(root, "events", [f"file:../../docs/{name}" for name in pages])
@@ -87,9 +88,9 @@ def test_a_why_question_is_answered_first_by_the_sentence_that_gives_the_reason(
 
 
 def test_a_note_mark_after_a_full_stop_ends_the_sentence(offline):
-    answer = offline.query("Who was the announcer on Westwood Radio?")["answer"]
-    assert "Westwood Radio carried the race across the league, with Kevin Harlan" in answer
-    assert "Salt Roads" not in answer  # the sentence before the note mark is another one
+    answer = offline.query("Who was the commentator on Marrow Bay Radio?")["answer"]
+    assert "Marrow Bay Radio covered the race for the whole coast, with Tilda Okafor" in answer
+    assert "Hollow Oak" not in answer  # the sentence before the note mark is another one
 
 
 def test_a_long_sentence_that_holds_the_answer_is_quoted(offline):
@@ -98,12 +99,15 @@ def test_a_long_sentence_that_holds_the_answer_is_quoted(offline):
 
 
 def test_names_with_accents_in_two_words_or_misspelled_are_found(offline):
-    abbey = offline.query("Who founded the abbey at Fécamp?")["answer"]
-    assert "William of Volpiano" in abbey and not abbey.startswith(DECLINED)
+    priory = offline.query("Who founded the priory at Kéravel?")["answer"]
+    assert "Ewen of Morlaix" in priory and not priory.startswith(DECLINED)
     boat = offline.query("Who skippered the Seawolf in the regatta?")["answer"]
     assert "Ada Brightwater" in boat and not boat.startswith(DECLINED)
-    hall = offline.query("What does the Merceds-Benz Hall of the abbey museum show?")["answer"]
-    assert "shows its silver" in hall and not hall.startswith(DECLINED)
+    hall = offline.query("What does the Lindqvst-Hart Gallery of the priory museum show?")
+    assert "shows its silver" in hall["answer"] and not hall["answer"].startswith(DECLINED)
+    # An abbreviation of a few capitals is no name to decline by: pages spell it out.
+    radio = offline.query("Who was the commentator on MBR for the regatta?")["answer"]
+    assert "Tilda Okafor" in radio and not radio.startswith(DECLINED)
     # A name no passage writes in any of these ways is still declined.
     assert offline.query("Who skippered the Stormbird?")["answer"].startswith(DECLINED)
 
@@ -111,42 +115,36 @@ def test_names_with_accents_in_two_words_or_misspelled_are_found(offline):
 # (question, the kind of answer it asks for, a sentence that holds one, a sentence that does not)
 ANSWER_KINDS = [
     (
-        "How much did the grandstand cost?",
+        "How much did the new lighthouse cost?",
         "number",
-        "The $1.2 billion grandstand opened in 2014.",
-        "On May 21, 2013, the owners voted for it.",  # a date is no count
+        "The lighthouse cost 40,000 crowns to build.",
+        "On June 9, 1874, the council voted for it.",  # a date is no count
     ),
     (
         "What day was the race sailed?",
         "date",
-        "It was sailed on February 7, 2016.",
-        "It opened with a 24-yard pass.",  # a count is no date
+        "It was sailed on April 12, 2031.",
+        "It finished with a 30-metre lead.",  # a count is no date
     ),
     (
-        "Why does re.match return None for a match in the middle?",
+        "Why does shelf.find return None for a key in the middle?",
         "reason",
-        "re.match() will only match at the start of the string.",
-        "Return None if the string does not match.",
+        "shelf.find() will only match at the start of the key.",
+        "Return None if the key does not match.",
     ),
-    ("Since when has math.dist existed?", "date", "New in version 3.8.", "It returns a float."),
+    ("Since when has shelf.restore existed?", "date", "New in version 3.8.", "It returns a float."),
     (
         # "When" opens the condition of the question, which asks for an exception.
-        "When wait_for runs out of time, what exception reaches my code?",
+        "When the upload stalls for a minute, what exception does the client raise?",
         "exception",
-        "If a timeout occurs, it raises TimeoutError.",
+        "If the transfer stalls, it raises TransferStalledError.",
         "Changed in version 3.7: it waits longer.",
     ),
     (
-        "os.rmdir refuses to delete my folder. What error is that?",
+        "shelf.close refuses to run twice. What error is that?",
         "exception",
-        "An OSError is raised.",
-        "The folder must be empty.",
-    ),
-    (
-        "What happens if some code assigns to a frozen field?",
-        "exception",
-        "The methods raise FrozenInstanceError.",
-        "The field keeps its value.",
+        "A ShelfClosedError is raised.",
+        "The shelf must be open.",
     ),
 ]
 
@@ -159,7 +157,7 @@ def test_the_kind_of_answer_a_question_asks_for(question, kind, holding, lacking
 
 
 def test_an_answer_holds_what_the_question_does_not_and_datetime_is_no_date():
-    assert not holds_answer("exception", "os.rmdir raises an OSError.", "Why an OSError?")
+    assert not holds_answer("exception", "shelf.close raises a ShelfError.", "Why a ShelfError?")
     assert answer_kind("Which datetime method gives a text form?") != "date"
 
 
@@ -185,15 +183,40 @@ def test_a_term_the_sentence_lacks_counts_by_the_meaning_of_the_word_the_questio
 def test_a_sentence_ends_at_a_note_mark_or_the_bracket_its_full_stop_closes():
     paragraph = (
         "(Default values are computed once; this is usually avoided.) If a slot is unfilled, "
-        "a TypeError is raised. Ember paid for Salt Roads.[citation needed] Westwood Radio "
-        "carried it, e.g. on the coast."
+        "a TypeError is raised. Hollow Oak gave the cider.[citation needed] Marrow Bay Radio "
+        "covered it, e.g. on the coast."
     )
-    assert sentences_of(paragraph) == [
+    assert split_sentences(paragraph) == [
         "(Default values are computed once; this is usually avoided.)",
         "If a slot is unfilled, a TypeError is raised.",
-        "Ember paid for Salt Roads.[citation needed]",
-        "Westwood Radio carried it, e.g. on the coast.",
+        "Hollow Oak gave the cider.[citation needed]",
+        "Marrow Bay Radio covered it, e.g. on the coast.",
     ]
+
+
+def test_a_sentence_goes_on_after_an_abbreviation_a_dotted_name_and_a_code_span():
+    text = (
+        "Dates are read in most forms, e.g. `2031-W07` or 12 May, i.e. Any ISO form. "
+        "Join parts with os.path.join() first. It needs Python 3.11. Dr. Lee wrote `x = 1. Y` "
+        "in the guide.\n```\nrun(). Then\n```\nDone."
+    )
+    assert split_sentences(text) == [
+        "Dates are read in most forms, e.g. `2031-W07` or 12 May, i.e. Any ISO form.",
+        "Join parts with os.path.join() first.",
+        "It needs Python 3.11.",
+        "Dr. Lee wrote `x = 1. Y` in the guide.",
+        "```\nrun(). Then\n```",
+        "Done.",
+    ]
+
+
+def test_no_answer_breaks_a_sentence_at_an_abbreviation(offline):
+    answer = offline.query("Which objects does the gallery lend to other museums?")["answer"]
+    assert (
+        "The gallery lends objects to other museums, e.g. `Reliquary 7` and the Brannoc Psalter"
+        in answer
+    )
+    assert "e.g. [Source" not in answer
 
 
 def test_a_list_item_is_a_unit_of_its_own_without_its_marker():
@@ -239,18 +262,81 @@ def test_a_passage_that_begins_with_the_fence_the_one_before_ends_with_is_read_a
 
 def test_a_release_note_answers_a_version_question_not_a_how_to():
     passage = ContextSection(
-        "csv",
-        "https://docs.example/csv.html",
-        "csv — CSV File Reading and Writing",
+        "inifiles",
+        "https://docs.example/inifiles.html",
+        "inifiles — settings files",
         "Module Contents",
-        "class csv.DictReader(f, fieldnames=None)\n"
-        "Create an object that maps the information in each row to a dict.\n"
-        "Changed in version 3.8: Rows read are now of type dict.",
+        "class inifiles.SectionReader(f, defaults=None)\n"
+        "Create an object that yields each section of the file as a mapping of its keys.\n"
+        "Changed in version 3.8: Sections read are now of type dict.",
         0.6,
         0.0,
         "retrieved",
     )
-    how = score_sentences("How do I read CSV rows as dicts?", [passage])
-    assert how[0].unit.sentence.startswith("Create an object that maps")
-    since = score_sentences("Since which version are the rows of a DictReader dicts?", [passage])
+    how = score_sentences("How do I read the sections of a settings file as mappings?", [passage])
+    assert how[0].unit.sentence.startswith("Create an object that yields")
+    since = score_sentences(
+        "Since which version are the sections of a SectionReader dicts?", [passage]
+    )
     assert since[0].unit.sentence.startswith("Changed in version 3.8")
+
+
+def passage(
+    section: str, heading: str, text: str, similarity: float, title: str = "tools — small helpers"
+) -> ContextSection:
+    return ContextSection(
+        section,
+        f"https://docs.example/tools.html#{section}",
+        title,
+        heading,
+        text,
+        similarity,
+        0.0,
+        "retrieved",
+    )
+
+
+def test_the_answer_starts_from_the_best_ranked_passage_that_answers():
+    # Ranking put the section that does it first; the module's introduction names every term
+    # of the question and is a little closer, but only says what the module is.
+    section = passage(
+        "sub",
+        "Subcommands",
+        "Call add_commands() on a menu to get a group; each command added to the group is a "
+        "subcommand with options of its own.",
+        0.52,
+        "climenu — command menus",
+    )
+    intro = passage(
+        "intro",
+        "climenu",
+        "The climenu module builds climenu.Menu objects for scripts: options, subcommands, help "
+        "pages and a parser for what the user typed.",
+        0.60,
+        "climenu — command menus",
+    )
+    answer, _ = extractive_answer("How do I make subcommands with climenu?", [section, intro])
+    assert answer.startswith("Call add_commands() on a menu to get a group")
+
+
+def test_a_how_to_answer_quotes_the_code_of_its_passage_verbatim_with_one_citation():
+    code = (
+        "```\nwith tarlite.Archive('notes.tar', mode='a') as archive:\n"
+        "    archive.extend(sorted(glob.glob('notes/*.txt')))\n```"
+    )
+    entry = passage(
+        "extend",
+        "Archive.extend",
+        "Archive.extend(names)\n"
+        "Add every file named in the list names to the archive in one call, in the order given.\n"
+        "The names may be relative to the current folder.\n"
+        f"For instance, to take the notes kept in a folder:\n{code}\n"
+        "Members already in the archive are replaced.",
+        0.55,
+    )
+    answer, _ = extractive_answer("How do I add many files to an archive at once?", [entry])
+    assert answer.startswith("`Archive.extend(names)`: Add every file named in the list")
+    assert f"For instance, to take the notes kept in a folder:\n\n{code}\n" in answer
+    # One citation for the passage, after all it said, not one per sentence.
+    assert answer.count("[Source: tools — small helpers]") == 1
+    assert answer.endswith(f"{code}\n[Source: tools — small helpers]")

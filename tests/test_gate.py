@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Real documentation, enough of it to calibrate on (a few hundred passages would be slower).
 DOCS = ("pack-layout.md", "troubleshooting.md")
 IN_DOMAIN = "How do I roll a pack back to the version before?"
-OUT_OF_DOMAIN = "What is a good recipe for banana bread?"
+OUT_OF_DOMAIN = "What is a good recipe for plum dumplings?"
 FOREIGN = "How do I configure an ingress controller in Kubernetes?"
 NEAR_MISSES = [
     {"id": "n1", "question": "Which Neo4j plugin loads a pack's graph?", "unanswerable": True},

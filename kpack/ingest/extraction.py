@@ -179,7 +179,7 @@ def _proper_names(sentence: str) -> list[str]:
         if word[0].isupper() or (run and word in NAME_JOINERS):
             run.append(match)
         elif run and word[0].isdigit() and run[-1].group(0)[0].isupper():
-            run.append(match)  # "Super Bowl 50", "BWV 1033"
+            run.append(match)  # "Harbor Regatta 2031", "BWV 1033"
         else:
             close()
         if len(run) > MAX_NAME_WORDS:

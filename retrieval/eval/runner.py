@@ -35,8 +35,8 @@ from retrieval.eval.metrics import (
     token_f1,
 )
 from retrieval.eval.questions import Question
-from retrieval.extractive import DECLINED
 from retrieval.fewshot import normalize_question
+from retrieval.missing_names import DECLINED
 from retrieval.query import GATED, NOTHING_FOUND
 from retrieval.reader import reading
 from retrieval.synthesis import NO_CONTEXT_ANSWER

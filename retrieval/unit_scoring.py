@@ -1,0 +1,192 @@
+"""Each candidate unit scored against the question (retrieval.extractive, point 2).
+
+Each unit gets two scores on the same 0..1 scale: the cosine similarity of its passage to the
+question (the embedding model's, as the search computed it) and the IDF-weighted share of the
+question's terms it contains (kpack.text's terms; IDF over the pack's passages when the
+reader's keyword index is at hand, else over the candidates; the asking sentences of a
+question that first describes a situation weigh ``ASKED_WEIGHT`` times more; the terms of the
+sentence before the unit, of its definition line, the words of the names it writes and its
+article's title count ``CONTEXT_SHARE``: :func:`name_words`; a sentence says "the race" on the
+page of the regatta it is about). A question term the unit lacks counts by meaning too: its
+closest word of the unit by the embedding model's word vectors (retrieval.meaning), when close
+enough, gives part of the term's weight ("folder" for "directory"). Embedding every sentence
+with the full model would be the better measure of meaning, but it costs about 18 ms per
+sentence on one core (measured: 155 ms for a batch of 8, 630 ms for 32), several times the
+query's latency budget for the few dozen sentences of five passages. The score is a weighted
+mean of similarity and coverage (``COVERAGE_WEIGHT``), plus ``ANSWER_TYPE_BONUS`` when the unit
+(with its definition line) holds what the question asks for (retrieval.answer_type) that the
+question does not already hold; a release note ("Changed in version 3.8: ...") loses as much
+for any question but a version or date one.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+
+from kpack.gate import question_terms
+from kpack.text import search_terms, split_sentences
+from retrieval.answer_type import answer_kind, holds_answer
+from retrieval.answer_units import VERSION_NOTE, Unit, units_of
+from retrieval.key_items import identifiers
+from retrieval.meaning import WordVectors
+from retrieval.query import ContextSection
+
+# Coverage's weight against passage similarity in a unit's score: every unit of a passage
+# shares its similarity, so only coverage tells them apart; more than half, so a unit that
+# holds the question's terms beats a neighbour in a slightly closer passage.
+COVERAGE_WEIGHT = 0.6
+# What a unit holding the kind of answer asked for gains: a tie-breaker worth a sixth of full
+# coverage, so it orders units of close scores and never lifts one that holds no term.
+ANSWER_TYPE_BONUS = 0.1
+# The question's terms held only by a unit's context (the sentence before it, its definition
+# line, its names' words, its article's title) count at this share: the unit leans on them
+# but does not say them.
+CONTEXT_SHARE = 0.5
+# A question term matched by meaning only (word vectors) counts at most this share: a close
+# word is evidence, weaker than the word itself and a little more than its context.
+MEANING_SHARE = 0.6
+# In a question that describes a situation before it asks ("I call shelf.open twice and
+# nothing changes. Why?"), the terms of the asking sentences weigh this many times more: the
+# description's words are on every page about the subject, the question's say what is asked.
+ASKED_WEIGHT = 2.0
+# The words inside an identifier: its parts between dots and underscores, split at case.
+NAME_SEPARATOR = re.compile(r"[._]")
+NAME_WORD_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+
+
+@dataclass(frozen=True)
+class ScoredSentence:
+    unit: Unit
+    passage: ContextSection
+    similarity: float  # its passage's cosine similarity to the question
+    coverage: float  # IDF-weighted share of the question's terms (by words and meaning)
+    typed: bool  # holds the kind of answer the question asks for
+    score: float
+    # What each question term it holds (by word, context or meaning) adds to its coverage.
+    credit: tuple[tuple[str, float], ...] = ()
+    note: bool = False  # a release note ("Changed in version 3.8: ...") for another question
+
+    @property
+    def text(self) -> str:
+        return self.unit.text
+
+
+@lru_cache(maxsize=16384)
+def stems(text: str) -> frozenset[str]:
+    """The stemmed search terms of a text (pack sentences repeat across questions)."""
+    return frozenset(search_terms(text))
+
+
+@lru_cache(maxsize=16384)
+def name_words(text: str) -> frozenset[str]:
+    """The stemmed words of the identifiers a text writes ("with_suffix": with, suffix;
+    "TemporaryDirectory": temporary, directory): what a name says in the question's words."""
+    parts = [
+        word
+        for name in identifiers(text)
+        for piece in NAME_SEPARATOR.split(name)
+        for word in NAME_WORD_PART.findall(piece)
+    ]
+    return stems(" ".join(parts))
+
+
+def score_sentences(
+    question: str,
+    passages: list[ContextSection],
+    idf: Callable[[str], float] | None = None,
+    meaning: WordVectors | None = None,
+) -> list[ScoredSentence]:
+    """Every candidate unit of the passages with its scores, best first (module docstring)."""
+    # A unit of two passages (chunks overlap) is the better one's, unless only the other
+    # holds the definition line it explains.
+    by_text: dict[str, tuple[Unit, ContextSection]] = {}
+    for passage in passages:
+        for unit in units_of(passage.text):
+            held = by_text.get(unit.text)
+            if held is None or (unit.signature and not held[0].signature):
+                by_text[unit.text] = (unit, passage)
+    seen = dict(by_text.values())
+    wanted = stems(question)
+    if not seen or not wanted:
+        return []
+    spelled = question_terms(question)  # each term with the word the question writes
+    units = list(seen)
+    found = [stems(u.text) & wanted for u in units]
+    # A code block's words count half: the lead-in says what the code is for.
+    led = [stems(u.sentence) & wanted for u in units]
+    if idf is None:
+        frequency = Counter(t for f in found for t in f)
+        weight = {t: math.log(1 + len(units) / (1 + frequency[t])) for t in wanted}
+    else:
+        weight = {t: idf(t) for t in wanted}
+    asked = stems(asking_part(question))
+    weight = {t: w * (ASKED_WEIGHT if t in asked else 1.0) for t, w in weight.items()}
+    total = sum(weight.values()) or 1.0
+    kind = answer_kind(question)
+    scored = []
+    for unit, matched, lead in zip(units, found, led, strict=True):
+        if not stems(unit.subject) - wanted:
+            continue  # it only restates the question
+        typed = kind is not None and holds_answer(kind, unit.subject, question)
+        # A release note answers when something came or changed, not what it does: it holds
+        # the kind of answer of another question.
+        note = kind not in ("version", "date") and bool(VERSION_NOTE.match(unit.sentence))
+        credit = {t: weight[t] * (1.0 if t in lead else 0.5) for t in matched}
+        # The sentence before it ("These methods will raise ..."), the definition it explains
+        # and the words of the names it writes say what it is about: their terms at half
+        # weight.
+        about = (
+            stems(unit.before)
+            | stems(unit.signature)
+            | name_words(unit.subject)
+            | stems(seen[unit].title)
+        )
+        context = about & wanted - matched
+        for t in context:
+            credit[t] = CONTEXT_SHARE * weight[t]
+        unmatched = wanted - matched - context
+        if meaning is not None and unmatched:
+            # By the words the question writes: a stem's word pieces ("separ", "heavi") mean
+            # less than the word's ("separate").
+            closeness = meaning.closeness(tuple(spelled[t] for t in sorted(unmatched)), unit.text)
+            for t in unmatched:
+                if spelled[t] in closeness:
+                    credit[t] = MEANING_SHARE * weight[t] * closeness[spelled[t]]
+        coverage = sum(credit.values()) / total
+        similarity = seen[unit].similarity
+        scored.append(
+            ScoredSentence(
+                unit,
+                seen[unit],
+                similarity,
+                coverage,
+                typed,
+                unit_score(similarity, coverage, typed, note),
+                tuple((t, c / total) for t, c in credit.items()),
+                note,
+            )
+        )
+    return sorted(scored, key=lambda s: -s.score)
+
+
+def unit_score(similarity: float, coverage: float, typed: bool, note: bool) -> float:
+    """A unit's score: its passage's similarity and its coverage of the question's terms,
+    with a bonus for holding the kind of answer asked for (none for a release note)."""
+    return (
+        (1 - COVERAGE_WEIGHT) * similarity
+        + COVERAGE_WEIGHT * coverage
+        + ANSWER_TYPE_BONUS * (typed - note)
+    )
+
+
+def asking_part(question: str) -> str:
+    """The sentences of a question that ask (end in "?"), when others describe a situation
+    first; else the whole question."""
+    sentences = [s for s in split_sentences(question) if s.strip()]
+    asking = [s for s in sentences if s.rstrip().endswith("?")]
+    return " ".join(asking) if asking and len(asking) < len(sentences) else question
