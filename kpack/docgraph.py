@@ -5,7 +5,7 @@ In documentation the links are the graph: a tutorial section links to the refere
 the function it uses ("Saving structured data with json" -> ``json.dump``), and a reference
 entry defines an identifier that other pages write. The parse stage finds both
 (kpack.ingest.sections: section_links rows, each section's ``defines``); the build writes them
-beside the other retrieval indexes (kpack.indexes), in the version's ``indexes/`` folder:
+beside the other retrieval indexes (kpack.index_files), in the version's ``indexes/`` folder:
 
 - ``doc_links.arrow``: per section row (sections.arrow's order, by section id) the sections it
   links to and, marked ``incoming``, those that link to it, with the link's anchor, the chunk
@@ -31,12 +31,16 @@ import numpy as np
 import pyarrow as pa
 
 from kpack.contracts import section_of_chunk
+from kpack.index_files import DEFINITIONS, DOC_GRAPH_FILES, DOC_LINK_OFFSETS, DOC_LINKS
+from kpack.mapped_tables import (
+    Column,
+    SortedKeys,
+    column_array,
+    load_array,
+    load_table,
+    write_arrow,
+)
 from kpack.text import normalize_entity
-
-DOC_LINKS = "doc_links.arrow"
-DOC_LINK_OFFSETS = "doc_link_offsets.npy"
-DEFINITIONS = "definitions.arrow"
-DOC_GRAPH_FILES = (DOC_LINKS, DOC_LINK_OFFSETS, DEFINITIONS)
 
 LINK_SCHEMA = pa.schema(
     [
@@ -163,8 +167,6 @@ def write_doc_graph(folder: Path, sections: pa.Table, chunks: pa.Table, links: p
     ``chunks`` sorted by id, as the index folder's own tables are. Only the passages of the
     sections that define something are read as text (a million-passage pack's texts are
     gigabytes as Python strings)."""
-    from kpack.indexes import Column, write_arrow
-
     section_ids = sections["section_id"].to_pylist()
     runs = _chunk_runs(section_ids, chunks["chunk_id"].to_pylist())
     definitions = definition_rows(
@@ -221,8 +223,6 @@ class DocGraph:
     """A version's documentation graph, its files memory-mapped (see the module docstring)."""
 
     def __init__(self, folder: Path) -> None:
-        from kpack.indexes import Column, SortedKeys, column_array, load_array, load_table
-
         self.offsets = load_array(folder, DOC_LINK_OFFSETS)
         links = load_table(folder, DOC_LINKS)
         self._links = {
