@@ -11,7 +11,7 @@ those kept, and synthesis asks Claude to answer every part, citing each (the tra
 ``sub_questions`` lists what each part found).
 
 Without a key the graph stages stand in: the graph's bridge entities bring in the passage a
-second part needs (retrieval.graph), and the offline answer chains the bridge sentence and
+second part needs (retrieval.entity_graph), and the offline answer chains the bridge sentence and
 the answer sentence (retrieval.extractive.chain). A failed call, or a reply that is not the
 JSON asked for, leaves the question whole.
 """

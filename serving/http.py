@@ -53,7 +53,7 @@ import retrieval
 from kpack.llm import API_KEY_ENV
 from kpack.packs import PackError
 from retrieval.query import MAX_QUESTION_CHARS, MAX_SERVED_K, QuestionError, clean_question
-from retrieval.reader import open_versions_in_background
+from retrieval.registry import open_versions_in_background
 from serving import catalog
 from serving.catalog import ProfileName
 from serving.connections import HEADER_TIMEOUT_S, default_max_connections, guarded_protocol

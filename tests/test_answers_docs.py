@@ -16,7 +16,7 @@ import pytest
 
 from retrieval.agent import KnowledgeGraphAgent
 from retrieval.extractive import DECLINED, passage_in_context, units_of
-from retrieval.reader import open_pack
+from retrieval.registry import open_pack
 from tests.conftest import build, write_pack
 
 

@@ -37,7 +37,7 @@ from retrieval.eval.metrics import (
     percentile,
     token_f1,
 )
-from retrieval.reader import reading
+from retrieval.registry import reading
 from tests.conftest import TEST_FETCH, build, write_pack
 from tests.loopback import fake_anthropic_server
 
