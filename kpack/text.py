@@ -39,6 +39,9 @@ CODE_LIKE = re.compile(r"\w[._]\w|_|\(\)$|(?:^|\s)--?\w|[/\\=<>{}\[\]$@#*+|]")
 # An identifier as a text writes one, read in lower case: a name with dots or underscores, not
 # after a dot ("json.dump", "ensure_ascii"), which folded_words would cut at the underscore.
 CODE_NAME = re.compile(r"(?<![\w.])[a-z_]\w*(?:\.[a-z_]\w*)+|\b\w+_\w+\b")
+# A dotted name as code writes it ("json.dump", "pathlib.PurePath.suffix"): the one pattern of
+# a qualified identifier, which the build's and the answers' identifier patterns are made of.
+DOTTED_NAME = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+"
 # The words a signature line may start with before the name it defines ("class
 # json.JSONEncoder(...)", "async def ...").
 SIGNATURE_KINDS = (
