@@ -20,7 +20,7 @@ from dagster import AssetExecutionContext, Failure, MetadataValue, Output, multi
 
 from assets.partitions import packs_partitions, stage_outputs
 from kpack import contracts, text
-from kpack.changes import source_digest, table_digest
+from kpack.changes import code_digest, table_digest
 from kpack.config import PackConfig
 from kpack.ingest import claude_extraction, extraction
 from kpack.ingest.claude_extraction import (
@@ -123,7 +123,7 @@ def extractions(
         raise Failure(f"kg_config.json asks for Claude extraction but ${API_KEY_ENV} is not set")
     method = config.extraction_method(claude.available)
     use_claude = method != "offline"
-    code = source_digest(extraction, claude_extraction, text)
+    code = code_digest(extraction, claude_extraction, text)
     inputs = hashlib.sha256(f"{method} {table_digest(sections)} {code}".encode()).hexdigest()
     tables = {name: intermediates.previous(name, pack) for name in OUTPUTS}
     claude_result = ClaudeExtractions({}, Billing(config.extraction_model))

@@ -39,23 +39,16 @@ from kpack.contracts import StagedBuild, facts_of
 from kpack.docgraph import write_doc_graph
 from kpack.errors import PackError
 from kpack.graphdb import graph_counts, opened, writing_graph
-from kpack.indexes import (
-    CHUNK_ANN,
-    CHUNK_VECTORS,
-    CHUNKS,
-    Column,
-    KeywordIndex,
-    load_ann,
-    load_array,
-    load_table,
-    nearest_rows,
-    write_indexes,
-)
+from kpack.index_files import CHUNK_ANN, CHUNK_VECTORS, CHUNKS
+from kpack.index_writer import write_indexes
 from kpack.ingest.mentions import chunk_mentions
 from kpack.ingest.vectors import entry_texts
+from kpack.keyword_index import KeywordIndex
+from kpack.mapped_tables import Column, load_array, load_table
 from kpack.packs import INDEX_DIR
 from kpack.store import version_number, write_articles
 from kpack.text import normalize_entity, search_words
+from kpack.vector_index import load_ann, nearest_rows
 from resources.pack_store import PackStore
 
 
@@ -152,7 +145,7 @@ def write_staged(
     dim: int,
     done: Callable[[str], None] = lambda step: None,
 ) -> None:
-    """A staged version's database and retrieval indexes (kpack.indexes, kpack.docgraph),
+    """A staged version's database and retrieval indexes (kpack.index_writer, kpack.docgraph),
     from the build's tables by their contract names and ``mentions`` (the MENTIONS edges,
     kpack.ingest.mentions.chunk_mentions); pack_graph writes its versions with it, and so does
     bench/scale_bench.py, which calls ``done`` after each step to time it.

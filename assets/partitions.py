@@ -31,7 +31,7 @@ from dagster._core.definitions.data_version import (
 import assets
 import kpack
 import resources
-from kpack.changes import package_digest
+from kpack.changes import code_digest
 
 MAX_LISTED_FAILURES = 200
 # The stage that records "unchanged" instead of its output (see observe_unchanged).
@@ -39,7 +39,7 @@ UNCHANGED_STAGE = "fetched_pages"
 # The code version of every build stage: the digest of the code a build runs. A new one makes
 # the Dagster UI mark the stages stale ("has a new code version"), and it is part of the sources
 # fingerprint (kpack.changes), so the next build runs every stage and publishes.
-BUILD_CODE_VERSION = package_digest(kpack, assets, resources)
+BUILD_CODE_VERSION = code_digest(kpack, assets, resources)
 
 packs_partitions = DynamicPartitionsDefinition(name="packs")
 

@@ -77,7 +77,7 @@ def child_worker(texts_file: Path, precision: str, device: str, vectors_file: Pa
     os.environ["KPACK_EMBED_DEVICE"] = device
     texts = json.loads(texts_file.read_text(encoding="utf-8"))
     started = time.perf_counter()
-    from kpack.embedding import embedder_for
+    from kpack.embedders import embedder_for
 
     embedder = embedder_for("default", precision)
     embedder.encode(texts[:8])  # warm-up: first-call allocations

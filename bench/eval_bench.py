@@ -61,7 +61,7 @@ from retrieval.eval.metrics import (  # noqa: E402
     normalize_text,
 )
 from retrieval.missing_names import DECLINED  # noqa: E402
-from retrieval.reader import open_pack  # noqa: E402
+from retrieval.registry import open_pack  # noqa: E402
 from retrieval.synthesis import NO_CONTEXT_ANSWER  # noqa: E402
 
 DEPTH = 10

@@ -166,7 +166,7 @@ class Peers:
         import bm25s
         import Stemmer
 
-        from retrieval.reader import open_pack
+        from retrieval.registry import open_pack
 
         self.reader = open_pack(pack)
         index = self.reader.version_dir / "indexes"

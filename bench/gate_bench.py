@@ -34,7 +34,7 @@ from kpack.gate import COVERAGE_PASSAGES, COVERAGE_TARGET, COVERAGE_WEIGHT, cove
 from retrieval.agent import KnowledgeGraphAgent  # noqa: E402
 from retrieval.gate import pack_vocabulary  # noqa: E402
 from retrieval.query import GATED, run  # noqa: E402
-from retrieval.reader import reading  # noqa: E402
+from retrieval.registry import reading  # noqa: E402
 
 GATE_PHASES = ("retrieve", "gate")
 PROFILES = ("baseline", "balanced")

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The idle benchmark run behind bench/RESULTS.md's "Current figures", one benchmark at a time, in
+# The idle benchmark run behind bench/RESULTS.md, one benchmark at a time, in
 # order of importance (a run cut short keeps what it finished). Usage, from the project root on
 # an otherwise idle machine:
 #

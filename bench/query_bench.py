@@ -31,7 +31,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from bench.corpora import DEFAULT_SQUAD, load_squad  # noqa: E402
 from retrieval.agent import KnowledgeGraphAgent  # noqa: E402
 from retrieval.eval.metrics import percentile  # noqa: E402
-from retrieval.reader import open_pack  # noqa: E402
+from retrieval.registry import open_pack  # noqa: E402
 
 PROFILES = ("baseline", "balanced", "max")
 STAGES = (

@@ -326,7 +326,7 @@ def measure(folder: Path) -> dict:
     """In a fresh process: open, search (three rounds of the questions, with each stage's
     p50), memory and ANN recall of one pack."""
     import retrieval
-    from kpack.indexes import nearest_rows
+    from kpack.vector_index import nearest_rows
     from retrieval.reader import PackReader
 
     stages: dict[str, list[float]] = {}

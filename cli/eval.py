@@ -22,7 +22,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         write_results,
         write_threshold,
     )
-    from retrieval.reader import QUESTIONS_FILE, resolve_folder
+    from retrieval.reader import QUESTIONS_FILE
+    from retrieval.registry import resolve_folder
 
     if args.target == "generate":
         return _eval_generate(args)
@@ -112,7 +113,7 @@ def _eval_generate(args: argparse.Namespace) -> int:
         offline_questions,
         write_candidates,
     )
-    from retrieval.reader import reading
+    from retrieval.registry import reading
 
     if not args.pack:
         raise PackError("usage: kpack eval generate PACK --n N [--offline]")

@@ -11,8 +11,9 @@
   from, and a build whose fetch comes to the fingerprint of the current version stops after the
   fetch (see assets.fetch and kpack.store.PackStoreOps.built_from), so a no-change rebuild runs
   one step, not every stage. It is also the Dagster data version of fetched_pages.
-* ``source_digest``: a stage records the digest of its inputs and code in its facts
-  (kpack.contracts.with_facts), so a rebuild over the same inputs reuses its output.
+* ``code_digest``: the version of some code. A stage records the digest of its inputs and
+  code in its facts (kpack.contracts.with_facts), so a rebuild over the same inputs reuses its
+  output; the build's packages' digest is the ``code`` of the sources fingerprint.
 """
 
 from __future__ import annotations
@@ -54,22 +55,19 @@ def table_digest(table: pa.Table) -> str:
     return hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest()
 
 
-def source_digest(*modules: ModuleType) -> str:
-    """SHA-256 of the modules' source files: a result they computed is stale once they change."""
+def code_digest(*modules: ModuleType) -> str:
+    """SHA-256 of the source of ``modules``, each file with its name: a module's file, or every
+    file of a package (given as its package module). What they computed is stale once it
+    changes: a stage's own modules (its facts' digest) or the build's packages (the code
+    version of a build)."""
     digest = hashlib.sha256()
     for module in modules:
-        digest.update(Path(inspect.getfile(module)).read_bytes())
-    return digest.hexdigest()
-
-
-def package_digest(*packages: ModuleType) -> str:
-    """SHA-256 of every source file of the packages: the code version of what they build."""
-    digest = hashlib.sha256()
-    for package in packages:
-        root = Path(inspect.getfile(package)).parent
-        for path in sorted(root.rglob("*.py")):
-            digest.update(str(path.relative_to(root)).encode())
-            digest.update(path.read_bytes())
+        path = Path(inspect.getfile(module))
+        root = path.parent
+        files = sorted(root.rglob("*.py")) if hasattr(module, "__path__") else [path]
+        for file in files:
+            digest.update(str(file.relative_to(root)).encode())
+            digest.update(file.read_bytes())
     return digest.hexdigest()
 
 
@@ -83,7 +81,7 @@ def sources_fingerprint(
 ) -> str:
     """One hash over what a build starts from: ``pages`` (fetched_pages rows), the content
     settings, the extraction method (``claude:<model>`` or ``offline``), ``vectors`` (the
-    embedding model and precision, kpack.embedding.vector_namespace) and ``code``, the version of the build code (a package_digest)."""
+    embedding model and precision, kpack.embedding.vector_namespace) and ``code``, the version of the build code (a code_digest)."""
     parts = {
         "pages": [
             {

@@ -160,7 +160,7 @@ class QueryConfig(_Settings):
     few_shot_examples: int | None = Field(
         None, ge=0, description="FewShotManager: examples in a prompt (None: the profile's)"
     )
-    # The graph stages (retrieval.graph). Their values are the profile's (retrieval.profiles:
+    # The graph stages (retrieval.entity_graph). Their values are the profile's (retrieval.profiles:
     # chosen on the shared benchmarks) until `kpack eval PACK --write-config` calibrates them
     # on the pack's own questions and writes them here.
     graph_damping: float | None = Field(

@@ -5,7 +5,7 @@ In documentation the links are the graph: a tutorial section links to the refere
 the function it uses ("Saving structured data with json" -> ``json.dump``), and a reference
 entry defines an identifier that other pages write. The parse stage finds both
 (kpack.ingest.sections: section_links rows, each section's ``defines``); the build writes them
-beside the other retrieval indexes (kpack.indexes), in the version's ``indexes/`` folder:
+beside the other retrieval indexes (kpack.index_files), in the version's ``indexes/`` folder:
 
 - ``doc_links.arrow``: per section row (sections.arrow's order, by section id) the sections it
   links to and, marked ``incoming``, those that link to it, with the link's anchor, the chunk
@@ -35,16 +35,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kpack.contracts import section_of_chunk
+from kpack.index_files import (
+    DEFINITION_VECTORS,
+    DEFINITIONS,
+    DOC_GRAPH_FILES,
+    DOC_LINK_OFFSETS,
+    DOC_LINKS,
+)
 from kpack.ingest.definitions import defining_passage, entry_hash, entry_text
+from kpack.mapped_tables import (
+    Column,
+    SortedKeys,
+    column_array,
+    load_array,
+    load_table,
+    write_arrow,
+)
 from kpack.text import normalize_entity
-
-DOC_LINKS = "doc_links.arrow"
-DOC_LINK_OFFSETS = "doc_link_offsets.npy"
-DEFINITIONS = "definitions.arrow"
-# Per definitions.arrow row, the unit vector of its entry text (kpack.ingest.definitions);
-# optional: a version built before it has none, and its definitions are found by name only.
-DEFINITION_VECTORS = "definition_vectors.npy"
-DOC_GRAPH_FILES = (DOC_LINKS, DOC_LINK_OFFSETS, DEFINITIONS)
 
 LINK_SCHEMA = pa.schema(
     [
@@ -186,8 +193,6 @@ def write_doc_graph(
     build's vectors of the definitions' entry texts (content_hash, embedding). Only the
     passages of the sections that define something are read as text (a million-passage
     pack's texts are gigabytes as Python strings)."""
-    from kpack.indexes import Column, write_arrow
-
     section_ids = sections["section_id"].to_pylist()
     runs = _chunk_runs(section_ids, chunks["chunk_id"].to_pylist())
     definitions, entries = definition_rows(
@@ -246,8 +251,6 @@ class DocGraph:
     """A version's documentation graph, its files memory-mapped (see the module docstring)."""
 
     def __init__(self, folder: Path) -> None:
-        from kpack.indexes import Column, SortedKeys, column_array, load_array, load_table
-
         self.offsets = load_array(folder, DOC_LINK_OFFSETS)
         links = load_table(folder, DOC_LINKS)
         self._links = {

@@ -11,7 +11,7 @@ to the device (batch_size_for).
 
 The arithmetic is the pack's ``embedding_precision`` (kpack.config): ``fp32`` runs the model
 through sentence-transformers on the device; ``int8`` runs its int8 export through onnxruntime
-on the CPU (kpack.quantized); ``auto`` is int8 where the device is the CPU and fp32 on a GPU
+on the CPU (kpack.quantized; kpack.embedders picks one); ``auto`` is int8 where the device is the CPU and fp32 on a GPU
 (effective_precision). fp32 is the default: int8 embeds about 2.7 times as many texts per
 second on 2 CPU cores at a mean cosine of 0.997 with fp32, but with fp32 question vectors it
 lost 0.0053 of SQuAD's vector-only hit@5, more than issue 24's rule allows
@@ -54,7 +54,6 @@ GPU_BATCH_RANGE = (64, 1024)
 MPS_BATCH = 256  # MPS shares the machine's memory: a fixed, moderate batch
 
 _models: dict[tuple[str, str], SentenceTransformer] = {}
-_embedders: dict[tuple[str, str, str | None], Embedder] = {}
 _models_lock = threading.Lock()
 
 
@@ -195,32 +194,6 @@ class SentenceTransformerEmbedder:
 
     def dimension(self) -> int:
         return int(self.model.get_embedding_dimension())
-
-
-def embedder_for(name: str, precision: str = "fp32") -> Embedder:
-    """The embedder of a model in a precision, loaded once per process."""
-    if precision not in PRECISIONS:
-        raise PackError(
-            f"embedding precision must be one of {', '.join(PRECISIONS)}: {precision!r}"
-        )
-    # KPACK_EMBED_DEVICE is part of the key, so a process sees a change of it (and a
-    # malformed value is reported on every call, not only the first).
-    key = (model_label(name), precision, requested_device())
-    with _models_lock:
-        known = _embedders.get(key)
-    if known is not None:
-        return known
-    if precision == "int8":
-        from kpack.quantized import QuantizedEmbedder
-
-        made: Embedder = QuantizedEmbedder.load(name)
-    else:
-        device = embedding_device()
-        made = SentenceTransformerEmbedder(
-            key[0], load_model(name, device), device, batch_size_for(device)
-        )
-    with _models_lock:
-        return _embedders.setdefault(key, made)
 
 
 def load_model(name: str, device: str = "cpu") -> SentenceTransformer:

@@ -3,13 +3,17 @@ question's coverage.
 
 The gate (retrieval.gate) refuses to answer from a pack when the best cosine similarity of any
 passage to the question is below a threshold. Where that line falls depends on the embedding
-model (MiniLM's similarities run lower than BGE's) and on the pack, so a reader takes the
-first of:
+model (MiniLM's similarities run lower than BGE's) and on the pack. This module is the one
+place that decides which threshold a query uses (:func:`threshold_in_force`), the first of:
 
-1. ``query.context_confidence_threshold`` set in kg_config.json (or an eval's --write-config);
-2. the threshold calibrated when the version was built, recorded in its manifest (``gate``;
-   the build's half of the gate, kpack.ingest.gate_calibration, works it out);
-3. the embedding model's default (:data:`MODEL_THRESHOLDS`, else :data:`FALLBACK_THRESHOLD`).
+1. ``context_confidence_threshold`` passed with the call (an agent option, a query flag);
+2. ``query.context_confidence_threshold`` set in kg_config.json, as the version recorded it
+   (``kpack eval --write-config`` writes the best of its sweep there, retrieval.eval.calibrate);
+3. a KnowledgeGraphAgent subclass's ``CONTEXT_CONFIDENCE_THRESHOLD`` (the seed's way of
+   tuning the gate; retrieval.agent);
+4. the threshold calibrated when the version was built, recorded in its manifest (``gate``;
+   the build's half of the gate, kpack.ingest.gate_calibration, measures it);
+5. the embedding model's default (:data:`MODEL_THRESHOLDS`, else :data:`FALLBACK_THRESHOLD`).
 
 The similarity is one piece of evidence; the words are the other (:func:`coverage`). A
 question whose specific terms the best passages do not cover (a name no passage contains, a
@@ -51,7 +55,9 @@ MODEL_THRESHOLDS: dict[str, float] = {
 FALLBACK_THRESHOLD = 0.4
 
 # Where a threshold came from (the trace and `kpack status` name it).
+FROM_OPTION = "option"  # passed with the call (agent options, kpack query flags)
 FROM_CONFIG = "kg_config.json"
+FROM_AGENT = "agent class constant"
 FROM_CALIBRATION = "build calibration"
 FROM_MODEL = "model default"
 
@@ -89,16 +95,29 @@ def pack_threshold(manifest: Mapping) -> GateThreshold:
     )
 
 
-def configured_threshold(manifest: Mapping) -> GateThreshold:
-    """The threshold readers of this version use: kg_config.json's, else :func:`pack_threshold`."""
+def threshold_in_force(
+    manifest: Mapping,
+    option: float | None = None,
+    agent_constant: tuple[float, str] | None = None,
+) -> GateThreshold:
+    """The threshold a query of this version uses (the order in the module docstring):
+    ``option``, passed with the call; kg_config.json's, as the version's manifest recorded
+    it; ``agent_constant`` (value, agent class name); else :func:`pack_threshold`."""
+    if option is not None:
+        return GateThreshold(
+            option, FROM_OPTION, "context_confidence_threshold passed by the caller"
+        )
     query = ((manifest.get("config") or {}).get("query")) or {}
     if _is_threshold(query.get("context_confidence_threshold")):
-        return set_in_config(float(query["context_confidence_threshold"]))
+        return GateThreshold(
+            float(query["context_confidence_threshold"]),
+            FROM_CONFIG,
+            "set as query.context_confidence_threshold",
+        )
+    if agent_constant is not None:
+        value, owner = agent_constant
+        return GateThreshold(value, FROM_AGENT, f"{owner}'s constant")
     return pack_threshold(manifest)
-
-
-def set_in_config(value: float) -> GateThreshold:
-    return GateThreshold(value, FROM_CONFIG, "set as query.context_confidence_threshold")
 
 
 def _is_threshold(value: object) -> bool:
@@ -157,7 +176,7 @@ def content_terms(text: str) -> frozenset[str]:
 @dataclass(frozen=True)
 class Vocabulary:
     """How many of a pack's passages contain each search term (a reader takes it from its
-    keyword index, retrieval.bm25)."""
+    keyword index, kpack.keyword_index)."""
 
     passages: int
     frequency: Mapping[str, int]

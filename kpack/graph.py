@@ -1,5 +1,5 @@
 """The entity-passage graph of a pack and personalized PageRank over it, as queries use them
-(issue 10; retrieval.graph runs them).
+(issue 10; retrieval.entity_graph runs them).
 
 Nodes are the pack's passages (chunks) and its entities (kpack.ingest.extraction: names,
 terms, code identifiers and the pack's own article titles, deduplicated by normalised name,
@@ -13,7 +13,7 @@ reach it (HippoRAG 2, Gutiérrez et al. 2025).
 
 Everything here is numpy (and Arrow to build): no Dagster, no Kuzu, deterministic. The build records which
 chunk mentions which entity (kpack.ingest.mentions, the MENTIONS edges), builds the
-:class:`EntityGraph` and stores it as CSR arrays with the version (kpack.indexes), which a
+:class:`EntityGraph` and stores it as CSR arrays with the version (kpack.entity_graph_files), which a
 reader maps.
 """
 
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kpack.text import name_words
+from kpack.text import folded_words
 
 if TYPE_CHECKING:  # imported where used: `import retrieval` should not pay for it
     import pyarrow as pa
@@ -153,7 +153,7 @@ def build_entity_graph(
     """
     import pyarrow.compute as pc
 
-    from kpack.indexes import Column
+    from kpack.mapped_tables import Column
 
     passage_ids, passage_articles = _columns(passages)
     entity_keys, entity_names = _columns(entities)
@@ -336,7 +336,7 @@ def _symmetric(edges: list[tuple[np.ndarray, np.ndarray, float]], size: int) -> 
     keys = []
     for number, weight in enumerate(weights):  # the highest weight first: a pair keeps it
         pairs = np.unique(np.concatenate([_pairs(a, b, size) for a, b, w in edges if w == weight]))
-        pairs = pairs[~_holds(taken, pairs)]
+        pairs = pairs[~sorted_lookup(taken, pairs)[1]]
         taken = np.union1d(taken, pairs)
         low, high = pairs // size, pairs % size
         keys += [(low * size + high) * len(weights) + number]
@@ -365,12 +365,15 @@ def _pairs(left: np.ndarray, right: np.ndarray, size: int) -> np.ndarray:
     return np.minimum(left, right) * size + np.maximum(left, right)
 
 
-def _holds(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Whether each of ``values`` is in ``sorted_values``."""
+def sorted_lookup(sorted_values: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each of ``values`` stands in ``sorted_values`` (a position, meaningful where
+    found) and whether it is there: one binary search per value, the lookup of every sorted
+    array of the graph and its stages."""
+    values = np.asarray(values)
     if not len(sorted_values):
-        return np.zeros(len(values), dtype=bool)
+        return np.zeros(len(values), dtype=np.int64), np.zeros(len(values), dtype=bool)
     at = np.minimum(np.searchsorted(sorted_values, values), len(sorted_values) - 1)
-    return sorted_values[at] == values
+    return at, sorted_values[at] == values
 
 
 class KeyIndex(Mapping[str, int]):
@@ -401,8 +404,10 @@ class SortedGroups(Mapping[int, np.ndarray]):
         self.keys, self.offsets, self.values = keys, offsets, values
 
     def _at(self, key: object) -> int:
-        at = int(np.searchsorted(self.keys, key)) if isinstance(key, int | np.integer) else -1
-        return at if 0 <= at < len(self.keys) and self.keys[at] == key else -1
+        if not isinstance(key, int | np.integer):
+            return -1
+        at, found = sorted_lookup(self.keys, np.array([key]))
+        return int(at[0]) if found[0] else -1
 
     def __contains__(self, key: object) -> bool:
         return self._at(key) >= 0
@@ -469,8 +474,8 @@ class Visits:
         wanted = np.atleast_1d(np.asarray(nodes, dtype=np.int64))
         if not len(self.nodes):
             return np.zeros(len(wanted), dtype=np.float32)
-        at = np.minimum(np.searchsorted(self.nodes, wanted), len(self.nodes) - 1)
-        return np.where(self.nodes[at] == wanted, self.scores[at], 0.0).astype(np.float32)
+        at, found = sorted_lookup(self.nodes, wanted)
+        return np.where(found, self.scores[at], 0.0).astype(np.float32)
 
     def __getitem__(self, node: int) -> float:
         return float(self.of(node)[0])
@@ -543,7 +548,7 @@ def linked_entities(graph: EntityGraph, text: str) -> list[tuple[int, str]]:
     """The entities a text names: (entity node, the words that named it), longest name first
     at each position, each entity once. Names are compared normalised (see
     kpack.text.normalize_entity), so case, accents and plurals don't matter."""
-    words = name_words(text)
+    words = folded_words(text)
     found: dict[int, str] = {}
     at = 0
     while at < len(words):

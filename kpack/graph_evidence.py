@@ -4,7 +4,7 @@ After a version is published the build measures the graph stages on the pack's q
 on a self-check made from its headings (retrieval.eval.evidence), and writes the record into
 the version's folder as ``graph_evidence.json``: the questions' source, each configuration's
 scores, the two toggles chosen (``enable_graph``: entity PageRank and the second hop,
-retrieval.graph; ``enable_doc_graph``: the documentation graph, retrieval.docgraph) and why.
+retrieval.entity_graph; ``enable_doc_graph``: the documentation graph, retrieval.docgraph) and why.
 
 Queries take those toggles as the pack's defaults (kg_config.json's ``enable_graph`` /
 ``enable_doc_graph`` and a caller's options still win); ``kpack status`` shows them. A version

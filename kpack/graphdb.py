@@ -92,7 +92,7 @@ def load_graph(db_path: Path, tables: Iterator[tuple[str, pa.Table]], dim: int) 
     checkpoint.
 
     No Kuzu vector or full-text index is created: queries read the version's own indexes
-    (kpack.indexes), and Kuzu's took 90 of the 98 seconds of writing a Python-docs-sized
+    (kpack.index_writer), and Kuzu's took 90 of the 98 seconds of writing a Python-docs-sized
     database (HNSW 57 s, FTS 33 s, +66 MB, measured on a loaded 2-core machine). A Cypher
     user creates them with CREATE_VECTOR_INDEX / CREATE_FTS_INDEX (docs/data-model.md)."""
     declared = {table.name: table for table in (*KUZU_NODES, *KUZU_RELS)}

@@ -21,7 +21,7 @@ from kpack.errors import PackError
 PACK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 SUPPORTED_SCHEMES = ("http", "https", "file")
 PUBLISHED_FILES = ("pack.db", "manifest.json", "skill.md")
-# The folder of a version that holds its retrieval indexes (kpack.indexes).
+# The folder of a version that holds its retrieval indexes (kpack.index_files).
 INDEX_DIR = "indexes"
 
 

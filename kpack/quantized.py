@@ -33,7 +33,6 @@ export instead of racing.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import logging
@@ -56,12 +55,14 @@ from kpack.embedding import (
     BERT_INPUTS,
     DEVICE_VARIABLE,
     bert_inputs,
+    encode,
     load_model,
     model_label,
     requested_device,
     resolve_model_path,
 )
 from kpack.errors import PackError
+from kpack.file_locks import locked
 from kpack.settings import model_cache_dir
 
 if TYPE_CHECKING:
@@ -134,14 +135,10 @@ def kept_in_fp32(graph: Any) -> list[str]:
 
 @contextmanager
 def _exclusive(lock_path: Path) -> Iterator[None]:
-    """An exclusive flock on ``lock_path``, waited for: one exporter per model per machine."""
+    """An exclusive lock on ``lock_path``, waited for: one exporter per model per machine."""
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with locked(lock_path):
+        yield
 
 
 def ensure_export(name: str) -> tuple[Path, bool]:
@@ -199,8 +196,6 @@ def _export(name: str, folder: Path) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.transformers.optimizer import optimize_model
     from sentence_transformers import SentenceTransformer
-
-    from kpack.embedding import encode
 
     model = load_model(name, "cpu")  # the build's fp32 model: the reference
     tokenizer = model.tokenizer

@@ -18,7 +18,7 @@ The version that was current before a publish is kept (and older ones removed), 
 ``rollback`` can flip ``current`` back to it the same atomic way.
 
 A published version carries the size and SHA-256 of its pack.db in its manifest
-(``database``), and of each retrieval index file (kpack.indexes, under ``indexes/``) in
+(``database``), and of each retrieval index file (kpack.index_files, under ``indexes/``) in
 ``indexes``, stamped by publish. Kuzu crashes the process (SIGSEGV) on a database whose
 bytes were damaged, so nothing opens a published database before :func:`verify_version`
 passed: it compares the size on every call, and the full hash once per file state (inode,
@@ -38,7 +38,6 @@ fetch comes to the fingerprint of the current version, which verifies, stops aft
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -48,10 +47,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO
 
 from kpack.config import PackConfig, load_config
 from kpack.errors import PackError, PackNotReady
+from kpack.file_locks import FileLock, held_elsewhere
 from kpack.packs import (
     INDEX_DIR,
     PUBLISHED_FILES,
@@ -294,7 +293,7 @@ def write_articles(staging: Path, articles: dict[str, str]) -> None:
 
 def seal_version(staging: Path) -> dict:
     """Stamp the size and SHA-256 of the staged pack.db, and of every retrieval index file
-    (kpack.indexes), into its manifest; returns the database's.
+    (kpack.index_files), into its manifest; returns the database's.
 
     Also writes ``.verified.json`` for the files as they are now, so a reader of the published
     version (the rename keeps inodes and mtimes) skips the full hashes. A file that
@@ -364,7 +363,7 @@ def database_problem(version_dir: Path) -> str | None:
 
 
 def indexes_problem(version_dir: Path) -> str | None:
-    """What keeps a version's retrieval index files (kpack.indexes) from being the ones its
+    """What keeps a version's retrieval index files (kpack.index_files) from being the ones its
     manifest was sealed with, checked as :func:`database_problem` checks pack.db; None when
     every one is."""
     manifest = _read_json(version_dir / "manifest.json")
@@ -417,16 +416,13 @@ class BuildLock:
     at once with :func:`already_building`'s message."""
 
     def __init__(self, folder: Path) -> None:
-        self._handle: IO[str] = open(folder / LOCK_FILE, "a")  # noqa: SIM115 (held until release)
-        try:
-            fcntl.flock(self._handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            self._handle.close()
-            raise already_building(folder.name) from exc
+        self._lock = FileLock(folder / LOCK_FILE)
+        if not self._lock.take(wait=False):
+            self._lock.release()
+            raise already_building(folder.name)
 
     def release(self) -> None:
-        fcntl.flock(self._handle, fcntl.LOCK_UN)
-        self._handle.close()
+        self._lock.release()
 
 
 def already_building(pack: str) -> PackError:
@@ -449,16 +445,7 @@ def build_lock(folder: Path) -> Iterator[None]:
 
 def build_running(folder: Path) -> bool:
     """Whether a build of the pack holds its lock right now (probed without waiting)."""
-    lock = folder / LOCK_FILE
-    if not lock.exists():
-        return False
-    with open(lock) as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        return False
+    return held_elsewhere(folder / LOCK_FILE)
 
 
 def file_sha256(path: Path) -> str:

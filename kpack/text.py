@@ -70,8 +70,11 @@ NAME_WORD = re.compile(r"[^\W_]+(?:['’.\-&][^\W_]+)*")
 # A name written like code (dots, underscores, options, operators): normalised as written.
 CODE_LIKE = re.compile(r"\w[._]\w|_|\(\)$|(?:^|\s)--?\w|[/\\=<>{}\[\]$@#*+|]")
 # An identifier as a text writes one, read in lower case: a name with dots or underscores, not
-# after a dot ("json.dump", "ensure_ascii"), which name_words would cut at the underscore.
+# after a dot ("json.dump", "ensure_ascii"), which folded_words would cut at the underscore.
 CODE_NAME = re.compile(r"(?<![\w.])[a-z_]\w*(?:\.[a-z_]\w*)+|\b\w+_\w+\b")
+# A dotted name as code writes it ("json.dump", "pathlib.PurePath.suffix"): the one pattern of
+# a qualified identifier, which the build's and the answers' identifier patterns are made of.
+DOTTED_NAME = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+"
 # The words a signature line may start with before the name it defines ("class
 # json.JSONEncoder(...)", "async def ...").
 SIGNATURE_KINDS = (
@@ -297,7 +300,7 @@ def fold_word(word: str) -> str:
     return key
 
 
-def name_words(text: str) -> list[str]:
+def folded_words(text: str) -> list[str]:
     """The folded words of a name or a question, in order (see fold_word)."""
     return [fold_word(w) for w in NAME_WORD.findall(text)]
 
@@ -318,7 +321,7 @@ def normalize_entity(name: str) -> str:
     if CODE_LIKE.search(text):
         key = " ".join(text.lower().split())
     else:
-        key = " ".join(name_words(QUALIFIER.sub("", text) or text))
+        key = " ".join(folded_words(QUALIFIER.sub("", text) or text))
     for article in ("the ", "an ", "a "):
         key = key.removeprefix(article)
     return key.strip()

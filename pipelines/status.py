@@ -18,7 +18,7 @@ from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
 from kpack.config import load_config
 from kpack.errors import PackError, PackNotReady
-from kpack.gate import configured_threshold
+from kpack.gate import threshold_in_force
 from kpack.graph_evidence import GRAPH_TOGGLES, read_choice
 from kpack.packs import pack_dir, read_manifest, time_ago
 from kpack.store import PackStore, build_running, verify_version, version_number
@@ -63,7 +63,7 @@ def pack_status(name: str) -> dict:
         "changes": manifest.get("changes") if manifest else None,
         "failures": manifest["sources"]["failures"] if manifest else [],
         "extraction": manifest["extraction"] if manifest else None,
-        "gate": asdict(configured_threshold(manifest)) if manifest else None,
+        "gate": asdict(threshold_in_force(manifest)) if manifest else None,
         "graph": graph_status(current, manifest) if manifest else None,
         "last_build": latest_build(instance, store, name, current),
         "build_running": build_running(folder),

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 from dagster import ConfigurableResource, InitResourceContext
 
-from kpack.embedding import DEFAULT_MODEL, Embedder, embedder_for
+from kpack.embedders import embedder_for
+from kpack.embedding import DEFAULT_MODEL, Embedder
 
 
 class EmbedderResource(ConfigurableResource):

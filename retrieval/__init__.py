@@ -21,7 +21,8 @@ from pathlib import Path
 from kpack.errors import PackNotReady
 from retrieval.agent import KnowledgeGraphAgent
 from retrieval.profiles import PROFILES
-from retrieval.reader import WARMERS, PackReader, close_all, open_pack, reading, resolve_folder
+from retrieval.reader import PackReader
+from retrieval.registry import WARMERS, close_all, open_pack, reading, resolve_folder
 from retrieval.related_articles import context_pack as related_articles
 from retrieval.results import QueryResult, SearchResults
 

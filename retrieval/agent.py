@@ -16,37 +16,38 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from kpack.gate import GateThreshold, pack_threshold
+from kpack.gate import GateThreshold
 from kpack.graph_evidence import GraphChoice
 from kpack.llm import ClaudeClient, LLMError
 from retrieval.profiles import Plan, plan
 from retrieval.query import Query, check_k, clean_question, run
-from retrieval.reader import PackReader, reading, resolve_folder
+from retrieval.reader import PackReader
+from retrieval.registry import reading, resolve_folder
 from retrieval.results import QueryResult, SearchResults, query_result, search_results
 from retrieval.synthesis import answer_without_pack, api_failure_note
 
 SEARCH_PHASES = ("retrieve", "rank")
-FROM_AGENT = "agent class constant"
 
 
 class KnowledgeGraphAgent:
-    # None: the pack's own gate threshold (kpack.gate: kg_config.json's, else the one its
-    # build calibrated, else its embedding model's default). A subclass that sets a number
-    # (the seed's way of tuning the gate) is used in place of the calibrated or model value;
-    # kg_config.json and per-call options still win over it.
+    # None: the pack's own gate threshold. A subclass that sets a number (the seed's way of
+    # tuning the gate) is used in place of the calibrated or model value; kg_config.json and
+    # per-call options still win over it (the order is kpack.gate.threshold_in_force's).
     CONTEXT_CONFIDENCE_THRESHOLD: float | None = None
 
     def __init__(
         self,
-        db_path: str | Path | PackReader,
+        pack: str | Path | PackReader,
         anthropic_api_key: str | None = None,
         profile: str | None = None,
         use_llm: bool = True,
         anthropic_base_url: str | None = None,
         **options: object,
     ) -> None:
+        """``pack``: a pack's name, its folder or the path of its pack.db (the seed's form), or
+        a PackReader (the agent then stays on that version)."""
         self.source: Path | PackReader = (
-            db_path if isinstance(db_path, PackReader) else resolve_folder(db_path)
+            pack if isinstance(pack, PackReader) else resolve_folder(pack)
         )
         self.requested_profile = profile
         self.options = options
@@ -63,18 +64,14 @@ class KnowledgeGraphAgent:
         choice = reader.graph_choice
         if cached is None or cached[0] != (reader.version_dir, choice):
             constant = type(self).CONTEXT_CONFIDENCE_THRESHOLD
-            fallback = (
-                pack_threshold(reader.manifest)
-                if constant is None
-                else GateThreshold(constant, FROM_AGENT, f"{type(self).__name__}'s constant")
-            )
             cached = (
                 (reader.version_dir, choice),
                 plan(
                     reader.config.query,
                     self.requested_profile,
                     self.options,
-                    fallback,
+                    reader.manifest,
+                    None if constant is None else (constant, type(self).__name__),
                     choice.toggles,
                 ),
             )

@@ -1,6 +1,7 @@
-"""Candidate retrieval stages: embed the question, find passages by meaning (an exact scan of
-the pack's vectors) and by words (BM25 over the passages, retrieval.bm25), and fuse the lists into
-one ranking.
+"""Candidate retrieval stages: embed the question, find passages by meaning (the nearest of
+the pack's vectors: an exact scan, or the faiss index of a pack above the ANN crossover,
+kpack.vector_index) and by words (BM25 over the passages, kpack.keyword_index), and fuse the
+lists into one ranking.
 
 Every candidate is a passage (a Chunk) and keeps the scores and reasons each stage gives it.
 """
@@ -76,7 +77,7 @@ def nearest_passages(
 
 def keyword_passages(reader: PackReader, phrasing: str, k: int) -> list[Candidate]:
     """BM25 top-k passages for the words of a phrasing (none for a phrasing without words),
-    from the version's keyword index (retrieval.bm25)."""
+    from the version's keyword index (kpack.keyword_index)."""
     found = []
     for rank, (row, score) in enumerate(reader.keywords.search(phrasing, k), start=1):
         passage_id = reader.chunk_ids[row]
@@ -221,7 +222,7 @@ def fuse(query: Query) -> None:
     reports compare: a BM25-only hit's is computed from its stored vector."""
     lists = [hits for _, hits in query.rankings]
     if any(source in FUSED_SOURCES for source, _ in query.rankings):
-        # The graph list (retrieval.graph) counts at its calibrated weight.
+        # The graph list (retrieval.entity_graph) counts at its calibrated weight.
         weights = [source_weight(query, source) for source, _ in query.rankings]
         candidates = reciprocal_rank_fusion(*lists, weights=weights)
         top = max((c.rrf or 0.0 for c in candidates), default=0.0) or 1.0

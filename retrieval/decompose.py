@@ -11,9 +11,9 @@ those kept, and synthesis asks Claude to answer every part, citing each (the tra
 ``sub_questions`` lists what each part found).
 
 Without a key the graph stages stand in: the graph's bridge entities bring in the passage a
-second part needs (retrieval.graph), and the offline answer chains the bridge sentence and
-the answer sentence (retrieval.unit_selection.chain). A failed call, or a reply that is not the
-JSON asked for, leaves the question whole.
+second part needs (retrieval.entity_graph), and the offline answer chains the bridge sentence
+and the answer sentence (retrieval.unit_selection.chain). A failed call, or a reply that is not
+the JSON asked for, leaves the question whole.
 """
 
 from __future__ import annotations

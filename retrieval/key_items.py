@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from kpack.text import CODE_NAME, SIGNATURE_KINDS
+from kpack.text import CODE_NAME, DOTTED_NAME, SIGNATURE_KINDS
 
 # A number as written: "3.11", "50,000"; not the digits of a word ("v0001") or a version tail.
 NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?!\w)")
@@ -49,7 +49,7 @@ WRITTEN_IDENTIFIER = CODE_NAME
 SIGNATURE = re.compile(
     rf"^(?:(?:{SIGNATURE_KINDS})\s+)*"
     r"(?:@?[A-Za-z_][\w.]*\([^()]*(?:\([^()]*\)[^()]*)*\)(?:\s*(?:→|->)\s*[\w.\[\], |]+)?"
-    r"|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)$"
+    rf"|{DOTTED_NAME})$"
     r"|^(?:class|exception)\s+[A-Za-z_][\w.]*$"
 )
 

@@ -43,8 +43,8 @@ def passage_in_context(
     long entry writes at its end, passages later (:func:`_release_notes_after`). All of it
     comes from the passages next to it in its section (``chunk_text``: passage id to text),
     so the answer still quotes only the pack's text. ``code_starts`` keeps what is learnt of
-    which passages begin inside a code block (a reader keeps one for its version:
-    ``reader.code_starts``)."""
+    which passages begin inside a code block (retrieval.synthesis keeps one per version:
+    ``reader.memo(code_starts)``)."""
     section, _, number = chunk.rpartition("-")
     if not number.isdigit():
         return text

@@ -35,10 +35,12 @@ profile needs and hybrid search only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kpack.errors import PackError
+from kpack.graph_evidence import GRAPH_TOGGLES
 from retrieval.api_search import ApiSearch, DefinitionSearch
 from retrieval.candidates import (
     bm25_search,
@@ -49,10 +51,10 @@ from retrieval.candidates import (
 )
 from retrieval.decompose import QueryDecomposer, SubQuestionCoverage
 from retrieval.docgraph import DocGraphExpansion
+from retrieval.entity_graph import GraphRetriever, SecondHop
 from retrieval.expansion import MultiQueryExpander
 from retrieval.fewshot import FewShotManager
 from retrieval.gate import ConfidenceGate
-from retrieval.graph import GraphRetriever, SecondHop
 from retrieval.multidoc import MultiDocSynthesizer
 from retrieval.quality import QualityFilter
 from retrieval.query import Stage
@@ -80,7 +82,6 @@ TOGGLES = (
 # What use_enhancements=false keeps besides the stages without a toggle.
 NOT_AN_ENHANCEMENT = ("enable_hybrid",)
 ALIASES = {"maximum": "max", "max_quality": "max", "default": "balanced"}
-OPTION = "option"  # a setting passed with the call (agent options, kpack query flags)
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ BALANCED_SETTINGS = {
     "reranker_alpha": 0.7,
     "reranker_beta": 0.3,
     "few_shot_examples": 3,
-    # The graph stages' settings (retrieval.graph), for every profile that runs them or
+    # The graph stages' settings (retrieval.entity_graph), for every profile that runs them or
     # switches them on; chosen on the shared benchmarks (HotpotQA, SQuAD, the demo pack).
     "graph_damping": 0.5,
     "graph_weight": 1.0,
@@ -109,7 +110,7 @@ BALANCED_SETTINGS = {
     "definition_weight": 1.0,
 }
 
-# The profiles with the graph stages (retrieval.graph) give the GraphReranker's PageRank, a
+# The profiles with the graph stages (retrieval.entity_graph) give the GraphReranker's PageRank, a
 # prior that ignores the question, no weight: on the shared benchmarks any weight on it cost
 # hit@1 (demo pack 0.938 -> 0.719 at 0.3) and recall (HotpotQA). At weight 0 the reranker
 # leaves the ranking as it is (and the trace says so); it stays in their lists because `kpack
@@ -242,6 +243,19 @@ def _insert(stages: list[Stage], toggle: str) -> list[Stage]:
     raise PackError(f"no stage is switched by {toggle!r}")
 
 
+def graph_defaults(profile: Profile, evidence: Mapping[str, bool] | None) -> dict[str, bool]:
+    """Which graph stages run by default (graph toggle -> on) for ``profile`` on a version
+    whose own evidence chose ``evidence`` (kpack.graph_evidence; None: no evidence applied).
+    The one place this is decided: a graph stage runs by default when the profile lists it
+    and the evidence did not switch it off; kg_config.json's settings and a caller's options
+    win over it (:func:`plan`)."""
+    return {
+        toggle: any(stage.toggle == toggle for stage in profile.stages)
+        and (evidence or {}).get(toggle, True)
+        for toggle in GRAPH_TOGGLES
+    }
+
+
 @dataclass(frozen=True)
 class Plan:
     """What one agent runs against one pack version: the profile, the settings in force and
@@ -268,17 +282,19 @@ def plan(
     pack_settings: QueryConfig,
     profile: str | None,
     options: dict[str, Any],
-    fallback: GateThreshold,
+    manifest: Mapping,
+    agent_constant: tuple[float, str] | None = None,
     graph: dict[str, bool] | None = None,
 ) -> Plan:
     """Combine the profile's settings, the pack's (those its version recorded as set) and the
-    call's options; ``fallback`` is the gate's threshold when none of them sets one (the
-    build's calibration or the model's default, see kpack.gate). ``graph``: the graph toggles
+    call's options; the gate's threshold is kpack.gate's choice (threshold_in_force: the
+    option, kg_config.json's, ``agent_constant``, the build's calibration, the model's
+    default) for the version of ``manifest``. ``graph``: the graph toggles
     the version's own evidence chose (kpack.graph_evidence), which switch off the profile's
     graph stages the evidence did not keep (they never add one to a profile without it); the
     pack's settings and the options win over them."""
     from kpack.config import parse_config
-    from kpack.gate import GateThreshold, set_in_config
+    from kpack.gate import threshold_in_force
 
     unknown = sorted(set(options) - option_names())
     if unknown:
@@ -287,22 +303,20 @@ def plan(
     pack_values = {
         k: v for k, v in pack_settings.model_dump().items() if v is not None and k != "profile"
     }
+    listed = graph_defaults(chosen, None)
     evidence = {
-        toggle: on
-        for toggle, on in (graph or {}).items()
-        if not on and any(stage.toggle == toggle for stage in chosen.stages)
+        toggle: False
+        for toggle, on in graph_defaults(chosen, graph).items()
+        if listed[toggle] and not on
     }
     values = {**chosen.settings, **evidence, **pack_values, **options}
     toggles = {t: values.pop(t) for t in TOGGLES if values.get(t) is not None}
     for toggle in TOGGLES:
         values.pop(toggle, None)
     settings = parse_config({"query": {**values, "profile": chosen.name}}, "query settings").query
-    threshold = settings.context_confidence_threshold
-    if threshold is None:  # the fallback was checked where it was made (kpack.gate)
-        gate = fallback
-        settings = settings.model_copy(update={"context_confidence_threshold": fallback.threshold})
-    elif options.get("context_confidence_threshold") is not None:
-        gate = GateThreshold(threshold, OPTION, "context_confidence_threshold passed by the caller")
-    else:
-        gate = set_in_config(threshold)
+    passed = options.get("context_confidence_threshold") is not None
+    gate = threshold_in_force(
+        manifest, settings.context_confidence_threshold if passed else None, agent_constant
+    )
+    settings = settings.model_copy(update={"context_confidence_threshold": gate.threshold})
     return Plan(chosen, settings, pipeline(chosen, toggles), gate)

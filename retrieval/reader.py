@@ -1,74 +1,60 @@
-"""PackReader: one open published version of a pack, and the registry of open readers.
+"""PackReader: one open published version of a pack.
 
 A reader owns everything a query needs from one version: its manifest, its settings (the
 ``config`` its manifest records, so a query never mixes the version with a later edit of
 ``kg_config.json``), the few-shot pool (read once when the reader opens), the read-only Kuzu
 database (opened through kpack.graphdb on the first Cypher statement only, after
 kpack.store.verify_version passed: Kuzu crashes the process on some damaged files instead of
-raising) and the version's retrieval indexes (kpack.indexes: articles, sections, chunk texts,
-vectors, keyword postings, links, entities, facts and the entity graph), memory-mapped when
-the reader opens, so opening reads no table row by row and a query reads only the rows it
-ranks: nearest vectors by an exact scan of the mapped vectors, or through the version's faiss
-index above the ANN crossover (:meth:`PackReader.nearest`), keyword search by BM25 over the
-mapped postings (retrieval.bm25). Kuzu serves related articles and ``reader.query``.
+raising; retrieval.kuzu_session) and the version's retrieval indexes (kpack.index_files:
+articles, sections, chunk texts, vectors, keyword postings, links, entities and facts),
+memory-mapped when the reader opens, so opening reads no table row by row and a query reads
+only the rows it ranks: nearest vectors by an exact scan of the mapped vectors, or through the
+version's faiss index above the ANN crossover (:meth:`PackReader.nearest`), keyword search by
+BM25 over the mapped postings (kpack.keyword_index). Kuzu serves related articles and
+``reader.query``.
 
-The process keeps at most one reader per pack: the reader of its current version. When a
-newer version is published, the next :func:`checkout` of that pack opens it, warms it (the
-functions in ``WARMERS`` run on it: retrieval registers a one-passage search, so the first
-query's lazy work is done before any query uses it), and only then makes it current and
-retires the old reader. A reader is reference counted (:meth:`PackReader.acquire` /
-:meth:`PackReader.release`, or :func:`reading`): a retired one is closed when its last user
-releases it, never while a query holds it, so a long-lived process does not keep superseded
-or pruned versions open and never pulls one from under a query.
+What a stage loads or learns of a version (the entity graph, the identifiers the passages
+write, ...) is its own: it keeps it with the version through :meth:`PackReader.memo`, one
+value per function, so the reader knows no stage and no stage writes into the reader.
 
-Each pack has its own lock, held only to look at or swap its reader, never while a version
-opens: a pack whose new version is opening keeps answering from its old version meanwhile
-(the first caller to see the new version opens it and waits for it; callers that come while
-it opens get the old reader), and other packs are never touched.
+Readers are opened, shared and retired by the registry (retrieval.registry).
 
 Two things keep a long-lived reader lean: the Kuzu connection is reopened every
-``RECYCLE_AFTER_QUERIES`` statements (see :meth:`PackReader._recycle_connection`), and the
-reader's threads are sized for a machine it shares with other readers:
-``KPACK_READER_THREADS`` (default 1) for Kuzu, for embedding and for vector scans.
+``RECYCLE_AFTER_QUERIES`` statements (retrieval.kuzu_session), and the reader's threads are
+sized for a machine it shares with other readers: ``KPACK_READER_THREADS`` (default 1) for
+Kuzu, for embedding and for vector scans.
 """
 
 from __future__ import annotations
 
-import atexit
-import ctypes
 import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
 
-from kpack import settings as kpack_settings
 from kpack.errors import PackError, PackNotReady
-from kpack.indexes import nearest_rows
-from kpack.packs import INDEX_DIR, current_version, pack_dir
+from kpack.packs import INDEX_DIR
+from kpack.vector_index import nearest_rows
+from retrieval.kuzu_session import KuzuSession
 
 if TYPE_CHECKING:
-    import kuzu
-
     from kpack.config import PackConfig
     from kpack.docgraph import DocGraph
     from kpack.graph_evidence import GraphChoice
-    from retrieval.bm25 import KeywordIndex
-    from retrieval.graph import GraphIndex
+    from kpack.keyword_index import KeywordIndex
 from retrieval.meaning import WordVectors
 
 log = logging.getLogger(__name__)
 
-RECYCLE_AFTER_QUERIES = 500
-BACKGROUND_NICE = 10  # the CPU priority of a server's thread that opens a new version
+T = TypeVar("T")
 THREADS_ENV = "KPACK_READER_THREADS"
 DEFAULT_THREADS = 1
 FEW_SHOT_FILE = "few_shot_examples.json"
@@ -109,34 +95,6 @@ def reader_threads() -> int:
     return int(raw)
 
 
-def pack_folder_of(db_path: str | Path) -> str | Path:
-    """Accept a pack name, a pack folder, or the path of its pack.db (as the seed's examples do)."""
-    path = Path(db_path)
-    if path.name == "pack.db":
-        path = path.parent
-        while path.name != ".versions" and path.parent != path and not (path / "urls.txt").exists():
-            path = path.parent
-        return path.parent if path.name == ".versions" else path
-    return db_path
-
-
-def resolve_folder(pack: str | Path) -> Path:
-    """The folder of a pack given by name, folder path, or pack.db path."""
-    pack = pack_folder_of(pack)
-    text = str(pack)
-    if isinstance(pack, Path) or "/" in text:
-        folder = Path(pack)
-        if not (folder / "urls.txt").is_file():
-            raise PackError(f"{folder} is not a pack folder (it has no urls.txt)")
-        return folder.resolve()
-    # A pack published only in the shared store (KPACK_STORAGE) is pulled here first. Imported
-    # here: the store's client costs a third of a second that `import retrieval` need not pay.
-    from kpack.remote import ensure_local
-
-    ensure_local(text, kpack_settings.packs_dir())
-    return pack_dir(text, kpack_settings.packs_dir())
-
-
 def load_examples(folder: Path) -> list[dict]:
     """The few-shot pool: few_shot_examples.json, else the pack's eval questions with answers.
 
@@ -171,8 +129,8 @@ def load_examples(folder: Path) -> list[dict]:
 
 
 class PackReader:
-    """One open published version: manifest, settings, its mapped indexes (kpack.indexes)
-    and, on first use, the database, the entity graph and the few-shot vectors."""
+    """One open published version: manifest, settings, its mapped indexes (kpack.index_files)
+    and, on first use, the database, the few-shot vectors and what stages keep (memo)."""
 
     def __init__(self, folder: Path, version_dir: Path) -> None:
         self.folder = folder
@@ -183,12 +141,12 @@ class PackReader:
         self.config = self._read_config()
         self.examples = load_examples(folder)
         self._lock = threading.RLock()  # one Kuzu statement at a time; guards the state below
-        self._statements = 0
         self._users = 0
         self._retired = False
         self.closed = False
-        self._db: kuzu.Database | None = None
-        self._conn: kuzu.Connection | None = None
+        self._kuzu = KuzuSession(version_dir, self.threads)
+        self._memos: dict[Callable[[PackReader], Any], Any] = {}
+        self._memo_lock = threading.RLock()  # a memo's maker may ask for another memo
         self._graph_choice: GraphChoice | None = None
         from kpack.store import verify_version  # pydantic: not for `import retrieval`
         from retrieval.encoder import use_blas_threads
@@ -248,95 +206,67 @@ class PackReader:
             ) from exc
 
     def _map_indexes(self) -> None:
-        """Map the version's index files (kpack.indexes): nothing is read row by row, and
-        the pages are shared with every other process reading this version."""
-        from kpack import indexes as ix
-        from retrieval.bm25 import KeywordIndex
+        """Map the version's index files (kpack.index_files): nothing is read row by row,
+        and the pages are shared with every other process reading this version."""
+        from kpack import index_files as ix
+        from kpack import mapped_tables as mt
+        from kpack.keyword_index import KeywordIndex
+        from kpack.vector_index import load_ann
 
         folder = self.version_dir / INDEX_DIR
-        articles = ix.load_table(folder, ix.ARTICLES)
-        sections = ix.load_table(folder, ix.SECTIONS)
-        chunks = ix.load_table(folder, ix.CHUNKS)
-        article_keys = ix.keys_of(folder, ix.ARTICLES, articles)
-        section_keys = ix.keys_of(folder, ix.SECTIONS, sections)
-        chunk_keys = ix.keys_of(folder, ix.CHUNKS, chunks)
-        self.articles: Mapping[str, Article] = ix.RowMap(articles, Article, article_keys)
-        self.sections: Mapping[str, SectionInfo] = ix.RowMap(sections, SectionInfo, section_keys)
+        articles = mt.load_table(folder, ix.ARTICLES)
+        sections = mt.load_table(folder, ix.SECTIONS)
+        chunks = mt.load_table(folder, ix.CHUNKS)
+        article_keys = mt.keys_of(folder, ix.ARTICLES, articles)
+        section_keys = mt.keys_of(folder, ix.SECTIONS, sections)
+        chunk_keys = mt.keys_of(folder, ix.CHUNKS, chunks)
+        self.articles: Mapping[str, Article] = mt.RowMap(articles, Article, article_keys)
+        self.sections: Mapping[str, SectionInfo] = mt.RowMap(sections, SectionInfo, section_keys)
         self.section_ids: Sequence[str] = section_keys.values
-        self.section_row: Mapping[str, int] = ix.RowOf(section_keys)
-        self.sections_of: Mapping[str, list[int]] = ix.RowsOf(
-            ix.SortedKeys(sections["article_url"], ix.load_array(folder, ix.SECTIONS_BY_ARTICLE))
+        self.section_row: Mapping[str, int] = mt.RowOf(section_keys)
+        self.sections_of: Mapping[str, list[int]] = mt.RowsOf(
+            mt.SortedKeys(sections["article_url"], mt.load_array(folder, ix.SECTIONS_BY_ARTICLE))
         )
         self.chunk_ids: Sequence[str] = chunk_keys.values  # row -> chunk id
-        self.chunk_row: Mapping[str, int] = ix.RowOf(chunk_keys)
-        self.chunk_text: Mapping[str, str] = ix.RowMap(
+        self.chunk_row: Mapping[str, int] = mt.RowOf(chunk_keys)
+        self.chunk_text: Mapping[str, str] = mt.RowMap(
             chunks, lambda _, content: content, chunk_keys
         )
-        self.neighbors: Mapping[str, list[str]] = ix.Neighbours(  # LINKS_TO, both directions
+        self.neighbors: Mapping[str, list[str]] = mt.Neighbours(  # LINKS_TO, both directions
             article_keys,
-            ix.load_array(folder, ix.LINK_OFFSETS),
-            ix.load_array(folder, ix.LINK_TARGETS),
+            mt.load_array(folder, ix.LINK_OFFSETS),
+            mt.load_array(folder, ix.LINK_TARGETS),
         )
-        self.article_entities: Mapping[str, list[dict]] = ix.GroupMap(  # most mentioned first
-            ix.load_table(folder, ix.ARTICLE_ENTITIES),
+        self.article_entities: Mapping[str, list[dict]] = mt.GroupMap(  # most mentioned first
+            mt.load_table(folder, ix.ARTICLE_ENTITIES),
             lambda name, kind, description: {
                 "name": name,
                 "type": kind,
                 "description": description,
             },
         )
-        self.section_facts: Mapping[str, list[str]] = ix.GroupMap(
-            ix.load_table(folder, ix.FACTS), lambda content: content
+        self.section_facts: Mapping[str, list[str]] = mt.GroupMap(
+            mt.load_table(folder, ix.FACTS), lambda content: content
         )
-        self.chunk_vectors = ix.load_array(folder, ix.CHUNK_VECTORS)
-        self.section_vectors = ix.load_array(folder, ix.SECTION_VECTORS)
-        # faiss IVF indexes, None for a table below the ANN crossover (kpack.indexes).
-        self.ann = ix.load_ann(folder, ix.CHUNK_ANN, self.threads)
-        self.section_ann = ix.load_ann(folder, ix.SECTION_ANN, self.threads)
+        self.chunk_vectors = mt.load_array(folder, ix.CHUNK_VECTORS)
+        self.section_vectors = mt.load_array(folder, ix.SECTION_VECTORS)
+        # faiss IVF indexes, None for a table below the ANN crossover (kpack.vector_index).
+        self.ann = load_ann(folder, ix.CHUNK_ANN, self.threads)
+        self.section_ann = load_ann(folder, ix.SECTION_ANN, self.threads)
         self.keywords: KeywordIndex = KeywordIndex.load(folder)
-
-    def _open_database(self) -> None:
-        """Kuzu, opened on the first statement only: no query stage needs it."""
-        from kpack.graphdb import connect
-        from kpack.store import verify_version
-
-        verify_version(self.version_dir)
-        self._db, self._conn = connect(self.version_dir / "pack.db", read_only=True)
-        self._conn.set_max_threads_for_exec(self.threads)
-
-    def _recycle_connection(self) -> None:
-        """A fresh database and connection: frees what Kuzu keeps natively per statement.
-
-        A question runs no statement (the reader holds what it searches), but related
-        articles (retrieval.context_pack, 3 to 5 statements a call) and callers of
-        :meth:`query` do, and kuzu 0.11.3 keeps native memory for every statement run with
-        parameters until its connection closes. Measured on the demo pack, 2,000 runs each,
-        with the heap trimmed before reading RSS: a one-parameter MATCH grew the process by
-        69 MB (about 35 KB a statement), context_pack by 258 MB, and the same MATCH with its
-        value written into the statement (no parameters) by nothing; reopening every 500
-        statements held each under 2 MB.
-
-        The old one is closed first (queries wait on the reader's lock meanwhile), and the C
-        heap is trimmed, so the freed memory goes back to the system instead of raising the
-        process's resident size by one more database each time."""
-        if self._conn is not None:
-            self._conn.close()
-        if self._db is not None:
-            self._db.close()
-        self._db = self._conn = None
-        release_free_memory()
-        self._open_database()
-        self._statements = 0
 
     # -- reading ---------------------------------------------------------------------------
 
-    @cached_property
-    def graph(self) -> GraphIndex | None:
-        """The entity-passage graph the graph stages walk (retrieval.graph), loaded on first
-        use; None for a version built without one."""
-        from retrieval.graph import load_graph_index
-
-        return load_graph_index(self)
+    def memo(self, make: Callable[[PackReader], T]) -> T:
+        """What ``make(reader)`` gives for this version, made on first use and then kept with
+        the reader (one value per function): how a stage keeps what it loads or learns of a
+        version (retrieval.entity_graph's entity graph, the identifiers the passages write, which
+        passages open inside code) without the reader knowing the stage. Made once even when
+        queries ask for it at the same time."""
+        with self._memo_lock:
+            if make not in self._memos:
+                self._memos[make] = make(self)
+            return self._memos[make]
 
     @property
     def graph_choice(self) -> GraphChoice:
@@ -368,20 +298,6 @@ class PackReader:
         from retrieval.meaning import word_vectors_of
 
         return word_vectors_of(self.model_name)
-
-    @cached_property
-    def written_identifiers(self) -> frozenset[str]:
-        """The identifiers the version's passages write (retrieval.extractive), collected on
-        first use: where an identifier a question names is looked up."""
-        from retrieval.missing_names import written_identifiers
-
-        return written_identifiers(self.chunk_text.values())
-
-    @cached_property
-    def code_starts(self) -> dict[str, bool]:
-        """Which passages begin inside a code block, by passage id, learnt as offline answers
-        read passages with their neighbours (retrieval.passage_context.passage_in_context)."""
-        return {}
 
     @cached_property
     def example_vectors(self) -> np.ndarray:
@@ -418,7 +334,7 @@ class PackReader:
         cosine similarity), best first, ties by table order.
 
         A table with an ANN index (a pack above the ANN crossover) is searched there, and the
-        candidates re-scored exactly; otherwise by an exact scan (kpack.indexes.nearest_rows),
+        candidates re-scored exactly; otherwise by an exact scan (kpack.vector_index.nearest_rows),
         on the reader's BLAS threads (set when it opened)."""
         ids, vectors, ann = (
             (self.chunk_ids, self.chunk_vectors, self.ann)
@@ -436,12 +352,7 @@ class PackReader:
                     f"pack {self.name!r} version {self.version_dir.name} was replaced by a newer "
                     "version and closed; ask again to query the current one"
                 )
-            if self._conn is None:
-                self._open_database()
-            elif self._statements >= RECYCLE_AFTER_QUERIES:
-                self._recycle_connection()
-            self._statements += 1
-            return self._conn.execute(cypher, params or {}).get_all()
+            return self._kuzu.execute(cypher, params)
 
     # -- life cycle ------------------------------------------------------------------------
 
@@ -478,181 +389,4 @@ class PackReader:
         """Close the database (idempotent); the reader answers no more queries."""
         with self._lock:
             self.closed = True
-            conn, db, self._conn, self._db = self._conn, self._db, None, None
-            if conn is not None:
-                conn.close()
-            if db is not None:
-                db.close()
-                release_free_memory()
-
-
-def release_free_memory() -> None:
-    """Give the C heap's free pages back to the system (glibc only; elsewhere nothing)."""
-    with suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
-# -- the registry: one reader per pack, the current version's --------------------------------
-
-# Run on every newly opened reader before it serves (in order; an exception fails the open):
-# the lazy work of a first query is done here, not in the first request after a publish.
-# retrieval registers a one-passage search; a server or a test may add its own.
-WARMERS: list[Callable[[PackReader], object]] = []
-
-
-@dataclass
-class _PackSlot:
-    """One pack's current reader; ``changed`` (with its lock) guards it and the open under way."""
-
-    changed: threading.Condition = field(default_factory=threading.Condition)
-    reader: PackReader | None = None
-    opening: Path | None = None  # the version a thread is opening now, outside the lock
-    failed: Path | None = None  # a version whose open failed (not tried again in the background)
-
-
-# Servers set this (open_versions_in_background): a new version is then opened and warmed by a
-# thread of its own, at a lower CPU priority, while the old version answers every request, so
-# no request pays for an open and the other packs' requests keep the cores. Elsewhere (a
-# notebook, the CLI) the first caller opens it and waits, so a query right after a build
-# answers from the new version.
-_background_opens = False
-
-_slots: dict[Path, _PackSlot] = {}
-_slots_lock = threading.Lock()  # only to find or add a pack's slot; never held while opening
-
-
-def _slot(folder: Path) -> _PackSlot:
-    with _slots_lock:
-        return _slots.setdefault(folder, _PackSlot())
-
-
-def open_warm(folder: Path, version: Path) -> PackReader:
-    """A new reader of ``version``, with every warmer run on it (closed again if one fails)."""
-    reader = PackReader(folder, version)
-    try:
-        for warm in WARMERS:
-            warm(reader)
-    except BaseException:
-        reader.close()
-        raise
-    return reader
-
-
-def open_versions_in_background(enabled: bool = True) -> bool:
-    """Whether this process opens new versions in the background (see ``_background_opens``);
-    returns what it was."""
-    global _background_opens
-    was, _background_opens = _background_opens, enabled
-    return was
-
-
-def checkout(pack: str | Path | PackReader) -> PackReader:
-    """The reader of the pack's current version, marked in use: pair it with ``release()``.
-
-    A reader that is passed in is used as it is (a caller pinning one version). A version not
-    open yet is opened and warmed by the first caller that asks for it, holding no lock: callers
-    of the same pack that come meanwhile get the previous version's reader (when there is one),
-    callers of other packs never wait for it. In a server (:func:`open_versions_in_background`)
-    a thread of its own opens it, and the previous version answers every caller until it is
-    warm; a version whose open failed there is not tried again (the log says why).
-    """
-    if isinstance(pack, PackReader):
-        pack.acquire()
-        return pack
-    folder = resolve_folder(pack)
-    version = current_version(folder)
-    if version is None:
-        raise PackNotReady(
-            f"pack {folder.name!r} has not been built yet: run `kpack build {folder.name}`"
-        )
-    slot = _slot(folder)
-    with slot.changed:
-        while True:
-            reader = slot.reader
-            if reader is not None and reader.version_dir == version and not reader.closed:
-                reader.acquire()
-                return reader
-            serving = reader is not None and not reader.closed
-            if _background_opens and serving:
-                if slot.opening is None and slot.failed != version:
-                    slot.opening = version
-                    threading.Thread(
-                        target=_open_in_background,
-                        args=(slot, folder, version),
-                        name=f"open {folder.name}",
-                        daemon=True,
-                    ).start()
-                reader.acquire()
-                return reader
-            if slot.opening is None:
-                slot.opening = version
-                break
-            if serving:
-                reader.acquire()  # another thread opens the new version: answer from this one
-                return reader
-            slot.changed.wait()
-    fresh = _open_into(slot, folder, version)
-    fresh.acquire()
-    return fresh
-
-
-def _open_into(slot: _PackSlot, folder: Path, version: Path) -> PackReader:
-    """Open and warm ``version``, make it the slot's reader and retire the one it replaces."""
-    try:
-        fresh = open_warm(folder, version)
-    except BaseException:
-        with slot.changed:
-            slot.opening, slot.failed = None, version
-            slot.changed.notify_all()
-        raise
-    with slot.changed:
-        previous, slot.reader, slot.opening, slot.failed = slot.reader, fresh, None, None
-        slot.changed.notify_all()
-    if previous is not None:
-        previous.retire()
-    return fresh
-
-
-def _open_in_background(slot: _PackSlot, folder: Path, version: Path) -> None:
-    # Linux gives each thread its own nice value: the open yields the cores to requests.
-    with suppress(AttributeError, OSError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
-    try:
-        _open_into(slot, folder, version)
-    except Exception as exc:  # the old version keeps answering; the log says why
-        log.error("pack %r version %s could not be opened: %s", folder.name, version.name, exc)
-
-
-@contextmanager
-def reading(pack: str | Path | PackReader) -> Iterator[PackReader]:
-    """``with reading("demo") as reader:`` the current version, held open for the block."""
-    reader = checkout(pack)
-    try:
-        yield reader
-    finally:
-        reader.release()
-
-
-def open_pack(pack: str | Path) -> PackReader:
-    """The reader of the pack's current version (opened, or replaced by a newer one, as
-    needed). It stays open while it is current; use :func:`reading` to hold a version open
-    across a publish."""
-    reader = checkout(pack)
-    reader.release()
-    return reader
-
-
-def close_all() -> None:
-    """Retire every reader (at exit, or to make the next query read from disk afresh): those
-    not in use close now, those in use when their last user releases them."""
-    with _slots_lock:
-        slots = list(_slots.values())
-        _slots.clear()
-    for slot in slots:
-        with slot.changed:
-            reader, slot.reader = slot.reader, None
-        if reader is not None:
-            reader.retire()
-
-
-atexit.register(close_all)
+            self._kuzu.close()

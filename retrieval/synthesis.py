@@ -33,13 +33,15 @@ from retrieval.citations import (
 from retrieval.docgraph import MOVED_DOWN
 from retrieval.extractive import NO_SENTENCE_ANSWER, extractive_answer
 from retrieval.gate import pack_vocabulary
+from retrieval.missing_names import written_identifiers
 from retrieval.passage_context import passage_in_context
 from retrieval.query import ContextSection, Query, stage
+from retrieval.reader import PackReader
 from retrieval.unit_scoring import stems
 
 NO_CONTEXT_ANSWER = "The pack has no passage that answers this question."
 CONTEXT_WORDS_PER_SECTION = 350
-# A candidate's reason that says it came in through another passage (retrieval.graph).
+# A candidate's reason that says it came in through another passage (retrieval.entity_graph).
 BRIDGED = re.compile(r"^second hop|via entity .* from passage")
 
 SYNTHESIS_SYSTEM = (
@@ -108,6 +110,20 @@ def api_failure_note(error: LLMError) -> str:
     return f"The Claude API did not answer ({error}); offline answer below:"
 
 
+def pack_identifiers(reader: PackReader) -> frozenset[str]:
+    """The identifiers the version's passages write (written_identifiers, in
+    retrieval.missing_names), kept with the version (``reader.memo``): where an identifier a
+    question names is looked up."""
+    return written_identifiers(reader.chunk_text.values())
+
+
+def code_starts(reader: PackReader) -> dict[str, bool]:
+    """Which passages begin inside a code block, by passage id: learnt as offline answers read
+    passages with their neighbours (retrieval.passage_context.passage_in_context), kept with
+    the version (``reader.memo``)."""
+    return {}
+
+
 @stage("synthesis", "answer")
 def synthesize(query: Query) -> None:
     """Claude over the context (with the few-shot examples), else the extractive answer; either
@@ -124,7 +140,7 @@ def synthesize(query: Query) -> None:
             passages,
             pack_vocabulary(query.reader).idf,
             query.reader.word_vectors,
-            query.reader.written_identifiers,
+            query.reader.memo(pack_identifiers),
         )
         return validated(query, answer, passages, embedded=False)
 
@@ -228,7 +244,7 @@ def answer_passages(query: Query) -> list[ContextSection]:
             candidate.passage_id,
             candidate.text,
             query.reader.chunk_text,
-            query.reader.code_starts,
+            query.reader.memo(code_starts),
             release_notes=answer_kind(query.text) in ("version", "date"),
         )
         if any(BRIDGED.search(reason) for reason in candidate.reasons):

@@ -46,11 +46,6 @@ def pack_folder(name: str, root: Path) -> Path:
     return folder
 
 
-def version_of(folder: Path) -> int | None:
-    version = current_version(folder)
-    return int(version.name[1:]) if version is not None else None
-
-
 def _published(folder: Path) -> tuple[Path | None, dict | None, str | None]:
     """(version folder, manifest, error): a damaged manifest is reported, not raised."""
     version = current_version(folder)

@@ -49,7 +49,7 @@ import retrieval
 from kpack.llm import API_KEY_ENV
 from kpack.packs import PackError
 from retrieval.query import MAX_QUESTION_CHARS, MAX_SERVED_K, clean_question
-from retrieval.reader import open_versions_in_background
+from retrieval.registry import open_versions_in_background
 from serving import catalog
 from serving.auth import bearer_check
 from serving.catalog import ProfileName

@@ -49,7 +49,7 @@ from pydantic import Field, ValidationError
 import retrieval
 from kpack.packs import PackError
 from retrieval.query import MAX_QUESTION_CHARS, MAX_SERVED_K, clean_question
-from retrieval.reader import open_versions_in_background
+from retrieval.registry import open_versions_in_background
 from serving import catalog
 from serving.catalog import ProfileName
 from serving.health import PackHealth

@@ -18,7 +18,7 @@ from retrieval.agent import KnowledgeGraphAgent
 from retrieval.answer_units import units_of
 from retrieval.missing_names import DECLINED
 from retrieval.passage_context import passage_in_context
-from retrieval.reader import open_pack
+from retrieval.registry import open_pack
 from tests.conftest import build, write_pack
 
 

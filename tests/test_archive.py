@@ -25,7 +25,7 @@ import retrieval
 from cli.main import main
 from kpack.archive import ARCHIVE_MANIFEST, export_pack, install, validate
 from kpack.archive.staging import LOCK_FILE, STAGING_FOLDER
-from kpack.indexes import ANN_FILES, INDEX_FILES
+from kpack.index_files import ANN_FILES, INDEX_FILES
 from kpack.packs import PackError
 
 QUESTIONS = [

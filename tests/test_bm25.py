@@ -1,11 +1,10 @@
-"""The reader's in-memory keyword search (retrieval.bm25), ranked as BM25 ranks."""
+"""The reader's in-memory keyword search (kpack.keyword_index), ranked as BM25 ranks."""
 
 from __future__ import annotations
 
 import math
 
-from kpack.indexes import K1, B
-from retrieval.bm25 import KeywordIndex
+from kpack.keyword_index import K1, B, KeywordIndex
 
 PASSAGES = [
     "Set allow_private_hosts to fetch pages from a private network.",
@@ -43,14 +42,14 @@ def test_scores_are_okapi_bm25_with_lucene_idf():
 def test_a_common_word_brings_only_its_heaviest_passages(monkeypatch):
     """In a large pack a question's common word sums only the passages it weighs most (the
     query's work stays bounded); a passage that also holds the rare word still ranks first."""
-    import kpack.indexes
+    import kpack.keyword_index
 
     filler = "The cache keeps entries. " * 3
     passages = [f"{filler} Note {i}." for i in range(40)]
     passages += ["cache " * 6, "The cache and the sprocket setting.", "cache cache"]
     index = KeywordIndex.of(passages)
     exact = index.search("sprocket cache", 3)
-    monkeypatch.setattr(kpack.indexes, "KEYWORD_TERM_CANDIDATES", 3)
+    monkeypatch.setattr(kpack.keyword_index, "KEYWORD_TERM_CANDIDATES", 3)
     bounded = index.search("sprocket cache", 3)
     assert bounded[0][0] == exact[0][0] == 41  # both words
     # The passages the bounded search sums for "cache" are its heaviest three.

@@ -92,7 +92,7 @@ def test_build_publishes_a_queryable_graph(built, site):
         assert all(0.0 <= r <= 1.0 for r in ranks.values())
         assert max(ranks, key=ranks.get) == site.url("/docs/index.html")
 
-        # The retrieval indexes the build wrote beside the database (kpack.indexes).
+        # The retrieval indexes the build wrote beside the database (kpack.index_writer).
         question = encode(
             load_model("default"), ["Which variable sets where the sprocket cache lives?"]
         )[0]

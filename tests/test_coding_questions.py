@@ -15,7 +15,7 @@ import pytest
 
 import retrieval
 from retrieval.coding_questions import is_code_line, read_question
-from retrieval.reader import close_all
+from retrieval.registry import close_all
 from tests.conftest import build, write_pack
 
 REFERENCE = """<html><head><title>tally reference</title></head><body><div role="main">

@@ -21,8 +21,8 @@ import pytest
 
 import retrieval
 from kpack.errors import PackNotReady
-from kpack.indexes import ANN_MIN_VECTORS_ENV
 from kpack.store import VERIFIED, seal_version, verify_version
+from kpack.vector_index import ANN_MIN_VECTORS_ENV
 from tests.conftest import TEST_FETCH, build, write_pack
 
 PROJECT = Path(__file__).resolve().parent.parent

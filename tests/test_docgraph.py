@@ -30,7 +30,7 @@ from retrieval.eval import OFFLINE_MARK, evaluate, load_questions
 from retrieval.eval.evidence import BASELINE, choose
 from retrieval.eval.questions import Question
 from retrieval.query import Query
-from retrieval.reader import close_all, reading
+from retrieval.registry import close_all, reading
 from tests.conftest import build, write_pack
 
 QUESTION = "How can my program keep its settings between runs?"

@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 import torch
 
+from kpack.embedders import embedder_for
 from kpack.embedding import (
     CPU_BATCH,
     DEVICE_VARIABLE,
     batch_size_for,
     choose_device,
     effective_precision,
-    embedder_for,
     embedding_device,
     requested_device,
     torch_is_cpu_only,

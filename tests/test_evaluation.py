@@ -37,7 +37,7 @@ from retrieval.eval.metrics import (
     percentile,
     token_f1,
 )
-from retrieval.reader import reading
+from retrieval.registry import close_all, reading
 from tests.conftest import TEST_FETCH, build, write_pack
 from tests.loopback import fake_anthropic_server
 
@@ -188,6 +188,28 @@ def test_answer_level_metrics_and_a_split_for_chosen_settings(eval_pack, monkeyp
     assert split["split"]["chosen_on"] and split["split"]["reported_on"]
     assert split["summary"]["balanced"]["questions"] == split["split"]["reported_on"]
     assert split["calibration"]["graph"]["questions"] <= split["split"]["chosen_on"]
+
+
+def test_the_graph_grid_starts_from_the_graph_as_the_version_runs_it(eval_pack):
+    """`kpack eval --write-config` compares the graph settings with what the version runs by
+    default: the entity graph off where the version's own evidence turned it off (the grid
+    took it as on whatever the evidence said, and measured a default no query ran)."""
+    from kpack.graph_evidence import EVIDENCE_FILE, write_evidence
+    from retrieval.eval.graph_calibration import calibrate_graph
+
+    questions, _ = load_questions(eval_pack / "eval" / "questions.jsonl", eval_pack)
+    version = (eval_pack / "pack.db").resolve().parent
+    recorded = (version / EVIDENCE_FILE).read_bytes()  # the build's record, restored below
+    try:
+        for on in (False, True):
+            evidence = {"enable_graph": on, "enable_doc_graph": False}
+            write_evidence(version, {**evidence, "source": "an invented check", "why": "test"})
+            close_all()  # a reader keeps the evidence it read
+            with reading(eval_pack) as reader:
+                assert calibrate_graph(reader, questions)["default"]["enable_graph"] is on
+    finally:
+        (version / EVIDENCE_FILE).write_bytes(recorded)
+        close_all()
 
 
 def test_judge_scores_with_another_model_and_a_failure_is_not_a_zero(eval_pack, monkeypatch):

@@ -18,20 +18,21 @@ from cli.main import main
 from kpack.gate import (
     COVERAGE_TARGET,
     FALLBACK_THRESHOLD,
+    FROM_AGENT,
     FROM_CALIBRATION,
     FROM_CONFIG,
+    FROM_OPTION,
     MODEL_THRESHOLDS,
     Vocabulary,
     coverage,
     model_threshold,
 )
 from kpack.ingest.gate_calibration import OUT_OF_DOMAIN_PROBES, SECTION_VECTOR, pack_probes
-from retrieval.agent import FROM_AGENT, KnowledgeGraphAgent
-from retrieval.bm25 import KeywordIndex
+from kpack.keyword_index import KeywordIndex
+from retrieval.agent import KnowledgeGraphAgent
 from retrieval.eval import evaluate, load_questions, markdown_summary
 from retrieval.eval.metrics import summarize
 from retrieval.eval.runner import declined
-from retrieval.profiles import OPTION
 from tests.conftest import build, write_pack
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -141,7 +142,7 @@ def test_readers_use_the_calibrated_threshold_and_say_so(docs_pack, capsys, monk
     assert strict.query(IN_DOMAIN)["query_type"] == "confidence_gated_fallback"
     # ...and an option passed with the call wins over everything.
     loose = KnowledgeGraphAgent(docs_pack, use_llm=False, context_confidence_threshold=0.0)
-    assert (loose.gate.source, loose.gate.threshold) == (OPTION, 0.0)
+    assert (loose.gate.source, loose.gate.threshold) == (FROM_OPTION, 0.0)
 
 
 def test_a_question_about_a_subject_the_pack_never_mentions_is_refused_with_the_reason(docs_pack):

@@ -1,4 +1,4 @@
-"""The entity-passage graph (kpack.graph) and the graph stages (retrieval.graph) over a pack
+"""The entity-passage graph (kpack.graph) and the graph stages (retrieval.entity_graph) over a pack
 built once for this module from Markdown pages written for it: a company page names its
 founder, the founder's page says where she was born, and founder pages of other companies
 stand between the question's words and the founder's page."""
@@ -16,7 +16,8 @@ from cli.main import main
 from kpack.config import load_config
 from kpack.contracts import section_of_chunk
 from kpack.graph import linked_entities, personalized_pagerank, second_hop
-from retrieval.reader import reading
+from retrieval.entity_graph import load_graph_index
+from retrieval.registry import reading
 from tests.conftest import build, write_pack
 
 QUESTION = "Where was the founder of Zorblax Industries born?"
@@ -89,7 +90,7 @@ def test_the_pack_records_which_passage_mentions_which_entity(pack):
                 "MATCH (c:Chunk)-[:MENTIONS]->(e:Entity) RETURN c.section_id, e.entity_id"
             )
         }
-        index = reader.graph
+        index = reader.memo(load_graph_index)
     assert index is not None
     # A name in the text, and the pack's own titles: its own, and another page's it names.
     assert ("Zorblax Industries", "mirela quandt") in mentions
@@ -105,7 +106,7 @@ def test_the_pack_records_which_passage_mentions_which_entity(pack):
 
 def test_personalized_pagerank_reaches_the_founder_through_her_name(pack):
     with reading(pack) as reader:
-        graph = reader.graph.graph
+        graph = reader.memo(load_graph_index).graph
         company = passage_of(reader, graph, "Zorblax Industries")
         scores = personalized_pagerank(graph, {company: 1.0}, damping=0.5)
         founder = passage_of(reader, graph, "Mirela Quandt")

@@ -1,4 +1,4 @@
-"""The retrieval indexes a build writes and a reader maps (kpack.indexes, issue 20)."""
+"""The retrieval indexes a build writes and a reader maps (kpack.index_writer, kpack.mapped_tables, kpack.vector_index, issue 20)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 
 import retrieval
-from kpack.indexes import CHUNK_ANN, load_ann, nearest_rows, write_ann
+from kpack.index_files import CHUNK_ANN
+from kpack.vector_index import load_ann, nearest_rows, write_ann
 from tests.conftest import TEST_FETCH, build, write_pack
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -64,7 +65,7 @@ def test_a_pack_above_the_ann_crossover_answers_as_the_exact_scan_does(
         reader.ann = None  # the exact scan of the same mapped matrix
         exact = reader.nearest("Chunk", vector, 5)
         assert with_ann == exact and len(exact) == min(5, len(reader.chunk_ids))
-        assert reader._conn is None  # nothing a search does opens Kuzu
+        assert reader._kuzu.connection is None  # nothing a search does opens Kuzu
         assert isinstance(reader.chunk_vectors.base, np.memmap)  # mapped, not copied
         assert not hasattr(reader, "cache")
 
@@ -117,19 +118,20 @@ def test_a_german_pack_answers_through_keyword_search(workspace):
 def test_keys_found_by_their_hashes_are_the_rows_bisection_finds(tmp_path, monkeypatch):
     import pyarrow as pa
 
-    from kpack import indexes as ix
+    from kpack import mapped_tables as ix
+    from kpack.index_files import CHUNKS
 
     keys = sorted({f"https://example.org/page{i % 97}.html#part-{i}" for i in range(2_000)})
     table = pa.table({"chunk_id": keys, "content": [f"text {i}" for i in range(len(keys))]})
-    ix.write_keyed(tmp_path, ix.CHUNKS, table)
-    hashed = ix.keys_of(tmp_path, ix.CHUNKS, ix.load_table(tmp_path, ix.CHUNKS))
+    ix.write_keyed(tmp_path, CHUNKS, table)
+    hashed = ix.keys_of(tmp_path, CHUNKS, ix.load_table(tmp_path, CHUNKS))
     bisected = ix.SortedKeys(table["chunk_id"])
     assert hashed._hashes is not None and bisected._hashes is None
     for key in [*keys, "https://example.org/absent.html", "", "ünïcode"]:
         assert hashed.row(key) == bisected.row(key)
     # Keys that share a hash are told apart by the key itself, not taken for each other.
     monkeypatch.setattr(ix, "key_hash", lambda key: len(key) % 3)
-    ix.write_keyed(tmp_path, ix.CHUNKS, table)
-    colliding = ix.keys_of(tmp_path, ix.CHUNKS, ix.load_table(tmp_path, ix.CHUNKS))
+    ix.write_keyed(tmp_path, CHUNKS, table)
+    colliding = ix.keys_of(tmp_path, CHUNKS, ix.load_table(tmp_path, CHUNKS))
     assert [colliding.row(key) for key in keys] == list(range(len(keys)))
     assert colliding.row("https://example.org/absent.html") is None

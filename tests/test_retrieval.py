@@ -15,16 +15,17 @@ import retrieval
 from cli.main import main
 from kpack.config import PROFILE_NAMES
 from kpack.contracts import section_of_chunk
+from kpack.errors import PackNotReady
 from kpack.gate import FROM_MODEL, model_threshold
 from kpack.packs import PackError
-from retrieval import reader as reader_module
+from retrieval import kuzu_session
 from retrieval.agent import KnowledgeGraphAgent
 from retrieval.fewshot import FewShotManager
 from retrieval.multidoc import MultiDocSynthesizer
 from retrieval.profiles import PROFILES
 from retrieval.quality import quality_score
 from retrieval.query import Candidate
-from retrieval.reader import PackNotReady, checkout
+from retrieval.registry import checkout
 from retrieval.rerank import NO_AUTHORITY, GraphReranker
 from retrieval.results import QueryResult, SearchResults
 from retrieval.synthesis import NO_CONTEXT_ANSWER, UNSUPPORTED_ANSWER
@@ -532,20 +533,20 @@ def test_an_uncached_cross_encoder_without_network_fails_fast_without_hf_hub_off
 def test_the_connection_is_recycled_and_threads_are_sized_for_a_shared_machine(
     pack, no_key, monkeypatch
 ):
-    monkeypatch.setattr(reader_module, "RECYCLE_AFTER_QUERIES", 3)
+    monkeypatch.setattr(kuzu_session, "RECYCLE_AFTER_QUERIES", 3)
     monkeypatch.setenv("KPACK_READER_THREADS", "1")
     retrieval.close_all()
     with retrieval.reading(pack) as reader:
         assert reader.threads == 1
         assert "WIDGET_HOME" in retrieval.query(pack, IN_DOMAIN)["answer"]
-        statements = reader._statements
+        statements = reader._kuzu.statements
         assert "WIDGET_HOME" in retrieval.query(pack, IN_DOMAIN)["answer"]
-        assert reader._statements == statements  # a question needs no database call
+        assert reader._kuzu.statements == statements  # a question needs no database call
         # The connections themselves are kept: an id() alone can be reused once one is freed.
         connections = []
         for _ in range(4):
             assert reader.query("MATCH (a:Article) RETURN count(a)")[0][0] > 0
-            connections.append(reader._conn)
+            connections.append(reader._kuzu.connection)
         assert len({id(c) for c in connections}) > 1  # a fresh connection every 3 statements
     monkeypatch.setenv("KPACK_READER_THREADS", "many")
     retrieval.close_all()

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 import retrieval
-from retrieval import reader as reader_module
+from retrieval import registry
 from serving.http import create_app
 from tests.conftest import TEST_FETCH, build, write_pack
 from tests.test_serving_http import LIVE, PAGES, QUESTION, running
@@ -54,7 +54,7 @@ def search(client: httpx.Client, pack: str, question: str = QUESTION) -> httpx.R
 
 def test_reported_version_is_the_answering_version_and_held_readers_stay_open(root, url, site):
     packs = root / "packs"
-    held = retrieval.reader.checkout(packs / "widgets")  # a query in flight on version 1
+    held = retrieval.registry.checkout(packs / "widgets")  # a query in flight on version 1
     assert held.version == 1
     with httpx.Client(base_url=url, timeout=120) as client:
         seen: list[tuple[str, int, str]] = []
@@ -121,7 +121,7 @@ def slow_gadgets(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
             started.set()
             time.sleep(SLOW_OPEN_S)
 
-    monkeypatch.setattr(reader_module, "WARMERS", [*reader_module.WARMERS, slow])
+    monkeypatch.setattr(registry, "WARMERS", [*registry.WARMERS, slow])
     return started
 
 
@@ -153,7 +153,7 @@ def test_a_version_that_fails_to_open_leaves_the_old_one_answering(root, url, mo
         if reader.name == "gadgets":
             raise RuntimeError("the warm-up failed")
 
-    monkeypatch.setattr(reader_module, "WARMERS", [*reader_module.WARMERS, broken])
+    monkeypatch.setattr(registry, "WARMERS", [*registry.WARMERS, broken])
     with httpx.Client(base_url=url, timeout=120) as client:
         before = search(client, "gadgets").json()["version"]
         assert build(root, "gadgets", force=True).published
@@ -165,9 +165,7 @@ def test_a_version_that_fails_to_open_leaves_the_old_one_answering(root, url, mo
         assert "gadgets" in caplog.text and "the warm-up failed" in caplog.text
         # Not tried again for every request: the old version keeps answering.
         assert search(client, "gadgets").headers["x-kpack-version"] == str(before)
-        monkeypatch.setattr(
-            reader_module, "WARMERS", [w for w in reader_module.WARMERS if w is not broken]
-        )
+        monkeypatch.setattr(registry, "WARMERS", [w for w in registry.WARMERS if w is not broken])
         assert build(root, "gadgets", force=True).published  # the next version opens
         while search(client, "gadgets").headers["x-kpack-version"] != str(before + 2):
             assert time.perf_counter() < deadline + 60, "the next version never answered"

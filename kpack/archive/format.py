@@ -27,7 +27,7 @@ from pathlib import Path, PurePosixPath
 
 from kpack.errors import PackError
 from kpack.graph_evidence import EVIDENCE_FILE
-from kpack.indexes import INDEX_FILES
+from kpack.index_files import INDEX_FILES
 from kpack.packs import INDEX_DIR, PUBLISHED_FILES, validate_pack_name
 
 ARCHIVE_FORMAT = 1
@@ -37,7 +37,7 @@ SUFFIX = ".kpack"
 # content hash, what the next build compares with) and graph_evidence.json (the graph stages
 # its queries run, kpack.graph_evidence) travel when the version has them ...
 VERSION_FILES = PUBLISHED_FILES
-# ... as do its retrieval indexes (kpack.indexes), sealed in its manifest like pack.db ...
+# ... as do its retrieval indexes (kpack.index_files), sealed in its manifest like pack.db ...
 VERSION_MEMBERS = (
     *VERSION_FILES,
     "articles.json",

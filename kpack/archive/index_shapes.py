@@ -1,4 +1,4 @@
-"""Whether a version's retrieval indexes (kpack.indexes) have the shapes its manifest implies.
+"""Whether a version's retrieval indexes (kpack.index_files) have the shapes its manifest implies.
 
 A checksum says a file is the one its manifest was sealed with; a stranger's archive reseals
 whatever it carries, so the checksums prove nothing about the files' content. Before a pack is
@@ -14,13 +14,16 @@ from pathlib import Path
 
 import numpy as np
 
-from kpack.docgraph import DEFINITIONS, DOC_LINK_OFFSETS, DOC_LINKS
-from kpack.indexes import (
+from kpack.index_files import (
     ANN_FILES,
     ARTICLE_ENTITIES,
     ARTICLES,
     CHUNK_VECTORS,
     CHUNKS,
+    DEFINITION_VECTORS,
+    DEFINITIONS,
+    DOC_LINK_OFFSETS,
+    DOC_LINKS,
     ENTITIES,
     FACTS,
     GRAPH_ABOUT_KEYS,
@@ -45,12 +48,10 @@ from kpack.indexes import (
     SECTION_VECTORS,
     SECTIONS,
     SECTIONS_BY_ARTICLE,
-    load_ann,
-    load_array,
-    load_table,
-    nearest_rows,
 )
+from kpack.mapped_tables import load_array, load_table
 from kpack.packs import INDEX_DIR
+from kpack.vector_index import load_ann, nearest_rows
 
 # Array kinds, as numpy's dtype.kind: float, signed or unsigned integer; vectors are float32
 # exactly (a reader maps them as they are, and the question's vector is float32).
@@ -140,6 +141,8 @@ def _check(folder: Path, manifest: dict) -> None:
     array(GRAPH_ABOUT_PASSAGES, INTEGER, _last(about))
     if (folder / DOC_LINK_OFFSETS).is_file():
         array(DOC_LINK_OFFSETS, INTEGER, None if sections is None else sections + 1)
+    if (folder / DEFINITION_VECTORS).is_file():
+        array(DEFINITION_VECTORS, VECTORS, tables.get(DEFINITIONS), dim)
 
 
 def _last(offsets: np.ndarray) -> int | None:

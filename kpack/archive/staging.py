@@ -15,7 +15,6 @@ kpack.archive.install).
 
 from __future__ import annotations
 
-import fcntl
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from kpack.errors import disk_errors
+from kpack.file_locks import FileLock
 
 STAGING_FOLDER = ".kpack-staging"
 LOCK_FILE = ".lock"
@@ -34,18 +34,15 @@ def staging_area(packs_root: Path) -> Iterator[Path]:
     base = Path(packs_root) / STAGING_FOLDER
     with disk_errors(f"cannot write to {base}"):
         base.mkdir(parents=True, exist_ok=True)
-        lock = open(base / LOCK_FILE, "a")  # noqa: SIM115 (closed below, which releases it)
+        lock = FileLock(base / LOCK_FILE)
     try:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pass  # another operation runs: the folders left are not all a killed one's
-        else:
+        # Not taken: another operation runs, so the folders left are not all a killed one's.
+        if lock.take(wait=False):
             for leftover in base.iterdir():
                 if leftover.name != LOCK_FILE:
                     _remove(leftover)
         # Turns the exclusive lock into a shared one, or waits for a cleanup to finish.
-        fcntl.flock(lock, fcntl.LOCK_SH)
+        lock.take(shared=True)
         folder = base / uuid.uuid4().hex
         with disk_errors(f"cannot write to {base}"):
             folder.mkdir()
@@ -54,7 +51,7 @@ def staging_area(packs_root: Path) -> Iterator[Path]:
         finally:
             _remove(folder)
     finally:
-        lock.close()
+        lock.release()
 
 
 def _remove(path: Path) -> None:

@@ -26,6 +26,7 @@ from itertools import pairwise
 
 from kpack.contracts import stable_id
 from kpack.text import (
+    DOTTED_NAME,
     NAME_WORD,
     QUALIFIER,
     STOPWORDS,
@@ -35,7 +36,7 @@ from kpack.text import (
 )
 
 CODE_SPAN = re.compile(r"`([^`\n]{2,60})`")
-DOTTED = re.compile(r"(?<![\w/.-])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\(\))?(?![\w/])")
+DOTTED = re.compile(rf"(?<![\w/.-]){DOTTED_NAME}(?:\(\))?(?![\w/])")
 CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w{2,})\(\)")
 SNAKE = re.compile(r"(?<![\w.])[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?!\w|\.\w)")
 CAMEL = re.compile(r"(?<![\w.])[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+(?!\w|\.\w)")

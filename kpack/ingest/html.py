@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
-from kpack.text import SIGNATURE_KINDS, fence_roles
+from kpack.text import DOTTED_NAME, SIGNATURE_KINDS, fence_roles
 
 NOISE_TAGS = ["script", "style", "noscript", "template", "svg", "nav", "aside", "footer", "form"]
 MAIN_SELECTORS = ("main", "[role=main]", "article")
@@ -82,7 +82,7 @@ Block = tuple[str, int, str]
 MARKS = ("anchor", "link", "defines")
 # A definition's anchor as documentation generators write it (Sphinx, pdoc, mkdocstrings,
 # rustdoc): the qualified name, "json.dump", "pathlib.PurePath.suffix".
-QUALIFIED_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
+QUALIFIED_NAME = re.compile(DOTTED_NAME)
 # A signature: an optional keyword, a name, and its parameters right after it
 # ("class json.JSONEncoder(*, skipkeys=False)", "print(*objects, sep=' ')"); a space before
 # the parenthesis is prose ("Example (advanced)").

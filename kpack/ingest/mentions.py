@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kpack.graph import rows_of, spans
-from kpack.text import code_names, name_words
+from kpack.text import code_names, folded_words
 
 MENTIONS_SCHEMA = pa.schema(
     [("chunk_id", pa.string()), ("entity_id", pa.string()), ("named", pa.bool_())]
@@ -22,7 +22,7 @@ MENTIONS_SCHEMA = pa.schema(
 def spelled_keys(text: str) -> list[str]:
     """What a passage spells, as name keys (kpack.text.normalize_entity): its folded words and
     its code names ("ensure_ascii", which the words cut at the underscore)."""
-    return name_words(text) + code_names(text)
+    return folded_words(text) + code_names(text)
 
 
 def chunk_mentions(chunks: pa.Table, entity_mentions: pa.Table) -> pa.Table:

@@ -145,7 +145,7 @@ def gate_probe_sections(reader: PackReader) -> set[str]:
             "content": chunk_table["content"],
         }
     )
-    sections = reader.sections.table  # type: ignore[attr-defined]  (a kpack.indexes.RowMap)
+    sections = reader.sections.table  # type: ignore[attr-defined]  (a kpack.mapped_tables.RowMap)
     return {p.section for p in pack_probes(sections, chunks) if p.section}
 
 
@@ -165,7 +165,7 @@ def offline_questions(reader: PackReader, n: int) -> list[dict]:
     check_count(n)
     probed = gate_probe_sections(reader)
     graph = reader.doc_graph
-    table = reader.sections.table  # type: ignore[attr-defined]  (a kpack.indexes.RowMap)
+    table = reader.sections.table  # type: ignore[attr-defined]  (a kpack.mapped_tables.RowMap)
     ids, urls, titles, words = (
         table[column].to_pylist() for column in ("section_id", "article_url", "title", "word_count")
     )

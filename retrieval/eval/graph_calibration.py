@@ -3,14 +3,16 @@
 The balanced profile's graph settings (the GraphReranker's PageRank weight ``reranker_beta``,
 the fusion weight of the personalized PageRank list ``graph_weight`` and its ``graph_damping``,
 the second hop's ``graph_expand`` and ``graph_bridge_threshold``, and whether the graph stages
-run at all) have defaults chosen on the shared benchmarks. ``kpack eval PACK --write-config`` tries a small grid of them on the pack's
-in-domain questions, searching as the balanced profile does, and keeps the setting with the
-best mean reciprocal rank of the first relevant passage. A setting replaces the default only
+run at all) have defaults: the weights chosen on the shared benchmarks, and the graph as it
+runs by default on the version (retrieval.profiles.graph_defaults: the profile's stages and the
+version's own evidence). ``kpack eval PACK --write-config`` tries a small grid of them on the
+pack's in-domain questions, searching as the balanced profile does (the weights with the graph
+on), and keeps the setting with the best mean reciprocal rank of the first relevant passage. A setting replaces the default only
 when it is strictly better, and a pack with fewer than MIN_QUESTIONS questions keeps the
 defaults: a handful of questions must not steer every later query.
 
 The grid is walked coordinate by coordinate (the two weights together, then the expansion, the
-threshold, the damping, and the graph switched off), so it costs at most nineteen searches
+threshold, the damping, and the graph switched the other way), so it costs at most nineteen searches
 per question, not every combination.
 """
 
@@ -22,6 +24,7 @@ from typing import Any
 from retrieval.agent import KnowledgeGraphAgent
 from retrieval.eval.metrics import first_hit_rank, hit_at, mean_reciprocal_rank
 from retrieval.eval.questions import Question
+from retrieval.profiles import graph_defaults, profile_named
 from retrieval.reader import PackReader
 
 PROFILE = "balanced"
@@ -71,14 +74,18 @@ def calibrate_graph(reader: PackReader, questions: list[Question]) -> dict[str, 
                 best, best_mrr = settings, score(settings)["mrr"]
         return best
 
+    # The graph's settings are tried with the graph on, whatever runs by default.
     chosen = best_of(
-        [default | {"reranker_beta": b, "graph_weight": w} for b, w in product(BETAS, WEIGHTS)],
+        [
+            default | {"reranker_beta": b, "graph_weight": w, "enable_graph": True}
+            for b, w in product(BETAS, WEIGHTS)
+        ],
         default,
     )
     chosen = best_of([chosen | {"graph_expand": x} for x in EXPANDS], chosen)
     chosen = best_of([chosen | {"graph_bridge_threshold": t} for t in THRESHOLDS], chosen)
     chosen = best_of([chosen | {"graph_damping": d} for d in DAMPINGS], chosen)
-    chosen = best_of([chosen | {"enable_graph": False}], chosen)
+    chosen = best_of([chosen | {"enable_graph": not chosen["enable_graph"]}], chosen)
     changed = {k: v for k, v in chosen.items() if v != default[k]}
     return {
         "questions": len(asked),
@@ -96,8 +103,11 @@ def calibrate_graph(reader: PackReader, questions: list[Question]) -> dict[str, 
 
 
 def _defaults(reader: PackReader) -> dict[str, Any]:
+    """The settings a search of the profile uses on this version, the graph as it runs by
+    default there (retrieval.profiles.graph_defaults, with the version's evidence)."""
     settings = KnowledgeGraphAgent(reader, profile=PROFILE, use_llm=False).settings
-    return {k: settings[k] for k in KEYS if k != "enable_graph"} | {"enable_graph": True}
+    runs = graph_defaults(profile_named(PROFILE), reader.graph_choice.toggles)["enable_graph"]
+    return {k: settings[k] for k in KEYS if k != "enable_graph"} | {"enable_graph": runs}
 
 
 def _score(reader: PackReader, questions: list[Question], settings: dict[str, Any]) -> dict:

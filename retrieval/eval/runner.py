@@ -38,7 +38,7 @@ from retrieval.eval.questions import Question
 from retrieval.fewshot import normalize_question
 from retrieval.missing_names import DECLINED
 from retrieval.query import GATED, NOTHING_FOUND
-from retrieval.reader import reading
+from retrieval.registry import reading
 from retrieval.synthesis import NO_CONTEXT_ANSWER
 
 NO_PACK = "no_pack"

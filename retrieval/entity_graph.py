@@ -25,7 +25,7 @@ generic entities or with the first-hop hits at full weight, or bridging through 
 are not titles, cost single-hop hit@5. Every candidate a graph stage
 brings in or moves says which path did it ("via entity 'X' from passage Y"). The graph
 (MENTIONS, LINKS_TO, ENTITY_RELATION) is written by the build as CSR arrays
-(kpack.indexes) and mapped on the first query that needs it; PageRank is a local push from
+(kpack.entity_graph_files) and mapped on the first query that needs it; PageRank is a local push from
 the seeds (kpack.graph.personalized_pagerank), whose cost is bounded whatever the pack's size.
 """
 
@@ -38,18 +38,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from kpack.contracts import section_of_chunk
+from kpack.entity_graph_files import load_entity_graph
 from kpack.graph import (
     EntityGraph,
     Visits,
     linked_entities,
     personalized_pagerank,
     second_hop,
+    sorted_lookup,
     strongest_path,
 )
-from kpack.indexes import GRAPH_INDPTR, best_rows, load_entity_graph
+from kpack.index_files import GRAPH_INDPTR
+from kpack.keyword_index import KeywordIndex
 from kpack.packs import INDEX_DIR
 from kpack.text import search_terms
-from retrieval.bm25 import KeywordIndex
+from kpack.vector_index import best_rows
 from retrieval.candidates import passage, rrf_scores
 from retrieval.query import Candidate, Query
 from retrieval.reader import PackReader
@@ -65,7 +68,7 @@ RESIDUAL_WEIGHT = 0.5  # a bridge's share of the question's terms its passage la
 @dataclass(frozen=True)
 class GraphIndex:
     """What the graph stages read, per pack version: the graph (passage node i is row i of the
-    reader's chunk vectors, kpack.indexes.load_entity_graph) and the version's keyword index,
+    reader's chunk vectors, kpack.entity_graph_files.load_entity_graph) and the version's keyword index,
     whose postings and passage frequencies (kpack.text's one analyzer) say which passage holds
     which of a question's terms and how rare each is."""
 
@@ -92,15 +95,14 @@ class GraphIndex:
         held = np.zeros(len(passages))
         for word in words:
             holders, _ = self.keywords.postings(word)
-            if len(holders):
-                at = np.minimum(np.searchsorted(holders, passages), len(holders) - 1)
-                held += self.idf(word) * (holders[at] == passages)
+            held += self.idf(word) * sorted_lookup(holders, passages)[1]
         total = self.weight(words)
         return held / total if total else held
 
 
 def load_graph_index(reader: PackReader) -> GraphIndex | None:
-    """The version's GraphIndex (PackReader.graph holds it); None for a pack without one."""
+    """The version's GraphIndex (kept with the version: ``reader.memo(load_graph_index)``);
+    None for a pack without one."""
     folder = reader.version_dir / INDEX_DIR
     if not (folder / GRAPH_INDPTR).is_file():
         return None
@@ -127,9 +129,10 @@ def _label(query: Query, graph: EntityGraph, node: int) -> str:
 def entity_graph(query: Query) -> GraphIndex | None:
     """The version's entity graph, or None with the note that tells the user why a graph
     stage did nothing."""
-    if query.reader.graph is None:
+    index = query.reader.memo(load_graph_index)
+    if index is None:
         query.notes["graph"] = NO_GRAPH
-    return query.reader.graph
+    return index
 
 
 class GraphRetriever:
