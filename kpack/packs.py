@@ -157,6 +157,26 @@ def write_urls(folder: Path, lines: list[str]) -> tuple[list[Source], list[LineP
     return sources, problems
 
 
+def private_hosts(sources: list[Source]) -> list[str]:
+    """The hosts of ``sources`` that a build refuses unless ``fetch.allow_private_hosts`` is
+    set: ``localhost`` and addresses that are not globally routable (kpack.ingest.fetch's
+    rule). A name is not resolved here: the build checks what it resolves to."""
+    from kpack.ingest.fetch import is_public_address
+
+    found = []
+    for source in sources:
+        host = (urlsplit(source.url).hostname or "").rstrip(".")
+        if not host or source.url.startswith("file:"):
+            continue
+        try:
+            private = not is_public_address(ipaddress.ip_address(host))
+        except ValueError:  # a name, not an address
+            private = host == "localhost" or host.endswith(".localhost")
+        if private:
+            found.append(host)
+    return list(dict.fromkeys(found))
+
+
 def parse_urls(text: str, base_dir: Path) -> tuple[list[Source], list[LineProblem]]:
     """Parse urls.txt: one URL a line, '#' comments. Bad lines are reported, never fatal.
 

@@ -24,6 +24,20 @@ from kpack.packs import WEB, PackError, current_version, list_packs, pack_dir, s
 ProfileName = Literal[PROFILE_NAMES]
 
 
+# Passages a search returns when the client names no k: a few to read, more to fill a budget
+# of tokens from (the budget, not k, then decides how many come back).
+DEFAULT_K = 5
+DEFAULT_BUDGET_K = 20
+
+
+def served_k(k: int | None, tokens: int | None) -> int:
+    """The k of a served search: the client's, else DEFAULT_K, or DEFAULT_BUDGET_K with a
+    token budget."""
+    if k is not None:
+        return k
+    return DEFAULT_K if tokens is None else DEFAULT_BUDGET_K
+
+
 def packs_root(root: Path | None = None) -> Path:
     return Path(root).resolve() if root else settings.packs_dir()
 

@@ -5,7 +5,9 @@
     GET  /packs/{name}              one pack: figures, the whole manifest, skill.md
     POST /packs/{name}/query        {"question": ...} -> the `kpack query --json` response;
                                     with "stream": true, server-sent events (see _events)
-    POST /packs/{name}/search       {"question": ..., "k": 5} -> ranked passages
+    POST /packs/{name}/search       {"question": ..., "k": 5, "tokens": 2000} -> ranked passages
+                                    (deep links, confidence, the gate's verdict)
+    GET  /packs/{name}/search?q=... the same search as a link
     GET  /openapi.json, /docs       the schema and its browsable page (Swagger UI, served
                                     offline: no CDN)
 
@@ -40,7 +42,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import orjson
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response, StreamingResponse
@@ -52,10 +54,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 import retrieval
 from kpack.llm import API_KEY_ENV
 from kpack.packs import PackError
-from retrieval.query import MAX_QUESTION_CHARS, MAX_SERVED_K, QuestionError, clean_question
+from retrieval.query import (
+    MAX_QUESTION_CHARS,
+    MAX_SERVED_K,
+    MAX_TOKENS,
+    QuestionError,
+    clean_question,
+)
 from retrieval.reader import open_versions_in_background
 from serving import catalog
-from serving.catalog import ProfileName
+from serving.catalog import ProfileName, served_k
 from serving.connections import HEADER_TIMEOUT_S, default_max_connections, guarded_protocol
 
 log = logging.getLogger("kpack.serve")
@@ -93,9 +101,14 @@ class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     question: str = Field(description=f"the question, 1 to {MAX_QUESTION_CHARS:,} characters")
-    k: int = Field(5, ge=1, le=MAX_SERVED_K, description="how many passages")
+    k: int | None = Field(
+        None, ge=1, le=MAX_SERVED_K, description="how many passages (5; 20 with tokens)"
+    )
     profile: ProfileName | None = Field(
         None, description="query profile; the pack's default if unset"
+    )
+    tokens: int | None = Field(
+        None, ge=1, le=MAX_TOKENS, description="whole passages, best first, up to this budget"
     )
 
 
@@ -168,10 +181,24 @@ def create_app(
     @app.post("/packs/{name}/search", **protected)
     async def search(name: str, body: SearchRequest) -> Response:
         def hits(folder: Path, question: str) -> dict[str, Any]:
-            found = retrieval.search(folder, question, k=body.k, profile=body.profile)
-            return {"pack": name, "version": found.version, "results": found}
+            k = served_k(body.k, body.tokens)
+            found = retrieval.search(
+                folder, question, k=k, profile=body.profile, tokens=body.tokens
+            )
+            return {"pack": name, "version": found.version, "gate": found.gate, "results": found}
 
         return await _answer(pool, root, name, body.question, hits)
+
+    @app.get("/packs/{name}/search", **protected)
+    async def search_by_link(
+        name: str,
+        q: Annotated[str, Query(description="the question")] = "",
+        k: Annotated[int | None, Query(ge=1, le=MAX_SERVED_K)] = None,
+        profile: ProfileName | None = None,
+        tokens: Annotated[int | None, Query(ge=1, le=MAX_TOKENS)] = None,
+    ) -> Response:
+        """The POST search as a link: ``?q=...&k=...&tokens=...``."""
+        return await search(name, SearchRequest(question=q, k=k, profile=profile, tokens=tokens))
 
     @app.post(
         "/packs/{name}/query",

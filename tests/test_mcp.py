@@ -12,6 +12,7 @@ import anyio
 import pytest
 from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
 
+import kpack
 import retrieval
 from kpack.config import PROFILE_NAMES
 from tests.conftest import TEST_FETCH, build, write_pack
@@ -65,7 +66,12 @@ def test_mcp_server_over_stdio(packs):
             assert init.server_info.name == "kpack" and "search_pack" in init.instructions
             tools = {tool.name: tool for tool in (await client.list_tools()).tools}
             assert set(tools) == TOOLS
-            assert {"pack", "question", "k"} == set(tools["search_pack"].input_schema["properties"])
+            assert {"pack", "question", "k", "tokens"} == set(
+                tools["search_pack"].input_schema["properties"]
+            )
+            # Descriptions a model reads as they are, and a server that says which it is.
+            assert all("  " not in tool.description for tool in tools.values())
+            assert init.server_info.version == kpack.version() != ""
 
             listed = payload(await client.call_tool("list_packs", {}))
             by_name = {p["name"]: p for p in listed["packs"]}
@@ -82,6 +88,12 @@ def test_mcp_server_over_stdio(packs):
             )
             assert len(hits["results"]) == 3
             assert hits["results"][0]["text"] and hits["results"][0]["url"].startswith("http")
+            scores = [hit["score"] for hit in hits["results"]]
+            assert scores == sorted(scores, reverse=True) and scores[0] < 1.0
+            assert hits["gate"]["refused"] is False and hits["results"][0]["confidence"] > 0.5
+            budget = {"pack": "widgets", "question": QUESTION, "tokens": 150}
+            context = payload(await client.call_tool("search_pack", budget))
+            assert sum(hit["tokens"] for hit in context["results"]) <= 150
 
             answer = payload(
                 await client.call_tool("query_pack", {"pack": "widgets", "question": QUESTION})
