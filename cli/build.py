@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,12 +24,14 @@ from rich.table import Table
 
 from cli.output import console, err, print_skipped, report
 from kpack import settings
+from kpack.config import setting_json
 from kpack.errors import PackError
 from kpack.packs import (
     WEB,
     list_packs,
     new_pack_folder,
     pack_dir,
+    private_hosts,
     read_manifest,
     read_urls_text,
     sources_location,
@@ -55,6 +58,14 @@ def cmd_new(args: argparse.Namespace) -> int:
     )
     if not sources:
         raise PackError("none of the URLs is valid; nothing was created")
+    private = private_hosts(sources)
+    if private:
+        err.print(
+            f"[yellow]warning:[/] {escape(', '.join(private))}: not a public host, so a build "
+            "refuses its pages unless the pack's kg_config.json allows private hosts: "
+            f"{escape(setting_json('fetch.allow_private_hosts', True))}",
+            soft_wrap=True,
+        )
     console.print(
         f"created {folder / 'urls.txt'} with {len(sources)} URLs; build it with "
         f"[bold]kpack build {folder.name}[/]"
@@ -108,7 +119,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             highlight=False,
         )
         failed = result.stage_metadata.get("fetched_pages", {}).get("failed", 0)
-        _print_failures(result.failures(), failed)
+        _print_failures(result.failures(), failed, said=result.cause or "")
         return 1
     if result.outcome == "unchanged":
         return report(
@@ -154,18 +165,43 @@ CHANGES_LABEL = "pages new / changed / unchanged / removed"
 NOT_MODIFIED_LABEL = "pages answered 304 Not Modified"
 
 
-def _print_failures(failures: list[dict], failed: int) -> None:
-    """The URLs a build could not fetch, one line each on stderr: the first LISTED_FAILURES,
-    then how many more (``failed`` in all)."""
-    for failure in failures[:LISTED_FAILURES]:
-        err.print(
-            f"[yellow]failed[/] line {failure['line']}: "
-            + escape(f"{failure['url']}: {failure['error']}"),
-            soft_wrap=True,
-        )
+def _print_failures(failures: list[dict], failed: int, said: str = "") -> None:
+    """The URLs a build could not fetch on stderr, the first LISTED_FAILURES of them, then how
+    many more (``failed`` in all). URLs that failed alike (their error with its address and
+    host left out) are one line of error, then the lines and URLs it names; an error the
+    message above already ``said`` is not repeated."""
+    shown = failures[:LISTED_FAILURES]
+    groups: dict[str, list[dict]] = {}
+    for failure in shown:
+        groups.setdefault(_error_kind(failure["error"]), []).append(failure)
+    for alike in groups.values():
+        if len(alike) == 1:
+            [failure] = alike
+            if failure["error"] in said:
+                err.print(f"[yellow]failed[/] line {failure['line']}: {escape(failure['url'])}")
+                continue
+            err.print(
+                f"[yellow]failed[/] line {failure['line']}: "
+                + escape(f"{failure['url']}: {failure['error']}"),
+                soft_wrap=True,
+            )
+            continue
+        error = alike[0]["error"]
+        why = "the error above" if error in said else escape(error)
+        err.print(f"[yellow]failed[/] {len(alike)} URLs: {why}", soft_wrap=True)
+        for failure in alike:
+            err.print(f"  line {failure['line']}: {escape(failure['url'])}", soft_wrap=True)
     more = max(failed, len(failures)) - min(len(failures), LISTED_FAILURES)
     if more > 0:
         err.print(f"[yellow]failed[/] ... and {more} more (`kpack ui`: fetched_pages' metadata)")
+
+
+# What differs between the same error of two URLs: a quoted host or path, an address, a number.
+ERROR_DETAILS = re.compile(r"'[^']*'|\b\d[\w.:]*|\[[0-9a-f:]+\]", re.IGNORECASE)
+
+
+def _error_kind(error: str) -> str:
+    return ERROR_DETAILS.sub("_", error)
 
 
 def _graph_text(graph: dict) -> str:

@@ -305,6 +305,16 @@ class PackConfig(_Settings):
         return self.model_dump(mode="json", exclude={"schedule", "query", *HOW_TO_EXTRACT})
 
 
+def setting_json(key_path: str, value: object) -> str:
+    """How kg_config.json writes one setting, for a message that tells a user to set it:
+    ``setting_json("fetch.allow_private_hosts", True)`` is
+    ``{"fetch": {"allow_private_hosts": true}}``."""
+    shape = value
+    for key in reversed(key_path.split(".")):
+        shape = {key: shape}
+    return json.dumps(shape)
+
+
 def parse_config(raw: object, where: str = CONFIG_FILE) -> PackConfig:
     """Validate a decoded kg_config.json; every problem is named with its key path."""
     if not isinstance(raw, dict):

@@ -50,6 +50,42 @@ def test_new_creates_urls_txt_and_skips_invalid_urls(workspace, capsys):
     assert "line" not in err
 
 
+ALLOW_PRIVATE = '{"fetch": {"allow_private_hosts": true}}'
+
+
+def test_new_warns_that_a_loopback_or_private_url_needs_a_setting(workspace, capsys):
+    code, out, err = run(
+        capsys,
+        "new",
+        "intranet",
+        "--url",
+        "http://127.0.0.1:8000/docs/",
+        "--url",
+        "http://localhost/wiki/",
+        "--url",
+        "http://10.1.2.3/manual.html",
+        "--url",
+        "https://docs.example.org/a",
+    )
+    assert code == 0 and "4 URLs" in out
+    assert "warning: 127.0.0.1, localhost, 10.1.2.3: not a public host" in err
+    assert ALLOW_PRIVATE in err
+    code, out, err = run(capsys, "new", "public", "--url", "https://docs.example.org/a")
+    assert code == 0 and "warning" not in err
+
+
+def test_a_build_whose_urls_all_fail_alike_says_the_error_once_with_the_setting(
+    workspace, capsys, site
+):
+    urls = [site.url(f"/docs/page-{n}.html") for n in range(6)]
+    assert run(capsys, "new", "loopback", *[f"--url={u}" for u in urls])[0] == 0
+    code, _, err = run(capsys, "build", "loopback", "--no-progress")
+    assert code == 1
+    assert err.count("not globally routable") == 1, err
+    assert ALLOW_PRIVATE in err
+    assert "failed 6 URLs: the error above" in err and all(url in err for url in urls)
+
+
 def test_new_reads_a_urls_file(workspace, capsys, tmp_path):
     source = tmp_path / "list.txt"
     source.write_text("# my sources\nhttps://docs.example.org/a\n\nhttps://docs.example.org/a#x\n")

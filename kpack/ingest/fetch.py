@@ -68,7 +68,7 @@ from urllib3.exceptions import ConnectTimeoutError, InvalidHeader, NewConnection
 from urllib3.util.retry import Retry
 from w3lib.encoding import html_to_unicode
 
-from kpack.config import FetchConfig
+from kpack.config import FetchConfig, setting_json
 from kpack.ingest.pdf import PdfError, pdf_html
 
 RETRY_STATUSES = {429, 500, 502, 503, 504}
@@ -264,8 +264,8 @@ def public_addresses(host: str, port: int | None) -> list[str]:
     for text in addresses:
         if not is_public_address(ipaddress.ip_address(text)):
             raise FetchError(
-                f"refusing address {text} of {host!r}: not globally routable "
-                "(set fetch.allow_private_hosts in kg_config.json to allow it)"
+                f"refusing address {text} of {host!r}: not globally routable (to allow it, "
+                f"kg_config.json: {setting_json('fetch.allow_private_hosts', True)})"
             )
     return addresses
 
