@@ -24,7 +24,7 @@ from rich.table import Table
 
 from cli.output import console, err, print_skipped, report
 from kpack import settings
-from kpack.config import setting_json
+from kpack.config import pack_description, setting_json
 from kpack.errors import PackError
 from kpack.packs import (
     WEB,
@@ -231,10 +231,14 @@ def cmd_list(args: argparse.Namespace) -> int:
         table.add_column(column, justify="right", no_wrap=True)
     table.add_column("sources", no_wrap=True)
     fetched_from_the_web = False
+    descriptions: list[tuple[str, str]] = []
     for name in list_packs(root):
         sources = sources_location(root / name) or "?"
         fetched_from_the_web |= sources == WEB
         manifest = read_manifest(root / name)
+        description = pack_description(root / name, manifest)
+        if description:
+            descriptions.append((name, description))
         if manifest is None:
             table.add_row(name, "-", "never built", "", "", "", "", sources)
             continue
@@ -250,6 +254,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             sources,
         )
     console.print(table)
+    for name, description in descriptions:  # kg_config.json's description of each pack
+        console.print(f"[bold]{escape(name)}[/]: {escape(description)}", highlight=False)
     if fetched_from_the_web:
         console.print(f"[dim]{WEB}: building the pack fetches its pages from the internet[/]")
     return 0
@@ -430,14 +436,30 @@ def _kill_group(group: int) -> None:
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    new = sub.add_parser("new", help="create packs/NAME/urls.txt")
-    new.add_argument("name")
-    new.add_argument("--url", action="append", help="a URL (repeatable)")
-    new.add_argument("--urls-file", help="a file with one URL a line")
+    new = sub.add_parser(
+        "new",
+        help="create packs/NAME/urls.txt",
+        description="Create packs/NAME/urls.txt from the URLs given; `kpack build NAME` builds "
+        "it. A URL line may be a page, a sitemap, a seed to crawl ('URL depth=2') or a local "
+        "file ('file:docs/guide.md'); see docs/building-packs.md.",
+    )
+    new.add_argument(
+        "name", help="the pack's name: letters, digits, '-' and '_' (its folder under packs/)"
+    )
+    new.add_argument(
+        "--url",
+        action="append",
+        help="a page, sitemap or seed URL ('URL depth=N' crawls N links deep); repeat it",
+    )
+    new.add_argument(
+        "--urls-file", help="a text file of URLs, one URL a line ('#' starts a comment)"
+    )
     new.set_defaults(run=cmd_new)
     build = sub.add_parser("build", help="build (or rebuild) a pack in-process")
     build.add_argument("name")
-    build.add_argument("--no-progress", action="store_true")
+    build.add_argument(
+        "--no-progress", action="store_true", help="no progress rows (a log, CI): the summary only"
+    )
     build.add_argument("--verbose", action="store_true", help="show Dagster's log and stack traces")
     build.add_argument(
         "--log-level", help="Dagster log level on the console (with --verbose: INFO)"
@@ -456,7 +478,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "status", help="freshness, last build, what changed, failures, schedule of a pack"
     )
     status.add_argument("name")
-    status.add_argument("--json", action="store_true")
+    status.add_argument("--json", action="store_true", help="the status as JSON")
     status.set_defaults(run=cmd_status)
     rollback = sub.add_parser("rollback", help="make the previous kept version current again")
     rollback.add_argument("name")

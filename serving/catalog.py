@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kpack import settings
-from kpack.config import PROFILE_NAMES
+from kpack.config import PROFILE_NAMES, pack_description
 from kpack.packs import WEB, PackError, current_version, list_packs, pack_dir, sources_location
 
 # Every profile, as a type the request models and tool signatures check (and the OpenAPI
@@ -70,6 +70,9 @@ def summary(name: str, root: Path) -> dict[str, Any]:
     # "web": building the pack fetches its pages from the internet (kpack.packs.sources_location)
     sources = sources_location(folder)
     row: dict[str, Any] = {"name": name, "published": manifest is not None, "sources": sources}
+    description = pack_description(folder, manifest)
+    if description:
+        row["description"] = description
     if error:
         row["error"] = error
     if manifest is None:

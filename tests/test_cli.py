@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from cli.main import main
+from kpack.config import PROFILE_NAMES
 from tests.conftest import write_pack
 
 
@@ -230,6 +231,34 @@ def test_list_shows_packs_that_were_never_built(workspace, capsys):
     assert [row.split()[0] for row in rows] == ["gadgets", "widgets"]
     assert "not-a-pack" not in out
     assert " ".join(out.split()).count("never built") == 2
+
+
+def test_list_shows_each_packs_own_description(workspace, capsys):
+    write_pack(
+        workspace, "widgets", ["https://docs.example.org/a"], {"description": "Widget\n docs"}
+    )
+    write_pack(workspace, "gadgets", ["https://docs.example.org/b"])
+    code, out, _ = run(capsys, "list")
+    assert code == 0
+    assert "widgets: Widget docs" in out and "gadgets:" not in out
+
+
+def test_the_readme_and_the_help_name_every_profile(capsys):
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    for command in ("search", "query"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        help_text = " ".join(capsys.readouterr().out.split())
+        profile_help = help_text[help_text.index("--profile") :]
+        assert all(f"`{name}`" in readme for name in PROFILE_NAMES)
+        assert all(f"{name}," in profile_help for name in PROFILE_NAMES), profile_help
+
+
+def test_new_explains_its_arguments(capsys):
+    with pytest.raises(SystemExit):
+        main(["new", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "the pack's name" in help_text and "one URL a line" in help_text
 
 
 def test_list_with_no_packs(workspace, capsys):

@@ -20,12 +20,14 @@ from tests.conftest import TEST_FETCH, build, write_pack
 PAGES = ["/docs/index.html", "/docs/guide.html", "/docs/readme.md"]
 QUESTION = "Which environment variable sets where the sprocket cache lives?"
 TOOLS = {"list_packs", "pack_info", "search_pack", "query_pack"}
+DESCRIPTION = "The widget toolkit's guides: installing it, its sprocket cache, releases."
 
 
 @pytest.fixture(scope="module")
 def packs(site, tmp_path_factory) -> Path:
     workspace = tmp_path_factory.mktemp("mcp")
-    write_pack(workspace, "widgets", [site.url(p) for p in PAGES], {"fetch": TEST_FETCH})
+    config = {"fetch": TEST_FETCH, "description": DESCRIPTION}
+    write_pack(workspace, "widgets", [site.url(p) for p in PAGES], config)
     write_pack(workspace, "unbuilt", [site.url("/docs/index.html")])
     assert build(workspace, "widgets").published
     return workspace / "packs"
@@ -76,6 +78,8 @@ def test_mcp_server_over_stdio(packs):
             listed = payload(await client.call_tool("list_packs", {}))
             by_name = {p["name"]: p for p in listed["packs"]}
             assert by_name["widgets"]["published"] and not by_name["unbuilt"]["published"]
+            assert by_name["widgets"]["description"] == DESCRIPTION
+            assert "description" not in by_name["unbuilt"]
 
             info = payload(await client.call_tool("pack_info", {"pack": "widgets"}))
             assert info["version"] == 1 and info["counts"]["Article"] == 3
@@ -129,6 +133,7 @@ def test_mcp_server_over_stdio(packs):
             assert resources == ["kpack://packs/widgets/skill.md"]
             skill = (await client.read_resource("kpack://packs/widgets/skill.md")).contents[0]
             assert skill.text.startswith("---\nname: widgets-pack")
+            assert f"\n{DESCRIPTION}\n" in skill.text
             assert "claude mcp add kpack -- kpack mcp" in skill.text
             with pytest.raises(MCPError, match="unknown pack 'nope'"):
                 await client.read_resource("kpack://packs/nope/skill.md")
