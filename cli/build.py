@@ -392,8 +392,10 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 
 # Seconds `dagster dev` has to stop its webserver, daemon and code server after kpack ui is
-# told to stop; what of its process group still runs then is killed.
-UI_STOP_GRACE_S = 20.0
+# told to stop; what of its process group still runs then is killed. Not longer: the
+# webserver waits for a browser's open connections (the UI keeps one), so a stop that waited
+# for it took 20 s, and a service manager or a user waits on it.
+UI_STOP_GRACE_S = 5.0
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -415,18 +417,24 @@ def run_process_group(command: list[str]) -> int:
             leader.send_signal(signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
 
     previous = {signum: signal.signal(signum, pass_on) for signum in STOP_SIGNALS}
+    said_stopping = False
     try:
         while True:
             try:
-                code = leader.wait(timeout=1.0)
+                code = leader.wait(timeout=0.2)
                 break
             except subprocess.TimeoutExpired:
+                if stop_requested and not said_stopping:
+                    err.print(f"stopping the Dagster UI (at most {UI_STOP_GRACE_S:g} s) ...")
+                    said_stopping = True
                 if stop_requested and time.monotonic() - stop_requested[0] > UI_STOP_GRACE_S:
                     _kill_group(leader.pid)
     finally:
         _kill_group(leader.pid)  # the leader's children it left behind
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+    if stop_requested:
+        err.print("the Dagster UI has stopped (its webserver and daemon with it)")
     return 0 if stop_requested else code
 
 

@@ -77,7 +77,7 @@ def test_sensor_adds_partitions_and_builds_a_pack_whose_sources_change(workspace
 
 
 def test_a_pack_whose_pages_are_on_the_web_joins_the_ui_once_built(workspace):
-    """"Materialize all" in the UI builds every partition: on a fresh clone, the web-only
+    """ "Materialize all" in the UI builds every partition: on a fresh clone, the web-only
     example packs would fail offline, so they become partitions once built (kpack build)."""
     write_pack(workspace, "local", ["file:pages/a.md"])
     web = write_pack(workspace, "web", ["https://docs.example.org/a"])
