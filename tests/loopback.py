@@ -27,7 +27,7 @@ class QuietServer(ThreadingHTTPServer):
     the handler's BrokenPipeError traceback on stderr, seconds later, into whatever runs then
     (a passing `make test` showed it). Any other error of a handler is still printed."""
 
-    def handle_error(self, request, client_address) -> None:  # noqa: ANN001 (socketserver's)
+    def handle_error(self, request, client_address) -> None:
         if isinstance(sys.exc_info()[1], ConnectionError):
             return
         super().handle_error(request, client_address)
