@@ -133,17 +133,17 @@ def cmd_build(args: argparse.Namespace) -> int:
 def _print_summary(manifest: dict, stage_seconds: dict[str, float], elapsed: float) -> None:
     counts, sources = manifest["counts"], manifest["sources"]
     table = Table(title=f"{manifest['name']} v{manifest['version']} published", show_edge=False)
-    table.add_column("what")
-    table.add_column("value", justify="right")
+    # At 80 columns: a label never wraps, a long value folds inside its own column.
+    table.add_column("what", no_wrap=True)
+    table.add_column("value", justify="right", overflow="fold")
     table.add_row("pages ok / failed", f"{sources['ok']} / {sources['failed']}")
     if "changes" in manifest:
         table.add_row(CHANGES_LABEL, _changes_text(manifest))
         table.add_row(NOT_MODIFIED_LABEL, str(manifest["changes"]["not_modified"]))
     for key in ("Article", "Section", "Chunk", "Entity", "Fact", "LINKS_TO", "ENTITY_RELATION"):
         table.add_row(key, str(counts[key]))
-    table.add_row(
-        "embedding", f"{manifest['embedding']['model']} ({manifest['embedding']['dimension']}d)"
-    )
+    model = manifest["embedding"]["model"].rsplit("/", 1)[-1]  # the hub's owner is in status
+    table.add_row("embedding", f"{model} ({manifest['embedding']['dimension']}d)")
     table.add_row("extraction", manifest["extraction"]["method"])
     # Every step's time in its stage group (the embedding shards in "embed"); "other" is the
     # rest of the wall time (start-up, Dagster between steps), so the rows add up to the total.
@@ -154,8 +154,28 @@ def _print_summary(manifest: dict, stage_seconds: dict[str, float], elapsed: flo
     )
     table.add_row("total s", f"{elapsed:.1f}")
     console.print(table)
+    _print_changed_pages(manifest.get("changes") or {})
     _print_failures(sources["failures"], sources["failed"])
     print_skipped(sources["invalid_lines"])
+
+
+LISTED_CHANGES = 10  # pages named per kind of change; manifest.json's "changes" has them all
+
+
+def _print_changed_pages(changes: dict) -> None:
+    """The pages a build found new, changed or removed, by URL, one a line (a URL is never
+    broken: a terminal makes a link of it only in one piece); a first build's pages are all
+    new and are not listed."""
+    first_build = not changes.get("changed") and not changes.get("unchanged")
+    for kind in ("new", "changed", "removed"):
+        urls = changes.get(f"{kind}_urls") or []
+        if not urls or (kind == "new" and first_build):
+            continue
+        console.print(f"{kind} pages ({len(urls)}):", highlight=False)
+        for url in urls[:LISTED_CHANGES]:
+            console.print(f"  {url}", markup=False, highlight=False, soft_wrap=True)
+        if len(urls) > LISTED_CHANGES:
+            console.print(f"  ... and {len(urls) - LISTED_CHANGES} more (manifest.json: changes)")
 
 
 LISTED_FAILURES = 20
@@ -331,6 +351,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     width = max(len(what) for what, _ in lines)
     for what, value in lines:  # soft_wrap: a long value is not cut into the next line
         console.print(f"  {what.ljust(width)}  {escape(value)}", soft_wrap=True, highlight=False)
+    _print_changed_pages(status["changes"] or {})
     _print_failures(status["failures"], len(status["failures"]))
     return 0
 

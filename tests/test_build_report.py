@@ -54,3 +54,26 @@ def test_the_summary_times_add_up_and_count_each_page_once(workspace, site, caps
     rows = summary_rows(out)
     assert rows["pages new / changed / unchanged / removed"] == "0 / 0 / 3 / 0"
     assert rows["pages answered 304 Not Modified"] == "3"
+
+
+def test_a_rebuild_names_the_page_that_changed_and_the_summary_fits_80_columns(
+    workspace, site, capsys, monkeypatch
+):
+    live = "/live/changing/report.html"
+    site.revisions[live] = 1
+    urls = [site.url(p) for p in [*PAGES, live]]
+    write_pack(workspace, "widgets", urls, {"fetch": TEST_FETCH})
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["build", "widgets", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "pages (" not in out  # a first build lists no page: they are all new
+    site.revisions[live] = 2
+    assert main(["build", "widgets", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert f"changed pages (1):\n  {site.url(live)}\n" in out
+    table = [line for line in lines if "│" in line]
+    assert all(len(line) <= 80 for line in table), table
+    # every row on one line: a label never wraps onto the next
+    assert summary_rows(out)["pages new / changed / unchanged / removed"] == "0 / 1 / 3 / 0"
+    assert summary_rows(out)["embedding"] == "all-MiniLM-L6-v2 (384d)"

@@ -354,6 +354,7 @@ def publish_fake_version(workspace: Path, name: str, **manifest) -> int:
                     "failed": 1,
                     "not_modified": 0,
                     "removed": 3,
+                    "changed_urls": ["https://docs.example.org/a"],
                 },
                 "extraction": {
                     "method": "claude:claude-haiku-4-5",
@@ -398,6 +399,7 @@ def test_status_shows_freshness_changes_failures_and_schedule(workspace, capsys)
     assert "version v0002" in text and "previous kept version v0001" in text
     assert "(2h 0m ago)" in text
     assert "0 / 1 / 0 / 3" in text  # new / changed / unchanged / removed
+    assert "changed pages (1): https://docs.example.org/a" in text  # which page changed
     assert "pages answered 304 Not Modified 0" in text
     assert "failed URLs 1" in text and "HTTP 404 Not Found" in err
     assert "4 / 400+80 / $0.0008" in text
