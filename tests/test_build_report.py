@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from cli.main import main
+from kpack.ingest import shards
 from kpack.packs import read_manifest
 from tests.conftest import TEST_FETCH, write_pack
 
@@ -25,7 +26,9 @@ def test_a_failed_build_lists_every_failed_url_up_to_twenty(workspace, site, cap
     assert main(["build", "broken", "--no-progress"]) == 1
     err = " ".join(capsys.readouterr().err.split())
     assert f"{MISSING}/{MISSING + len(PAGES)} URLs failed" in err
-    listed = re.findall(r"failed line (\d+): \S+/missing/page-(\d+)\.html: HTTP 404", err)
+    # One error, said once, then the lines and URLs that met it.
+    assert err.count("HTTP 404") == 1 and "failed 20 URLs: the error above" in err
+    listed = re.findall(r"line (\d+): \S+/missing/page-(\d+)\.html", err)
     assert [int(line) for line, _ in listed] == list(range(len(PAGES) + 1, len(PAGES) + 21))
     assert f"... and {MISSING - 20} more" in err
     assert "Traceback" not in err
@@ -77,3 +80,17 @@ def test_a_rebuild_names_the_page_that_changed_and_the_summary_fits_80_columns(
     # every row on one line: a label never wraps onto the next
     assert summary_rows(out)["pages new / changed / unchanged / removed"] == "0 / 1 / 3 / 0"
     assert summary_rows(out)["embedding"] == "all-MiniLM-L6-v2 (384d)"
+
+
+def test_the_embedding_step_says_how_many_texts_are_embedded_and_the_time_left(
+    workspace, site, capfd, monkeypatch
+):
+    monkeypatch.setattr(shards, "ENCODE_SLICE", 4)  # several slices of a small pack's texts
+    write_pack(workspace, "widgets", [site.url(p) for p in PAGES], {"fetch": TEST_FETCH})
+    assert main(["build", "widgets"]) == 0  # not a terminal: the progress as lines
+    out = capfd.readouterr().out
+    said = re.findall(r"embeddings_shard_0  (\d+) of (\d+) texts embedded(.*)", out)
+    assert len(said) >= 2, out
+    (first, total, left), (last, _, at_end) = said[0], said[-1]
+    assert int(first) == 4 and last == total and int(total) > 4
+    assert re.fullmatch(r", about \d+ s left", left) and at_end == ""
