@@ -105,12 +105,19 @@ def cmd_query(args: argparse.Namespace) -> int:
     if result["citations"]:
         console.print("[bold]Sources[/]")
         for citation in result["citations"]:
-            console.print(
-                f"  - {citation['section']}  {citation['url']}", markup=False, highlight=False
-            )
+            _print_source(citation["section"], citation["url"])
     if args.explain:
         _explain(result, related or [])
     return 0
+
+
+def _print_source(section: str, url: str) -> None:
+    """``  - section  url`` on one line when it fits the terminal, else the URL on the next
+    line: a URL is never broken (a terminal makes a link of it only in one piece)."""
+    line = f"  - {section}  {url}"
+    if len(line) > console.width:
+        line = f"  - {section}\n    {url}"
+    console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _explain(result: dict, related: list[dict]) -> None:
@@ -127,14 +134,16 @@ def _explain(result: dict, related: list[dict]) -> None:
     # Readable at 80 columns: the scores never wrap; the passage and the reason it was dropped
     # wrap between words when the terminal is narrow.
     table = Table(show_edge=False)
-    table.add_column("passage", max_width=48)
+    # The section's own heading on one line: its page's title is in the sources and the
+    # reasons below, and a heading path wrapped over four lines hid the scores.
+    table.add_column("passage", max_width=32, no_wrap=True, overflow="ellipsis")
     for column in ("sim", "bm25", "pr", "xenc", "qual", "comb"):
         table.add_column(column, justify="right", no_wrap=True)
     table.add_column("dropped", max_width=20)
     fmt = lambda v: "" if v is None else f"{v:.3f}"  # noqa: E731
     for c in trace.get("candidates", []):
         table.add_row(
-            Text(c["heading"][:60]),
+            Text(c["heading"].split(" > ")[-1]),
             fmt(c["similarity"]),
             fmt(c["bm25"]),
             fmt(c["pagerank"]),

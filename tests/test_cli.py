@@ -312,6 +312,14 @@ def test_query_explain_is_readable_at_80_columns(built, monkeypatch):
     rows = lines[at + 2 : end]
     scores = [word for row in rows for word in row.split() if re.fullmatch(r"[-\d.]+", word)]
     assert scores and all(re.fullmatch(r"-?\d+\.\d{3}", word) for word in scores), rows
+    # A passage is one row: its section's heading, never its title wrapped over lines.
+    assert all(re.search(r"\d\.\d{3}", row) for row in rows if row.strip()), rows
+    assert any(row.split()[:2] == ["Environment", "variables"] for row in rows), rows
+    # Its sources: a URL whole, on the line of its section when that fits 80 columns.
+    sources = lines[lines.index("Sources") + 1 : at]
+    assert all(
+        re.search(r"http://127\.0\.0\.1:\d+/\S+", line) for line in sources if "http" in line
+    )
 
 
 def test_eval_without_questions_shows_the_format_and_the_offline_start(workspace, capsys):
