@@ -100,3 +100,13 @@ def test_every_cell_runs_quietly_and_the_evaluation_plots_inline(
     assert "image/png" in plot["data"]
     (search,) = outputs_of(notebook, "retrieval.search(")
     assert "kpack-search-results" in search["data"]["text/html"]
+
+
+def test_the_stored_notebook_shows_no_machines_own_paths():
+    """docs/notebook.md and the stored outputs of docs/notebook.ipynb name the project's place
+    (`make notebook` writes /path/to/knowledge-packs), never the folders of the machine that
+    ran it."""
+    machine = re.compile(r"file://(?!/path/to/knowledge-packs/)|/(?:home|root|work|Users)/")
+    for name in ("notebook.md", "notebook.ipynb"):
+        text = (ROOT / "docs" / name).read_text()
+        assert str(ROOT) not in text and not machine.search(text), (name, machine.search(text))
