@@ -127,6 +127,15 @@ def cmd_build(args: argparse.Namespace) -> int:
             f"published ({elapsed:.1f}s; `kpack build {args.name} --force` publishes anyway)"
         )
     _print_summary(manifest, result.stage_seconds, elapsed)
+    capped = result.stage_metadata.get("fetched_pages", {}).get("crawl_capped") or 0
+    if capped:
+        limit = manifest["config"]["crawl"]["max_pages"]
+        console.print(
+            f"[yellow]the crawl stopped at crawl.max_pages ({limit:,} pages)[/]: {capped:,} "
+            "more pages in scope were left out; to take them, raise it in kg_config.json: "
+            f"{escape(setting_json('crawl.max_pages', limit * 2))}",
+            highlight=False,
+        )
     return 0
 
 

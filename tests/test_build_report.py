@@ -9,6 +9,7 @@ from cli.main import main
 from kpack.ingest import shards
 from kpack.packs import read_manifest
 from tests.conftest import TEST_FETCH, write_pack
+from tests.docsite import DocSite, serve
 
 PAGES = ["/docs/index.html", "/docs/guide.html", "/docs/readme.md"]
 MISSING = 25
@@ -94,3 +95,16 @@ def test_the_embedding_step_says_how_many_texts_are_embedded_and_the_time_left(
     (first, total, left), (last, _, at_end) = said[0], said[-1]
     assert int(first) == 4 and last == total and int(total) > 4
     assert re.fullmatch(r", about \d+ s left", left) and at_end == ""
+
+
+def test_a_crawl_that_reaches_max_pages_says_so_in_words(workspace, capsys):
+    with serve(DocSite(chapters=2, pages_per_chapter=3)) as docsite:
+        config = {"fetch": TEST_FETCH, "crawl": {"max_pages": 4}}
+        write_pack(workspace, "crawled", [f"{docsite.base}/docs/ depth=2"], config)
+        assert main(["build", "crawled", "--no-progress"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "the crawl stopped at crawl.max_pages (4 pages):" in out
+    assert (
+        'more pages in scope were left out; to take them, raise it in kg_config.json: {"crawl": {"max_pages": 8}}'
+        in out
+    )
