@@ -159,19 +159,19 @@ def write_urls(folder: Path, lines: list[str]) -> tuple[list[Source], list[LineP
 
 def private_hosts(sources: list[Source]) -> list[str]:
     """The hosts of ``sources`` that a build refuses unless ``fetch.allow_private_hosts`` is
-    set: ``localhost`` and addresses that are not globally routable (kpack.ingest.fetch's
-    rule). A name is not resolved here: the build checks what it resolves to."""
-    from kpack.ingest.fetch import is_public_address
-
+    set, as far as their URLs tell: ``localhost`` and addresses that are not global (loopback,
+    private, link-local; the fetcher's own check, kpack.ingest.fetch, also looks inside mapped
+    addresses and at what a name resolves to, which a warning at `kpack new` does not)."""
     found = []
     for source in sources:
         host = (urlsplit(source.url).hostname or "").rstrip(".")
-        if not host or source.url.startswith("file:"):
+        if not host or urlsplit(source.url).scheme not in ("http", "https"):
             continue
         try:
-            private = not is_public_address(ipaddress.ip_address(host))
+            address = ipaddress.ip_address(host)
+            private = not address.is_global or address.is_multicast
         except ValueError:  # a name, not an address
-            private = host == "localhost" or host.endswith(".localhost")
+            private = is_loopback(host) or host.endswith(".localhost")
         if private:
             found.append(host)
     return list(dict.fromkeys(found))
