@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import nbformat
 import pytest
@@ -77,7 +78,9 @@ def test_the_query_renders_clickable_citations_and_the_trace(
     html = output["data"]["text/html"]
     links = CITATION_LINK.findall(html)
     assert links, html[:2000]
-    assert {Path(url).name for url, _ in links} <= set(PAGES)
+    assert {Path(urlsplit(url).path).name for url, _ in links} <= set(PAGES)
+    # Each citation links to its section: the slug of its Markdown heading.
+    assert all(urlsplit(url).fragment for url, _ in links), links
     assert "Pack Layout" in {title for _, title in links}
     trace = html.split("<b>Trace</b>", 1)[1]
     assert "<th style='text-align:left'>why</th>" in trace
