@@ -27,6 +27,9 @@ notebook: setup
 	$(BIN)/kpack build demo
 	$(BIN)/jupyter nbconvert --to notebook --execute --inplace docs/notebook.ipynb
 	$(BIN)/jupyter nbconvert --to markdown docs/notebook.ipynb
+	# The demo pack's pages are files of this checkout: a reader sees the project's place,
+	# not this machine's folders.
+	sed -i 's|file://$(CURDIR)/|file:///path/to/knowledge-packs/|g' docs/notebook.ipynb docs/notebook.md
 
 # tests/test_celery.py runs a build on Celery workers with Debian's redis-server as broker
 # (started by the test itself); installed here when missing (CI runs as root). Without it that

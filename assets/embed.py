@@ -14,15 +14,16 @@ writer of the embedding cache. The number of shards is KPACK_EMBED_SHARDS (defau
 
 import time
 from dataclasses import dataclass
+from functools import partial
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from dagster import AssetExecutionContext, AssetIn, AssetsDefinition, Output
+from dagster import AssetExecutionContext, AssetIn, AssetObservation, AssetsDefinition, Output
 
 from assets.partitions import build_stage
 from kpack.contracts import facts_of
 from kpack.embedding import ENCODERS, effective_precision, model_label, vector_namespace
-from kpack.ingest.shards import embed_shard, shard_count, shard_of
+from kpack.ingest.shards import PROGRESS_KEY, EmbedProgress, embed_shard, shard_count, shard_of
 from kpack.ingest.vectors import derived_section_vectors, distinct_texts
 from resources.embedder import EmbedderResource
 from resources.pack_store import PackStore
@@ -63,6 +64,23 @@ class EmbedStep:
         return round(time.perf_counter() - self.started, 3)
 
 
+def report_progress(context: AssetExecutionContext, progress: EmbedProgress) -> None:
+    """How far the step is, as an observation of its asset: `kpack build` shows it on the
+    step's row (pipelines.progress), the UI in the asset's events."""
+    context.log_event(
+        AssetObservation(
+            asset_key=context.asset_key,
+            partition=context.partition_key,
+            description=progress.words(),
+            metadata={
+                PROGRESS_KEY: progress.words(),
+                "embedded": progress.done,
+                "to_embed": progress.total,
+            },
+        )
+    )
+
+
 def shard_asset(index: int) -> AssetsDefinition:
     """The step that embeds shard ``index`` of the pack's texts."""
 
@@ -92,6 +110,7 @@ def shard_asset(index: int) -> AssetsDefinition:
             texts,
             content_cache.load(step.cache_namespace, step.pack, CACHE_COLUMNS),
             lambda batch: embedder.embed(batch, step.model, step.precision),
+            partial(report_progress, context),
         )
         # The device is known once the model is loaded, i.e. when something was embedded.
         device = embedder.embedder(step.model, step.precision).device if result.embedded else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,12 +24,14 @@ from rich.table import Table
 
 from cli.output import console, err, print_skipped, report
 from kpack import settings
+from kpack.config import pack_description, setting_json
 from kpack.errors import PackError
 from kpack.packs import (
     WEB,
     list_packs,
     new_pack_folder,
     pack_dir,
+    private_hosts,
     read_manifest,
     read_urls_text,
     sources_location,
@@ -55,6 +58,14 @@ def cmd_new(args: argparse.Namespace) -> int:
     )
     if not sources:
         raise PackError("none of the URLs is valid; nothing was created")
+    private = private_hosts(sources)
+    if private:
+        err.print(
+            f"[yellow]warning:[/] {escape(', '.join(private))}: not a public host, so a build "
+            "refuses its pages unless the pack's kg_config.json allows private hosts: "
+            f"{escape(setting_json('fetch.allow_private_hosts', True))}",
+            soft_wrap=True,
+        )
     console.print(
         f"created {folder / 'urls.txt'} with {len(sources)} URLs; build it with "
         f"[bold]kpack build {folder.name}[/]"
@@ -108,7 +119,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             highlight=False,
         )
         failed = result.stage_metadata.get("fetched_pages", {}).get("failed", 0)
-        _print_failures(result.failures(), failed)
+        _print_failures(result.failures(), failed, said=result.cause or "")
         return 1
     if result.outcome == "unchanged":
         return report(
@@ -116,23 +127,32 @@ def cmd_build(args: argparse.Namespace) -> int:
             f"published ({elapsed:.1f}s; `kpack build {args.name} --force` publishes anyway)"
         )
     _print_summary(manifest, result.stage_seconds, elapsed)
+    capped = result.stage_metadata.get("fetched_pages", {}).get("crawl_capped") or 0
+    if capped:
+        limit = manifest["config"]["crawl"]["max_pages"]
+        console.print(
+            f"[yellow]the crawl stopped at crawl.max_pages ({limit:,} pages)[/]: {capped:,} "
+            "more pages in scope were left out; to take them, raise it in kg_config.json: "
+            f"{escape(setting_json('crawl.max_pages', limit * 2))}",
+            highlight=False,
+        )
     return 0
 
 
 def _print_summary(manifest: dict, stage_seconds: dict[str, float], elapsed: float) -> None:
     counts, sources = manifest["counts"], manifest["sources"]
     table = Table(title=f"{manifest['name']} v{manifest['version']} published", show_edge=False)
-    table.add_column("what")
-    table.add_column("value", justify="right")
+    # At 80 columns: a label never wraps, a long value folds inside its own column.
+    table.add_column("what", no_wrap=True)
+    table.add_column("value", justify="right", overflow="fold")
     table.add_row("pages ok / failed", f"{sources['ok']} / {sources['failed']}")
     if "changes" in manifest:
         table.add_row(CHANGES_LABEL, _changes_text(manifest))
         table.add_row(NOT_MODIFIED_LABEL, str(manifest["changes"]["not_modified"]))
     for key in ("Article", "Section", "Chunk", "Entity", "Fact", "LINKS_TO", "ENTITY_RELATION"):
         table.add_row(key, str(counts[key]))
-    table.add_row(
-        "embedding", f"{manifest['embedding']['model']} ({manifest['embedding']['dimension']}d)"
-    )
+    model = manifest["embedding"]["model"].rsplit("/", 1)[-1]  # the hub's owner is in status
+    table.add_row("embedding", f"{model} ({manifest['embedding']['dimension']}d)")
     table.add_row("extraction", manifest["extraction"]["method"])
     # Every step's time in its stage group (the embedding shards in "embed"); "other" is the
     # rest of the wall time (start-up, Dagster between steps), so the rows add up to the total.
@@ -143,8 +163,28 @@ def _print_summary(manifest: dict, stage_seconds: dict[str, float], elapsed: flo
     )
     table.add_row("total s", f"{elapsed:.1f}")
     console.print(table)
+    _print_changed_pages(manifest.get("changes") or {})
     _print_failures(sources["failures"], sources["failed"])
     print_skipped(sources["invalid_lines"])
+
+
+LISTED_CHANGES = 10  # pages named per kind of change; manifest.json's "changes" has them all
+
+
+def _print_changed_pages(changes: dict) -> None:
+    """The pages a build found new, changed or removed, by URL, one a line (a URL is never
+    broken: a terminal makes a link of it only in one piece); a first build's pages are all
+    new and are not listed."""
+    first_build = not changes.get("changed") and not changes.get("unchanged")
+    for kind in ("new", "changed", "removed"):
+        urls = changes.get(f"{kind}_urls") or []
+        if not urls or (kind == "new" and first_build):
+            continue
+        console.print(f"{kind} pages ({len(urls)}):", highlight=False)
+        for url in urls[:LISTED_CHANGES]:
+            console.print(f"  {url}", markup=False, highlight=False, soft_wrap=True)
+        if len(urls) > LISTED_CHANGES:
+            console.print(f"  ... and {len(urls) - LISTED_CHANGES} more (manifest.json: changes)")
 
 
 LISTED_FAILURES = 20
@@ -154,18 +194,43 @@ CHANGES_LABEL = "pages new / changed / unchanged / removed"
 NOT_MODIFIED_LABEL = "pages answered 304 Not Modified"
 
 
-def _print_failures(failures: list[dict], failed: int) -> None:
-    """The URLs a build could not fetch, one line each on stderr: the first LISTED_FAILURES,
-    then how many more (``failed`` in all)."""
-    for failure in failures[:LISTED_FAILURES]:
-        err.print(
-            f"[yellow]failed[/] line {failure['line']}: "
-            + escape(f"{failure['url']}: {failure['error']}"),
-            soft_wrap=True,
-        )
+def _print_failures(failures: list[dict], failed: int, said: str = "") -> None:
+    """The URLs a build could not fetch on stderr, the first LISTED_FAILURES of them, then how
+    many more (``failed`` in all). URLs that failed alike (their error with its address and
+    host left out) are one line of error, then the lines and URLs it names; an error the
+    message above already ``said`` is not repeated."""
+    shown = failures[:LISTED_FAILURES]
+    groups: dict[str, list[dict]] = {}
+    for failure in shown:
+        groups.setdefault(_error_kind(failure["error"]), []).append(failure)
+    for alike in groups.values():
+        if len(alike) == 1:
+            [failure] = alike
+            if failure["error"] in said:
+                err.print(f"[yellow]failed[/] line {failure['line']}: {escape(failure['url'])}")
+                continue
+            err.print(
+                f"[yellow]failed[/] line {failure['line']}: "
+                + escape(f"{failure['url']}: {failure['error']}"),
+                soft_wrap=True,
+            )
+            continue
+        error = alike[0]["error"]
+        why = "the error above" if error in said else escape(error)
+        err.print(f"[yellow]failed[/] {len(alike)} URLs: {why}", soft_wrap=True)
+        for failure in alike:
+            err.print(f"  line {failure['line']}: {escape(failure['url'])}", soft_wrap=True)
     more = max(failed, len(failures)) - min(len(failures), LISTED_FAILURES)
     if more > 0:
         err.print(f"[yellow]failed[/] ... and {more} more (`kpack ui`: fetched_pages' metadata)")
+
+
+# What differs between the same error of two URLs: a quoted host or path, an address, a number.
+ERROR_DETAILS = re.compile(r"'[^']*'|\b\d[\w.:]*|\[[0-9a-f:]+\]", re.IGNORECASE)
+
+
+def _error_kind(error: str) -> str:
+    return ERROR_DETAILS.sub("_", error)
 
 
 def _graph_text(graph: dict) -> str:
@@ -195,10 +260,14 @@ def cmd_list(args: argparse.Namespace) -> int:
         table.add_column(column, justify="right", no_wrap=True)
     table.add_column("sources", no_wrap=True)
     fetched_from_the_web = False
+    descriptions: list[tuple[str, str]] = []
     for name in list_packs(root):
         sources = sources_location(root / name) or "?"
         fetched_from_the_web |= sources == WEB
         manifest = read_manifest(root / name)
+        description = pack_description(root / name, manifest)
+        if description:
+            descriptions.append((name, description))
         if manifest is None:
             table.add_row(name, "-", "never built", "", "", "", "", sources)
             continue
@@ -214,6 +283,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             sources,
         )
     console.print(table)
+    for name, description in descriptions:  # kg_config.json's description of each pack
+        console.print(f"[bold]{escape(name)}[/]: {escape(description)}", highlight=False)
     if fetched_from_the_web:
         console.print(f"[dim]{WEB}: building the pack fetches its pages from the internet[/]")
     return 0
@@ -289,6 +360,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     width = max(len(what) for what, _ in lines)
     for what, value in lines:  # soft_wrap: a long value is not cut into the next line
         console.print(f"  {what.ljust(width)}  {escape(value)}", soft_wrap=True, highlight=False)
+    _print_changed_pages(status["changes"] or {})
     _print_failures(status["failures"], len(status["failures"]))
     return 0
 
@@ -350,8 +422,10 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 
 # Seconds `dagster dev` has to stop its webserver, daemon and code server after kpack ui is
-# told to stop; what of its process group still runs then is killed.
-UI_STOP_GRACE_S = 20.0
+# told to stop; what of its process group still runs then is killed. Not longer: the
+# webserver waits for a browser's open connections (the UI keeps one), so a stop that waited
+# for it took 20 s, and a service manager or a user waits on it.
+UI_STOP_GRACE_S = 5.0
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -373,18 +447,24 @@ def run_process_group(command: list[str]) -> int:
             leader.send_signal(signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
 
     previous = {signum: signal.signal(signum, pass_on) for signum in STOP_SIGNALS}
+    said_stopping = False
     try:
         while True:
             try:
-                code = leader.wait(timeout=1.0)
+                code = leader.wait(timeout=0.2)
                 break
             except subprocess.TimeoutExpired:
+                if stop_requested and not said_stopping:
+                    err.print(f"stopping the Dagster UI (at most {UI_STOP_GRACE_S:g} s) ...")
+                    said_stopping = True
                 if stop_requested and time.monotonic() - stop_requested[0] > UI_STOP_GRACE_S:
                     _kill_group(leader.pid)
     finally:
         _kill_group(leader.pid)  # the leader's children it left behind
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+    if stop_requested:
+        err.print("the Dagster UI has stopped (its webserver and daemon with it)")
     return 0 if stop_requested else code
 
 
@@ -394,14 +474,30 @@ def _kill_group(group: int) -> None:
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    new = sub.add_parser("new", help="create packs/NAME/urls.txt")
-    new.add_argument("name")
-    new.add_argument("--url", action="append", help="a URL (repeatable)")
-    new.add_argument("--urls-file", help="a file with one URL a line")
+    new = sub.add_parser(
+        "new",
+        help="create packs/NAME/urls.txt",
+        description="Create packs/NAME/urls.txt from the URLs given; `kpack build NAME` builds "
+        "it. A URL line may be a page, a sitemap, a seed to crawl ('URL depth=2') or a local "
+        "file ('file:docs/guide.md'); see docs/building-packs.md.",
+    )
+    new.add_argument(
+        "name", help="the pack's name: letters, digits, '-' and '_' (its folder under packs/)"
+    )
+    new.add_argument(
+        "--url",
+        action="append",
+        help="a page, sitemap or seed URL ('URL depth=N' crawls N links deep); repeat it",
+    )
+    new.add_argument(
+        "--urls-file", help="a text file of URLs, one URL a line ('#' starts a comment)"
+    )
     new.set_defaults(run=cmd_new)
     build = sub.add_parser("build", help="build (or rebuild) a pack in-process")
     build.add_argument("name")
-    build.add_argument("--no-progress", action="store_true")
+    build.add_argument(
+        "--no-progress", action="store_true", help="no progress rows (a log, CI): the summary only"
+    )
     build.add_argument("--verbose", action="store_true", help="show Dagster's log and stack traces")
     build.add_argument(
         "--log-level", help="Dagster log level on the console (with --verbose: INFO)"
@@ -420,7 +516,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "status", help="freshness, last build, what changed, failures, schedule of a pack"
     )
     status.add_argument("name")
-    status.add_argument("--json", action="store_true")
+    status.add_argument("--json", action="store_true", help="the status as JSON")
     status.set_defaults(run=cmd_status)
     rollback = sub.add_parser("rollback", help="make the previous kept version current again")
     rollback.add_argument("name")

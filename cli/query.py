@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import textwrap
 
 from rich.markup import escape
 from rich.table import Table
@@ -15,27 +16,69 @@ from rich.text import Text
 from cli.output import console
 from kpack.config import PROFILE_NAMES
 
+# The profiles in a line each (retrieval.profiles has them whole; importing it here would
+# make `kpack --help` pay for retrieval).
+PROFILE_HELP = (
+    "which stages answer (default: the pack's kg_config.json, else balanced): baseline, "
+    "hybrid search only; balanced, plus graph retrieval and a multi-document context; max, "
+    "plus query expansion and the cross-encoder; latency_optimized, a smaller context; "
+    "coverage_optimized, query expansion and a wider context (docs/querying.md)"
+)
+
+
+# A passage shows at most this many lines: a long section is read through its link.
+SHOWN_LINES = 12
+INDENT = "   "
+
 
 def cmd_search(args: argparse.Namespace) -> int:
     import retrieval
 
-    hits = retrieval.search(args.name, args.question, k=args.k, profile=args.profile)
+    hits = retrieval.search(
+        args.name, args.question, k=args.k, profile=args.profile, tokens=args.tokens
+    )
     if args.json:
         print(json.dumps(hits, indent=2))
         return 0
     if not hits:
         console.print("no passages found")
+    gate = hits.gate or {}
+    if gate.get("refused"):
+        console.print(
+            f"[yellow]the confidence gate would refuse this question[/]: {escape(gate['why'])}\n"
+        )
     for rank, hit in enumerate(hits, start=1):
         console.print(
-            f"[bold]{rank}. {escape(hit['heading'])}[/]  (score {hit['score'] or 0:.4f}, "
-            f"similarity {hit['similarity'] or 0:.3f})\n   {escape(hit['url'])}"
+            f"[bold]{rank}. {escape(hit['heading'])}[/]\n   score {hit['score']:.3f}, "
+            f"confidence {hit['confidence']:.3f}, similarity {hit['similarity'] or 0:.3f}",
+            highlight=False,
         )
-        text = " ".join(hit["text"].split())
-        # Page text is data, never markup: "[/]" in a passage must print as it is.
+        # A URL is never broken: a terminal makes a link of it only in one piece.
+        console.print(f"   {hit['url']}", markup=False, highlight=False, soft_wrap=True)
+        # Page text is data, never markup ("[/]" prints as it is); code keeps its lines.
         console.print(
-            f"   {text[:400]}{'...' if len(text) > 400 else ''}\n", markup=False, highlight=False
+            _shown(hit["text"], console.width) + "\n", markup=False, highlight=False, soft_wrap=True
         )
     return 0
+
+
+def _shown(text: str, width: int) -> str:
+    """A passage indented under its heading: prose wrapped to the terminal, code lines as
+    written (in a fence, or indented), at most SHOWN_LINES lines."""
+    lines: list[str] = []
+    in_code = False
+    for line in text.strip("\n").splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        if in_code or line.startswith("```") or line[:1].isspace() or not line:
+            lines.append(INDENT + line.rstrip())
+        else:
+            lines += textwrap.wrap(
+                line, max(width - len(INDENT), 20), initial_indent=INDENT, subsequent_indent=INDENT
+            )
+    if len(lines) > SHOWN_LINES:
+        lines = [*lines[:SHOWN_LINES], f"{INDENT}... ({len(lines) - SHOWN_LINES} more lines)"]
+    return "\n".join(lines)
 
 
 def cmd_query(args: argparse.Namespace) -> int:
@@ -62,12 +105,19 @@ def cmd_query(args: argparse.Namespace) -> int:
     if result["citations"]:
         console.print("[bold]Sources[/]")
         for citation in result["citations"]:
-            console.print(
-                f"  - {citation['section']}  {citation['url']}", markup=False, highlight=False
-            )
+            _print_source(citation["section"], citation["url"])
     if args.explain:
         _explain(result, related or [])
     return 0
+
+
+def _print_source(section: str, url: str) -> None:
+    """``  - section  url`` on one line when it fits the terminal, else the URL on the next
+    line: a URL is never broken (a terminal makes a link of it only in one piece)."""
+    line = f"  - {section}  {url}"
+    if len(line) > console.width:
+        line = f"  - {section}\n    {url}"
+    console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _explain(result: dict, related: list[dict]) -> None:
@@ -84,14 +134,16 @@ def _explain(result: dict, related: list[dict]) -> None:
     # Readable at 80 columns: the scores never wrap; the passage and the reason it was dropped
     # wrap between words when the terminal is narrow.
     table = Table(show_edge=False)
-    table.add_column("passage", max_width=48)
+    # The section's own heading on one line: its page's title is in the sources and the
+    # reasons below, and a heading path wrapped over four lines hid the scores.
+    table.add_column("passage", max_width=32, no_wrap=True, overflow="ellipsis")
     for column in ("sim", "bm25", "pr", "xenc", "qual", "comb"):
         table.add_column(column, justify="right", no_wrap=True)
     table.add_column("dropped", max_width=20)
     fmt = lambda v: "" if v is None else f"{v:.3f}"  # noqa: E731
     for c in trace.get("candidates", []):
         table.add_row(
-            Text(c["heading"][:60]),
+            Text(c["heading"].split(" > ")[-1]),
             fmt(c["similarity"]),
             fmt(c["bm25"]),
             fmt(c["pagerank"]),
@@ -124,14 +176,19 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     search = sub.add_parser("search", help="ranked passages for a question")
     search.add_argument("name")
     search.add_argument("question")
-    search.add_argument("--k", type=int, default=5)
-    search.add_argument("--json", action="store_true")
-    search.add_argument("--profile", choices=PROFILE_NAMES)
+    search.add_argument("--k", type=int, default=5, help="how many passages (default 5)")
+    search.add_argument(
+        "--tokens",
+        type=int,
+        help="whole passages, best first, up to this many tokens (context for an agent)",
+    )
+    search.add_argument("--json", action="store_true", help="the passages as JSON")
+    search.add_argument("--profile", choices=PROFILE_NAMES, help=PROFILE_HELP)
     search.set_defaults(run=cmd_search)
     ask = sub.add_parser("query", help="answer a question from a pack, with citations")
     ask.add_argument("name")
     ask.add_argument("question")
-    ask.add_argument("--profile", choices=PROFILE_NAMES)
+    ask.add_argument("--profile", choices=PROFILE_NAMES, help=PROFILE_HELP)
     ask.add_argument("--no-llm", action="store_true", help="extractive answer, no API call")
     ask.add_argument(
         "--explain", action="store_true", help="show the retrieval trace and context pack"

@@ -25,6 +25,7 @@ CONFIG_FILE = "kg_config.json"
 DEFAULT_SCHEDULE = "0 3 * * 1"
 # How Claude extraction is sent, not what it extracts: changing them changes no pack.
 HOW_TO_EXTRACT = ("extraction_batch_threshold", "extraction_batch_wait_s")
+DESCRIPTION_CHARS = 300  # a pack's description: a line, not a page
 PROFILE_NAMES = ("baseline", "balanced", "max", "latency_optimized", "coverage_optimized")
 
 # The longest wait any setting may ask for: a week. A larger number of seconds (1e308 is a
@@ -262,6 +263,14 @@ class QueryConfig(_Settings):
 class PackConfig(_Settings):
     """A pack's settings: kg_config.json, with every key optional."""
 
+    description: str = Field(
+        "",
+        max_length=DESCRIPTION_CHARS,
+        description="a line on what the pack holds and when to use it, shown by skill.md, "
+        "`kpack list` and the MCP server's list_packs (without it, skill.md describes the "
+        "pack by its headings)",
+    )
+
     embedding_model: str = Field(
         "default",
         description="sentence-transformers model; 'default' is the packaged all-MiniLM-L6-v2",
@@ -345,6 +354,29 @@ class PackConfig(_Settings):
     def build_settings(self) -> dict[str, Any]:
         """The settings that change what a pack holds (not when it is rebuilt or queried)."""
         return self.model_dump(mode="json", exclude={"schedule", "query", *HOW_TO_EXTRACT})
+
+
+def pack_description(folder: Path, manifest: dict | None = None) -> str:
+    """A pack's own description: its kg_config.json's now (an edit shows before the next
+    build), else the one its published ``manifest`` was built with; "" when it has none or
+    its kg_config.json cannot be read (the build names that problem)."""
+    try:
+        own = load_config(folder).description
+    except PackError:
+        own = ""
+    if not own and manifest:
+        own = (manifest.get("config") or {}).get("description") or ""
+    return " ".join(own.split())
+
+
+def setting_json(key_path: str, value: object) -> str:
+    """How kg_config.json writes one setting, for a message that tells a user to set it:
+    ``setting_json("fetch.allow_private_hosts", True)`` is
+    ``{"fetch": {"allow_private_hosts": true}}``."""
+    shape = value
+    for key in reversed(key_path.split(".")):
+        shape = {key: shape}
+    return json.dumps(shape)
 
 
 def parse_config(raw: object, where: str = CONFIG_FILE) -> PackConfig:

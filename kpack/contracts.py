@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from urllib.parse import quote, urldefrag
 
 import pyarrow as pa
 
@@ -18,6 +19,9 @@ STR = pa.string()
 I32 = pa.int32()
 F64 = pa.float64()
 EMBEDDING = pa.list_(pa.float32())
+# What a URL fragment may hold as it is (RFC 3986): an id like "json.dump" or "sub-commands"
+# stays readable, a space or a "#" in one is escaped.
+FRAGMENT_SAFE = "!$&'()*+,;=:@/?-._~"
 
 # How a page came into the pack (kpack.ingest.crawl), on its fetched_pages row and its Article.
 CRAWL_COLUMNS = (
@@ -77,6 +81,9 @@ PARQUET_SCHEMAS: dict[str, pa.Schema] = {
             # The API identifiers the section defines (a signature, a heading written as
             # code: kpack.ingest.html's marks), the anchors of the documentation graph.
             ("defines", pa.list_(STR)),
+            # The id of the page's HTML (a Markdown heading's slug) where the section starts:
+            # its deep link's fragment (section_url); "" for the page's top.
+            ("anchor", STR),
         ]
     ),
     "links": pa.schema(
@@ -279,6 +286,13 @@ def section_id(article_url: str, section_index: int) -> str:
 
 def chunk_id(section: str, chunk_index: int) -> str:
     return f"{section}-{chunk_index:03d}"
+
+
+def section_url(article_url: str, anchor: str | None) -> str:
+    """The deep link of a section: its page's URL with the section's anchor as the fragment
+    (the page's URL for a section without one)."""
+    page = urldefrag(article_url).url
+    return f"{page}#{quote(anchor, safe=FRAGMENT_SAFE)}" if anchor else page
 
 
 def section_of_chunk(chunk: str) -> str:

@@ -61,7 +61,7 @@ def write_indexes(
             write_ann(out / ann, load_array(out, vectors))
     chunks = chunks.select(["chunk_id", "article_url", "content"]).take(chunk_order)
     sections = sections.select(
-        ["section_id", "article_url", "heading_path", "title", "content", "word_count"]
+        ["section_id", "article_url", "heading_path", "title", "content", "word_count", "anchor"]
     ).take(section_order)
     articles = articles.sort_by("url")
     write_keyed(out, CHUNKS, chunks.select(["chunk_id", "content"]))

@@ -172,6 +172,27 @@ def write_urls(folder: Path, lines: list[str]) -> tuple[list[Source], list[LineP
     return sources, problems
 
 
+def private_hosts(sources: list[Source]) -> list[str]:
+    """The hosts of ``sources`` that a build refuses unless ``fetch.allow_private_hosts`` is
+    set, as far as their URLs tell: ``localhost`` and addresses that are not global (loopback,
+    private, link-local; the fetcher's own check, kpack.ingest.network_guard, also looks
+    inside mapped addresses and at what a name resolves to, which a warning at `kpack new`
+    does not)."""
+    found = []
+    for source in sources:
+        host = (urlsplit(source.url).hostname or "").rstrip(".")
+        if not host or urlsplit(source.url).scheme not in ("http", "https"):
+            continue
+        try:
+            address = ipaddress.ip_address(host)
+            private = not address.is_global or address.is_multicast
+        except ValueError:  # a name, not an address
+            private = is_loopback(host) or host.endswith(".localhost")
+        if private:
+            found.append(host)
+    return list(dict.fromkeys(found))
+
+
 def parse_urls(text: str, base_dir: Path) -> tuple[list[Source], list[LineProblem]]:
     """Parse urls.txt: one URL a line, '#' comments. Bad lines are reported, never fatal.
 

@@ -103,11 +103,15 @@ def skill_markdown(manifest: dict, inputs: SkillInputs) -> str:
     name, counts = manifest["name"], manifest["counts"]
     articles = "\n".join(f"- [{title}]({url})" for title, url in inputs.articles)
     topics = ", ".join(inputs.topics[:DESCRIPTION_TOPICS]) or name
+    # The pack's own words first (kg_config.json's description), else its headings'.
+    own = " ".join(((manifest.get("config") or {}).get("description") or "").split())
     description = (
-        f"Answers questions about the {name} knowledge pack's documentation "
+        (f"{own.rstrip('.')}. " if own else "")
+        + f"Answers questions about the {name} knowledge pack's documentation "
         f"({counts['Article']} articles, {counts['Section']} sections), citing its sources. "
-        f"Use for questions on {topics}."
-    )
+        + ("" if own else f"Use for questions on {topics}.")
+    ).strip()
+    own_line = f"\n{own}\n" if own else ""
     # Quoted (a JSON string is a YAML one): a heading such as "Errors: a guide" would end a
     # plain YAML value at its colon.
     return f"""---
@@ -116,7 +120,7 @@ description: {json.dumps(description, ensure_ascii=False)}
 ---
 
 # {name} knowledge pack
-
+{own_line}
 A Knowledge Pack built from {manifest["sources"]["ok"]} documentation pages (version {manifest["version"]}, built {manifest["built_at"]}).
 It holds {counts["Article"]} articles, {counts["Section"]} sections, {counts["Chunk"]} chunks, {counts["Entity"]} entities and {counts["Fact"]} facts,
 embedded with {manifest["embedding"]["model"]} ({manifest["embedding"]["dimension"]} dimensions).
@@ -138,8 +142,10 @@ claude mcp add kpack -- kpack mcp
 not on PATH; for another packs folder put `--env KPACK_PACKS_DIR=/path/to/packs` before the
 server name `kpack`). Then call:
 
-- `search_pack` with `pack="{name}"` and the question: ranked passages with title, heading, URL
-  and text, to answer from;
+- `search_pack` with `pack="{name}"` and the question: ranked passages with title, heading,
+  a link to the section, text and confidence (0 to 1; the gate's verdict says whether the
+  pack covers the question), to answer from; add `tokens=2000` for whole passages up to that
+  many tokens;
 - `query_pack` with `pack="{name}"` and the question: an answer with citations (written by
   Claude when the server has `ANTHROPIC_API_KEY`, quoted from the passages when not);
 - `pack_info` with `pack="{name}"`: version, counts, embedding model; `list_packs`: every pack.

@@ -61,6 +61,9 @@ CONFIG_TEMPLATE = f"""\
 {WRITTEN_BY_KPACK} Replace it with your own to use another storage.
 telemetry:
   enabled: false
+# No "Join the Dagster community" pop-up over the UI of every fresh instance.
+nux:
+  enabled: false
 # Debug lines are not stored: the IO manager alone writes two per asset ("Writing file at
 # ...", "Loading file from ..."), and each is a row in the event log, a quarter of a build's.
 python_logs:

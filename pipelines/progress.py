@@ -1,4 +1,6 @@
-"""Live progress of a build run for `kpack build`: one row per stage (state, rows, seconds).
+"""Live progress of a build run for `kpack build`: one row per stage (state, rows, seconds);
+a step that says how far it is (the embedding steps: texts embedded of all, seconds left)
+shows it on its row.
 
 The build runs in this process; a watcher thread reads the run's events from the Dagster
 instance (the same event log the UI shows) and renders them: a live table in a terminal, one
@@ -21,6 +23,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from kpack.ingest.shards import PROGRESS_KEY
+
 # Materialization metadata that says how many rows a stage produced, most specific first.
 ROW_KEYS = ("dagster/row_count", "rows", "texts", "articles", "urls", "count_Chunk")
 
@@ -33,6 +37,7 @@ class StageProgress:
     seconds: float | None = None
     rows: int | None = None
     reported: bool = False  # piped output: its line was printed
+    progress: str | None = None  # how far a running step is, in words (kpack.ingest.shards)
 
 
 class BuildProgress:
@@ -66,6 +71,7 @@ class BuildProgress:
             DagsterEventType.STEP_FAILURE,
             DagsterEventType.STEP_SKIPPED,
             DagsterEventType.ASSET_MATERIALIZATION,
+            DagsterEventType.ASSET_OBSERVATION,
         }
         run_id, cursor = None, None
         render: Callable[[], None] = self._print_finished
@@ -101,6 +107,13 @@ class BuildProgress:
             self.stages[step] = StageProgress(step)
             return
         stage = self.stages.setdefault(step, StageProgress(step))
+        if kind == DagsterEventType.ASSET_OBSERVATION:
+            said = event.asset_observation_data.asset_observation.metadata.get(PROGRESS_KEY)
+            if said is not None:
+                stage.progress = str(said.value)
+                if not self.live:  # a log: each word of progress is a line
+                    self.console.print(f"{step}  {stage.progress}", highlight=False)
+            return
         if kind == DagsterEventType.ASSET_MATERIALIZATION:
             metadata = event.step_materialization_data.materialization.metadata
             for key in ROW_KEYS:
@@ -126,9 +139,12 @@ class BuildProgress:
                 stage.seconds if stage.seconds is not None else time.monotonic() - stage.started
             )
             style = {"failed": "red", "running": "yellow"}.get(stage.state, "")
+            state = stage.state
+            if state == "running" and stage.progress:
+                state = f"running: {stage.progress}"
             table.add_row(
                 stage.name,
-                Text(stage.state, style=style),
+                Text(state, style=style),
                 "" if stage.rows is None else f"{stage.rows:,}",
                 f"{seconds:.1f}",
             )

@@ -1,7 +1,7 @@
 """Keeps the pack partitions in step with the packs folder.
 
-A new folder with a urls.txt becomes a partition, and the partition of a deleted folder is
-removed. Once known, a change of the URLs in its urls.txt (an edited comment is none) or of a
+A new folder with a urls.txt becomes a partition (one whose pages are on the web once it has
+been built: :func:`builds_here`), and the partition of a deleted folder is removed. Once known, a change of the URLs in its urls.txt (an edited comment is none) or of a
 build setting in kg_config.json starts a build of that pack; a change of ``schedule`` or of the
 ``query`` settings does not (they change when a pack is rebuilt or how it is queried, not what
 it holds). The first tick only records
@@ -10,6 +10,7 @@ what is there, so turning the sensor on never rebuilds every pack at once.
 
 import hashlib
 import json
+from pathlib import Path
 
 from dagster import DefaultSensorStatus, RunRequest, SensorEvaluationContext, SensorResult, sensor
 
@@ -17,7 +18,7 @@ from assets.partitions import packs_partitions
 from kpack import settings
 from kpack.config import CONFIG_FILE, load_config
 from kpack.errors import PackError
-from kpack.packs import list_packs, read_urls
+from kpack.packs import WEB, current_version, list_packs, read_urls, sources_location
 from pipelines.jobs import build_pack_job
 
 
@@ -44,6 +45,14 @@ def source_fingerprints() -> dict[str, str]:
     return fingerprints
 
 
+def builds_here(folder: Path) -> bool:
+    """Whether the pack becomes a partition now: one whose pages are on the web only once it
+    has been built (`kpack build` adds its partition). "Materialize all" in the UI builds
+    every partition, and on a machine without internet the web-only example packs of a fresh
+    clone would only fail."""
+    return sources_location(folder) != WEB or current_version(folder) is not None
+
+
 @sensor(
     job=build_pack_job,
     minimum_interval_seconds=30,
@@ -56,7 +65,8 @@ def pack_sources_sensor(context: SensorEvaluationContext) -> SensorResult:
     first_tick = context.cursor is None
     previous = json.loads(context.cursor) if context.cursor else {}
     known = set(context.instance.get_dynamic_partitions(packs_partitions.name))
-    new = sorted(set(current) - known)
+    root = settings.packs_dir()
+    new = sorted(p for p in set(current) - known if builds_here(root / p))
     deleted = sorted(known - set(current))
     changed = (
         []

@@ -84,11 +84,17 @@ def search(
     question: str,
     k: int = 5,
     profile: str | None = None,
+    tokens: int | None = None,
     **options: object,
 ) -> SearchResults:
-    """The k best passages; their ``version`` attribute is the version that answered."""
+    """The k best passages, each with its deep link (``url``), ``confidence`` and ``score``;
+    their ``version`` attribute is the version that answered, ``gate`` whether the gate would
+    refuse the question. With ``tokens``, the passages of those k that fit in that many tokens,
+    each its whole section when that fits (context for an agent)."""
     pinned = pack if isinstance(pack, PackReader) else None
-    return agent(pack, profile, use_llm=False, **options).search(question, k=k, reader=pinned)
+    return agent(pack, profile, use_llm=False, **options).search(
+        question, k=k, reader=pinned, tokens=tokens
+    )
 
 
 def _warm_search(reader: PackReader) -> None:

@@ -19,14 +19,15 @@ from pathlib import Path
 from kpack.gate import GateThreshold
 from kpack.graph_evidence import GraphChoice
 from kpack.llm import ClaudeClient, LLMError
+from retrieval.gate import ConfidenceGate
 from retrieval.profiles import Plan, plan
-from retrieval.query import Query, check_k, clean_question, run
+from retrieval.query import Query, check_k, check_tokens, clean_question, run
 from retrieval.reader import PackReader
 from retrieval.registry import reading, resolve_folder
 from retrieval.results import QueryResult, SearchResults, query_result, search_results
 from retrieval.synthesis import answer_without_pack, api_failure_note
 
-SEARCH_PHASES = ("retrieve", "rank")
+SEARCH_PHASES = ("retrieve", "gate", "rank")
 
 
 class KnowledgeGraphAgent:
@@ -137,13 +138,25 @@ class KnowledgeGraphAgent:
             query.finish_answer()
             return query_result(query, self._usage_since(usage_before))
 
-    def search(self, question: str, k: int = 5, reader: PackReader | None = None) -> SearchResults:
+    def search(
+        self,
+        question: str,
+        k: int = 5,
+        reader: PackReader | None = None,
+        tokens: int | None = None,
+    ) -> SearchResults:
         """The k best passages: the profile's retrieval and ranking stages only (from
-        ``reader``'s version when given, as :meth:`query`)."""
+        ``reader``'s version when given, as :meth:`query`); with ``tokens``, those of them
+        that fit in that many tokens, each whole (retrieval.results.within_budget)."""
         with reading(reader or self.source) as reader:
             query = self._new_query(reader, question, k)
-            stages = [s for s in self._plan(reader).stages if s.phase in SEARCH_PHASES]
-            return search_results(run(query, stages))
+            # The gate only says whether it would refuse: a search keeps its passages.
+            stages = [
+                ConfidenceGate(refuse=False) if s.phase == "gate" else s
+                for s in self._plan(reader).stages
+                if s.phase in SEARCH_PHASES
+            ]
+            return search_results(run(query, stages), check_tokens(tokens))
 
     def answer_without_pack(self, question: str) -> QueryResult:
         """Claude's answer with no pack content (what the pack adds is measured against it);

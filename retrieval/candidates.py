@@ -40,6 +40,7 @@ def passage(
         text=reader.chunk_text.get(passage_id, ""),
         pagerank=article.pagerank,
         found_by=phrasing,
+        anchor=section.anchor,
     )
 
 

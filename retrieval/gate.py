@@ -48,6 +48,11 @@ def searched_words(query: Query) -> str:
 class ConfidenceGate:
     name, phase, toggle = "gate", "gate", None
 
+    def __init__(self, refuse: bool = True) -> None:
+        # False: the verdict is only recorded (notes["gate"]), as a search does: it keeps its
+        # passages and says whether a query would be refused.
+        self.refuse = refuse
+
     def __call__(self, query: Query) -> None:
         threshold = query.settings.context_confidence_threshold
         source = f" ({query.gate.source})" if query.gate else ""
@@ -91,8 +96,9 @@ class ConfidenceGate:
         if gated:
             self._refuse(query, why)
 
-    @staticmethod
-    def _refuse(query: Query, why: str) -> None:
+    def _refuse(self, query: Query, why: str) -> None:
+        if not self.refuse:
+            return
         query.drop(list(query.candidates), "confidence gate")
         for candidate in query.considered:
             candidate.reasons.append(f"gate: {why}")

@@ -81,6 +81,7 @@ class MultiDocSynthesizer:
                     float(similarities[position]),
                     article.pagerank,
                     via,
+                    anchor=section.anchor,
                 )
             )
         return chosen

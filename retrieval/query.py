@@ -10,7 +10,7 @@ A stage is any callable ``stage(query) -> None`` with three attributes:
 
 - ``name``: its key in ``timings_ms``;
 - ``phase``: ``retrieve``, ``gate``, ``rank``, ``context`` or ``answer``. ``search`` runs the
-  retrieve and rank stages only; after the confidence gate fired only ``answer`` stages run;
+  retrieve, gate (refusing nothing) and rank stages only; after the confidence gate fired only ``answer`` stages run;
 - ``toggle``: the ``kg_config.json`` switch (``enable_reranker`` ...) that removes it from a
   profile or adds it to one, or None for the stages every profile needs.
 """
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 
+from kpack.contracts import section_url
 from kpack.errors import PackError
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ MAX_K = 1000  # passages one call may ask for
 # lists every candidate), and a request holds one of the server's retrieval threads meanwhile;
 # 50 passages is more than a reader or a model reads.
 MAX_SERVED_K = 50
+MAX_TOKENS = 100_000  # a search's token budget: more than any model's context needs
 # Lone surrogates: what Python makes of bytes that are not UTF-8 in argv or a decoded file.
 SURROGATES = re.compile("[\ud800-\udfff]")
 GATED = "confidence_gated_fallback"
@@ -101,6 +103,12 @@ class ContextSection:
     pagerank: float
     via: str  # retrieved | linked | passage
     quality: float | None = None
+    anchor: str | None = None  # the section's place in its page (kpack.contracts.section_url)
+
+    @property
+    def url(self) -> str:
+        """The section's deep link: its page's URL and the section's anchor."""
+        return section_url(self.article_url, self.anchor)
 
 
 @dataclass
@@ -125,6 +133,14 @@ class Candidate:
     dropped: str | None = None  # why a later stage removed it
     rank: int | None = None  # its place among the passages kept (top_k), from 1
     reasons: list[str] = field(default_factory=list)  # each stage's word on its rank
+    anchor: str | None = None  # its section's place in its page (kpack.contracts.section_url)
+    # How sure the search is of it, comparable across questions and packs (retrieval.confidence)
+    confidence: float | None = None
+
+    @property
+    def url(self) -> str:
+        """The passage's deep link: its page's URL and its section's anchor."""
+        return section_url(self.article_url, self.anchor)
 
     @property
     def relevance(self) -> float:
@@ -147,6 +163,7 @@ class Candidate:
             self.similarity or 0.0,
             self.pagerank,
             "passage",
+            anchor=self.anchor,
         )
 
     def trace(self) -> dict:
@@ -154,6 +171,7 @@ class Candidate:
         row = {name: getattr(self, name) for name in TRACED_FIELDS}
         row["text"] = self.text[:200]
         row["why"] = "; ".join(self.reasons)
+        row["url"] = self.url
         return row
 
 
@@ -295,6 +313,17 @@ def clean_question(question: object) -> str:
             f"the limit is {MAX_QUESTION_CHARS:,}"
         )
     return " ".join(question.split())
+
+
+def check_tokens(tokens: object) -> int | None:
+    """A search's token budget: None (no budget) or a whole number from 1 to MAX_TOKENS."""
+    if tokens is None:
+        return None
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or not 1 <= tokens <= MAX_TOKENS:
+        raise QuestionError(
+            f"tokens (--tokens) must be a whole number from 1 to {MAX_TOKENS:,}; got {tokens!r}"
+        )
+    return tokens
 
 
 def check_k(k: object) -> int:

@@ -77,6 +77,7 @@ class SectionInfo:
     title: str
     content: str
     word_count: int
+    anchor: str | None = None  # its deep link's fragment (None: a version built without)
 
 
 def reader_threads() -> int:

@@ -19,7 +19,9 @@ import time
 from html import escape
 from typing import TYPE_CHECKING, Literal
 
+from kpack.ingest.word_pieces import estimate_tokens
 from retrieval.citations import CITATION
+from retrieval.confidence import gate_verdict, rate_passages
 from retrieval.query import Query
 
 if TYPE_CHECKING:
@@ -167,6 +169,7 @@ class SearchResults(list):
     """The passages of a search, best first: a list of dicts, which also renders in Jupyter."""
 
     version: int | None = None  # the pack version whose reader answered
+    gate: dict | None = None  # whether the gate would refuse the question (retrieval.confidence)
 
     def _repr_html_(self) -> str:
         rows = [
@@ -175,13 +178,14 @@ class SearchResults(list):
                 escape(hit["title"]),
                 escape(hit["heading"]),
                 _number(hit.get("score")),
+                _number(hit.get("confidence")),
                 _number(hit.get("similarity")),
                 _link(hit["url"], hit["url"]),
                 escape(" ".join(hit["text"].split())[:300]),
             ]
             for rank, hit in enumerate(self, start=1)
         ]
-        headers = ["#", "title", "section", "score", "similarity", "url", "text"]
+        headers = ["#", "title", "section", "score", "confidence", "similarity", "url", "text"]
         return f"<div class='kpack-search-results'>{_html_table(headers, rows)}</div>"
 
     def _repr_markdown_(self) -> str:
@@ -250,9 +254,9 @@ def query_result(query: Query, token_usage: dict[str, int]) -> QueryResult:
         # Only what the answer cites; the whole context is in the trace.
         citations=list(
             {
-                (s.title, s.article_url, s.heading): {
+                (s.title, s.url, s.heading): {
                     "title": s.title,
-                    "url": s.article_url,
+                    "url": s.url,
                     "section": s.heading,
                 }
                 for s in query.cited
@@ -268,19 +272,50 @@ def query_result(query: Query, token_usage: dict[str, int]) -> QueryResult:
     return result
 
 
-def search_results(query: Query) -> SearchResults:
-    found = SearchResults(
+def search_results(query: Query, tokens: int | None = None) -> SearchResults:
+    """The ranked passages of a search, each with its deep link, its confidence and a score
+    that never rises down the ranking (retrieval.confidence), and the gate's verdict on the
+    question. With ``tokens``, whole passages up to that budget (:func:`within_budget`)."""
+    scores = rate_passages(query)
+    hits = [
         {
             "title": c.title,
-            "url": c.article_url,
+            "url": c.url,
             "heading": c.heading,
             "text": c.text,
-            # What ordered the passages: the GraphReranker's blend when it ran, else relevance.
-            "score": c.combined if c.combined is not None else c.relevance,
+            "score": score,
+            "confidence": c.confidence,
             **{name: getattr(c, name) for name in SEARCH_FIELDS},
             "why": "; ".join(c.reasons),
         }
-        for c in query.candidates
-    )
+        for c, score in zip(query.candidates, scores, strict=True)
+    ]
+    if tokens is not None:
+        hits = within_budget(query, hits, tokens)
+    found = SearchResults(hits)
     found.version = query.reader.version
+    found.gate = gate_verdict(query)
     return found
+
+
+def within_budget(query: Query, hits: list[dict], tokens: int) -> list[dict]:
+    """The hits, best first, as whole passages while they fit in ``tokens`` (estimated from
+    their words, kpack.ingest.word_pieces.estimate_tokens): each passage's whole section when
+    it fits (its code verbatim, newlines kept), else the passage alone; one that does not fit
+    is left out and a smaller one after it may still fit. Each hit says how many tokens it takes."""
+    kept: list[dict] = []
+    sections: set[str] = set()
+    left = tokens
+    for hit, candidate in zip(hits, query.candidates, strict=True):
+        if candidate.section_id in sections:
+            continue  # already given whole
+        section = query.reader.sections.get(candidate.section_id)
+        for text, whole in ((section.content if section else "", True), (hit["text"], False)):
+            size = estimate_tokens(text)
+            if text and size <= left:
+                kept.append({**hit, "text": text, "tokens": size, "whole_section": whole})
+                left -= size
+                if whole:
+                    sections.add(candidate.section_id)
+                break
+    return kept

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kpack import settings
-from kpack.config import PROFILE_NAMES
+from kpack.config import PROFILE_NAMES, pack_description
 from kpack.packs import (
     WEB,
     PackError,
@@ -29,6 +29,20 @@ from kpack.packs import (
 # Every profile, as a type the request models and tool signatures check (and the OpenAPI
 # schema lists); Literal takes the tuple's names as its values.
 ProfileName = Literal[PROFILE_NAMES]
+
+
+# Passages a search returns when the client names no k: a few to read, more to fill a budget
+# of tokens from (the budget, not k, then decides how many come back).
+DEFAULT_K = 5
+DEFAULT_BUDGET_K = 20
+
+
+def served_k(k: int | None, tokens: int | None) -> int:
+    """The k of a served search: the client's, else DEFAULT_K, or DEFAULT_BUDGET_K with a
+    token budget."""
+    if k is not None:
+        return k
+    return DEFAULT_K if tokens is None else DEFAULT_BUDGET_K
 
 
 def packs_root(root: Path | None = None) -> Path:
@@ -44,6 +58,12 @@ def pack_folder(name: str, root: Path) -> Path:
     if not (folder / "urls.txt").is_file():
         raise PackError(f"unknown pack {name!r}: the pack list names the packs served here")
     return folder
+
+
+def version_of(folder: Path) -> int | None:
+    """The number of the pack's published version; None before its first build."""
+    version = current_version(folder)
+    return int(version.name[1:]) if version is not None else None
 
 
 def _published(folder: Path) -> tuple[Path | None, dict | None, str | None]:
@@ -64,6 +84,9 @@ def summary(name: str, root: Path) -> dict[str, Any]:
     # "web": building the pack fetches its pages from the internet (kpack.packs.sources_location)
     sources = sources_location(folder)
     row: dict[str, Any] = {"name": name, "published": manifest is not None, "sources": sources}
+    description = pack_description(folder, manifest)
+    if description:
+        row["description"] = description
     if error:
         row["error"] = error
     if manifest is None:

@@ -5,7 +5,9 @@
     GET  /packs/{name}              one pack: figures, the whole manifest, skill.md
     POST /packs/{name}/query        {"question": ...} -> the `kpack query --json` response;
                                     with "stream": true, server-sent events (serving.streaming)
-    POST /packs/{name}/search       {"question": ..., "k": 5} -> ranked passages
+    POST /packs/{name}/search       {"question": ..., "k": 5, "tokens": 2000} -> ranked passages
+                                    (deep links, confidence, the gate's verdict)
+    GET  /packs/{name}/search?q=... the same search as a link
     GET  /openapi.json, /docs       the schema and its browsable page (Swagger UI, served
                                     offline: no CDN)
 
@@ -37,9 +39,9 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import Response
 from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Field
@@ -48,11 +50,11 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 import retrieval
 from kpack.llm import API_KEY_ENV
 from kpack.packs import PackError
-from retrieval.query import MAX_QUESTION_CHARS, MAX_SERVED_K, clean_question
+from retrieval.query import MAX_QUESTION_CHARS, MAX_SERVED_K, MAX_TOKENS, clean_question
 from retrieval.registry import open_versions_in_background
 from serving import catalog
 from serving.auth import bearer_check
-from serving.catalog import ProfileName
+from serving.catalog import ProfileName, served_k
 from serving.errors import install_error_handlers
 from serving.health import PackHealth
 from serving.middleware import LOOPBACK_HOSTS, BodyLimit, ServerTiming
@@ -84,9 +86,14 @@ class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     question: str = Field(description=f"the question, 1 to {MAX_QUESTION_CHARS:,} characters")
-    k: int = Field(5, ge=1, le=MAX_SERVED_K, description="how many passages")
+    k: int | None = Field(
+        None, ge=1, le=MAX_SERVED_K, description="how many passages (5; 20 with tokens)"
+    )
     profile: ProfileName | None = Field(
         None, description="query profile; the pack's default if unset"
+    )
+    tokens: int | None = Field(
+        None, ge=1, le=MAX_TOKENS, description="whole passages, best first, up to this budget"
     )
 
 
@@ -168,10 +175,24 @@ def create_app(
     @app.post("/packs/{name}/search", **protected)
     async def search(name: str, body: SearchRequest) -> Response:
         def hits(folder: Path, question: str) -> dict[str, Any]:
-            found = retrieval.search(folder, question, k=body.k, profile=body.profile)
-            return {"pack": name, "version": found.version, "results": found}
+            k = served_k(body.k, body.tokens)
+            found = retrieval.search(
+                folder, question, k=k, profile=body.profile, tokens=body.tokens
+            )
+            return {"pack": name, "version": found.version, "gate": found.gate, "results": found}
 
         return await _answer(pool, root, health, name, body.question, hits)
+
+    @app.get("/packs/{name}/search", **protected)
+    async def search_by_link(
+        name: str,
+        q: Annotated[str, Query(description="the question")] = "",
+        k: Annotated[int | None, Query(ge=1, le=MAX_SERVED_K)] = None,
+        profile: ProfileName | None = None,
+        tokens: Annotated[int | None, Query(ge=1, le=MAX_TOKENS)] = None,
+    ) -> Response:
+        """The POST search as a link: ``?q=...&k=...&tokens=...``."""
+        return await search(name, SearchRequest(question=q, k=k, profile=profile, tokens=tokens))
 
     @app.post(
         "/packs/{name}/query",

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import AsyncIterable, AsyncIterator, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from io import TextIOWrapper
 from pathlib import Path
@@ -47,11 +47,12 @@ from mcp.types import Resource
 from pydantic import Field, ValidationError
 
 import retrieval
+from kpack import version
 from kpack.packs import PackError
-from retrieval.query import MAX_QUESTION_CHARS, MAX_SERVED_K, clean_question
+from retrieval.query import MAX_QUESTION_CHARS, MAX_SERVED_K, MAX_TOKENS, clean_question
 from retrieval.registry import open_versions_in_background
 from serving import catalog
-from serving.catalog import ProfileName
+from serving.catalog import ProfileName, served_k
 from serving.health import PackHealth
 
 SKILL_URI = "kpack://packs/{name}/skill.md"
@@ -66,14 +67,26 @@ Question = Annotated[
     str, Field(description=f"the question, at most {MAX_QUESTION_CHARS:,} characters")
 ]
 PackName = Annotated[str, Field(description="the pack's name, as list_packs gives it")]
-K = Annotated[int, Field(ge=1, le=MAX_SERVED_K, description="how many passages")]
+K = Annotated[
+    int, Field(ge=1, le=MAX_SERVED_K, description="how many passages (5; 20 with tokens)")
+]
+Tokens = Annotated[
+    int,
+    Field(
+        ge=1,
+        le=MAX_TOKENS,
+        description="a budget: whole passages, best first, up to this many tokens",
+    ),
+]
 
 
 class PacksServer(MCPServer):
     """MCPServer whose resource list is the packs published now, not those at start-up."""
 
     def __init__(self, root: Path) -> None:
-        super().__init__(name="kpack", instructions=INSTRUCTIONS, log_level="WARNING")
+        super().__init__(
+            name="kpack", version=version(), instructions=INSTRUCTIONS, log_level="WARNING"
+        )
         self.root = root
 
     async def list_resources(self) -> list[Resource]:
@@ -152,18 +165,27 @@ class CheckedLines:
             await self.replies.send(SessionMessage(error))
 
 
+def one_line(text: str | None) -> str:
+    """A docstring as a tool's description: one line, single spaces (a docstring's indentation
+    would reach the model as runs of spaces)."""
+    return " ".join((text or "").split())
+
+
 def create_server(packs_dir: Path | None = None) -> PacksServer:
     root = catalog.packs_root(packs_dir)
     server = PacksServer(root)
     health = PackHealth()
 
-    @server.tool()
+    def tool(function: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+        return server.tool(description=one_line(function.__doc__))(function)
+
+    @tool
     def list_packs() -> dict[str, Any]:
         """List every knowledge pack: name, whether it is published, version, build time,
         article/section/chunk counts and embedding model."""
         return {"packs": health.summaries(root)}
 
-    @server.tool()
+    @tool
     def pack_info(pack: PackName) -> dict[str, Any]:
         """Describe one pack: version, build time, counts, sources, embedding model, and the
         URI of its skill.md resource."""
@@ -183,31 +205,39 @@ def create_server(packs_dir: Path | None = None) -> PacksServer:
             }
         return row
 
-    @server.tool()
-    def search_pack(pack: PackName, question: Question, k: K = 5) -> dict[str, Any]:
-        """Ranked passages of a pack for a question (vector search fused with BM25 and the
-        pack's entity graph): title, heading, URL, text and score of each. Answer from them and cite
-        them as [Source: title]."""
+    @tool
+    def search_pack(
+        pack: PackName, question: Question, k: K | None = None, tokens: Tokens | None = None
+    ) -> dict[str, Any]:
+        """Ranked passages of a pack for a question: title, heading, deep link (url), text,
+        confidence and score of each, and whether the confidence gate would refuse the
+        question. Give tokens for context: whole passages (code verbatim) up to that many
+        tokens. Answer from them and cite them as [Source: title]."""
         with _tool_errors():
             folder = catalog.pack_folder(pack, root)
             with _pack_failures(health, pack, folder):
-                hits = retrieval.search(folder, clean_question(question), k=k)
+                hits = retrieval.search(
+                    folder, clean_question(question), k=served_k(k, tokens), tokens=tokens
+                )
         return {
             "pack": pack,
             "version": hits.version,  # the version that answered, whatever is current now
+            "gate": hits.gate,
             "results": [
                 {
                     "title": h["title"],
                     "heading": h["heading"],
                     "url": h["url"],
                     "score": h["score"],
+                    "confidence": h["confidence"],
                     "text": h["text"],
+                    **({"tokens": h["tokens"]} if tokens is not None else {}),
                 }
                 for h in hits
             ],
         }
 
-    @server.tool()
+    @tool
     def query_pack(
         pack: PackName,
         question: Question,

@@ -51,7 +51,7 @@ def deleted(result) -> list[str]:
 
 
 def test_sensor_adds_partitions_and_builds_a_pack_whose_sources_change(workspace):
-    folder = write_pack(workspace, "alpha", ["https://example.org/a"])
+    folder = write_pack(workspace, "alpha", ["file:pages/a"])
     instance = DagsterInstance.ephemeral()
 
     first = tick(instance)
@@ -61,14 +61,14 @@ def test_sensor_adds_partitions_and_builds_a_pack_whose_sources_change(workspace
     quiet = tick(instance, first.cursor)
     assert quiet.run_requests == [] and added(quiet) == []
 
-    (folder / "urls.txt").write_text("https://example.org/a\nhttps://example.org/b\n")
+    (folder / "urls.txt").write_text("file:pages/a\nfile:pages/b\n")
     changed = tick(instance, quiet.cursor)
     assert [r.partition_key for r in changed.run_requests] == ["alpha"]
     run_key = changed.run_requests[0].run_key
     assert run_key.startswith("alpha:")
 
     (folder / "kg_config.json").write_text(json.dumps({"chunk_tokens": 300}))
-    write_pack(workspace, "beta", ["https://example.org/c"])
+    write_pack(workspace, "beta", ["file:pages/c"])
     again = tick(instance, changed.cursor)
     assert [r.partition_key for r in again.run_requests] == ["alpha"]
     assert again.run_requests[0].run_key != run_key  # a new fingerprint, a new run
@@ -76,8 +76,22 @@ def test_sensor_adds_partitions_and_builds_a_pack_whose_sources_change(workspace
     assert pack_sources_sensor.default_status == DefaultSensorStatus.RUNNING
 
 
+def test_a_pack_whose_pages_are_on_the_web_joins_the_ui_once_built(workspace):
+    """ "Materialize all" in the UI builds every partition: on a fresh clone, the web-only
+    example packs would fail offline, so they become partitions once built (kpack build)."""
+    write_pack(workspace, "local", ["file:pages/a.md"])
+    web = write_pack(workspace, "web", ["https://docs.example.org/a"])
+    instance = DagsterInstance.ephemeral()
+    first = tick(instance)
+    assert added(first) == ["local"]
+    instance.add_dynamic_partitions(packs_partitions.name, added(first))
+    (web / ".versions" / "v0001").mkdir(parents=True)
+    (web / ".versions" / "current").symlink_to("v0001")
+    assert added(tick(instance, first.cursor)) == ["web"]
+
+
 def test_sensor_ignores_schedule_query_and_comment_only_edits(workspace):
-    folder = write_pack(workspace, "alpha", ["https://example.org/a"], {"chunk_tokens": 200})
+    folder = write_pack(workspace, "alpha", ["file:pages/a"], {"chunk_tokens": 200})
     instance = DagsterInstance.ephemeral()
     first = tick(instance)
     instance.add_dynamic_partitions(packs_partitions.name, added(first))
@@ -102,8 +116,8 @@ def test_sensor_ignores_schedule_query_and_comment_only_edits(workspace):
 def test_sensor_removes_the_partition_of_a_deleted_pack_folder(workspace):
     import shutil
 
-    folder = write_pack(workspace, "gone", ["https://example.org/a"])
-    write_pack(workspace, "kept", ["https://example.org/b"])
+    folder = write_pack(workspace, "gone", ["file:pages/a"])
+    write_pack(workspace, "kept", ["file:pages/b"])
     instance = DagsterInstance.ephemeral()
     first = tick(instance)
     instance.add_dynamic_partitions(packs_partitions.name, added(first))

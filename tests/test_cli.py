@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from cli.main import main
+from kpack.config import PROFILE_NAMES
 from tests.conftest import write_pack
 
 
@@ -48,6 +49,42 @@ def test_new_creates_urls_txt_and_skips_invalid_urls(workspace, capsys):
     assert "skipped --url 'docs.example.org/b': not a URL" in err
     assert "skipped --url 'ftp://example.org/c': unsupported scheme 'ftp'" in err
     assert "line" not in err
+
+
+ALLOW_PRIVATE = '{"fetch": {"allow_private_hosts": true}}'
+
+
+def test_new_warns_that_a_loopback_or_private_url_needs_a_setting(workspace, capsys):
+    code, out, err = run(
+        capsys,
+        "new",
+        "intranet",
+        "--url",
+        "http://127.0.0.1:8000/docs/",
+        "--url",
+        "http://localhost/wiki/",
+        "--url",
+        "http://10.1.2.3/manual.html",
+        "--url",
+        "https://docs.example.org/a",
+    )
+    assert code == 0 and "4 URLs" in out
+    assert "warning: 127.0.0.1, localhost, 10.1.2.3: not a public host" in err
+    assert ALLOW_PRIVATE in err
+    code, out, err = run(capsys, "new", "public", "--url", "https://docs.example.org/a")
+    assert code == 0 and "warning" not in err
+
+
+def test_a_build_whose_urls_all_fail_alike_says_the_error_once_with_the_setting(
+    workspace, capsys, site
+):
+    urls = [site.url(f"/docs/page-{n}.html") for n in range(6)]
+    assert run(capsys, "new", "loopback", *[f"--url={u}" for u in urls])[0] == 0
+    code, _, err = run(capsys, "build", "loopback", "--no-progress")
+    assert code == 1
+    assert err.count("not globally routable") == 1, err
+    assert ALLOW_PRIVATE in err
+    assert "failed 6 URLs: the error above" in err and all(url in err for url in urls)
 
 
 def test_new_reads_a_urls_file(workspace, capsys, tmp_path):
@@ -196,6 +233,34 @@ def test_list_shows_packs_that_were_never_built(workspace, capsys):
     assert " ".join(out.split()).count("never built") == 2
 
 
+def test_list_shows_each_packs_own_description(workspace, capsys):
+    write_pack(
+        workspace, "widgets", ["https://docs.example.org/a"], {"description": "Widget\n docs"}
+    )
+    write_pack(workspace, "gadgets", ["https://docs.example.org/b"])
+    code, out, _ = run(capsys, "list")
+    assert code == 0
+    assert "widgets: Widget docs" in out and "gadgets:" not in out
+
+
+def test_the_readme_and_the_help_name_every_profile(capsys):
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    for command in ("search", "query"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        help_text = " ".join(capsys.readouterr().out.split())
+        profile_help = help_text[help_text.index("--profile") :]
+        assert all(f"`{name}`" in readme for name in PROFILE_NAMES)
+        assert all(f"{name}," in profile_help for name in PROFILE_NAMES), profile_help
+
+
+def test_new_explains_its_arguments(capsys):
+    with pytest.raises(SystemExit):
+        main(["new", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "the pack's name" in help_text and "one URL a line" in help_text
+
+
 def test_list_with_no_packs(workspace, capsys):
     code, out, _ = run(capsys, "list")
     assert code == 0
@@ -247,6 +312,14 @@ def test_query_explain_is_readable_at_80_columns(built, monkeypatch):
     rows = lines[at + 2 : end]
     scores = [word for row in rows for word in row.split() if re.fullmatch(r"[-\d.]+", word)]
     assert scores and all(re.fullmatch(r"-?\d+\.\d{3}", word) for word in scores), rows
+    # A passage is one row: its section's heading, never its title wrapped over lines.
+    assert all(re.search(r"\d\.\d{3}", row) for row in rows if row.strip()), rows
+    assert any(row.split()[:2] == ["Environment", "variables"] for row in rows), rows
+    # Its sources: a URL whole, on the line of its section when that fits 80 columns.
+    sources = lines[lines.index("Sources") + 1 : at]
+    assert all(
+        re.search(r"http://127\.0\.0\.1:\d+/\S+", line) for line in sources if "http" in line
+    )
 
 
 def test_eval_without_questions_shows_the_format_and_the_offline_start(workspace, capsys):
@@ -289,6 +362,7 @@ def publish_fake_version(workspace: Path, name: str, **manifest) -> int:
                     "failed": 1,
                     "not_modified": 0,
                     "removed": 3,
+                    "changed_urls": ["https://docs.example.org/a"],
                 },
                 "extraction": {
                     "method": "claude:claude-haiku-4-5",
@@ -333,6 +407,7 @@ def test_status_shows_freshness_changes_failures_and_schedule(workspace, capsys)
     assert "version v0002" in text and "previous kept version v0001" in text
     assert "(2h 0m ago)" in text
     assert "0 / 1 / 0 / 3" in text  # new / changed / unchanged / removed
+    assert "changed pages (1): https://docs.example.org/a" in text  # which page changed
     assert "pages answered 304 Not Modified 0" in text
     assert "failed URLs 1" in text and "HTTP 404 Not Found" in err
     assert "4 / 400+80 / $0.0008" in text

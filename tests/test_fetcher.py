@@ -386,8 +386,8 @@ def test_an_address_that_is_not_globally_routable_is_refused(fetcher, site, monk
     strict = FetchConfig(timeout_s=1.0, retries=0)
     response = fetch_one(fetcher, f"http://sneaky.test:{port}/docs/sneaky.html", strict)
     assert response.error == (
-        f"refusing address {address} of 'sneaky.test': not globally routable "
-        "(set fetch.allow_private_hosts in kg_config.json to allow it)"
+        f"refusing address {address} of 'sneaky.test': not globally routable (to allow it, "
+        'kg_config.json: {"fetch": {"allow_private_hosts": true}})'
     )
     assert "/docs/sneaky.html" not in site.hits
 

@@ -35,6 +35,12 @@ def test_dagster_yaml_is_written_upgraded_and_never_overwritten_when_the_user_wr
     assert (home / "dagster.yaml").read_text() == mine
 
 
+def test_the_ui_of_a_fresh_instance_opens_without_the_community_pop_up(tmp_path: Path):
+    home = ensure_dagster_home(tmp_path / "home")
+    with DagsterInstance.from_config(str(home)) as instance:
+        assert instance.nux_enabled is False
+
+
 def test_a_build_is_recorded_in_the_pooled_event_log_without_debug_rows(workspace: Path, site):
     home = ensure_dagster_home(workspace / "dagster_home")
     write_pack(workspace, "recorded", [site.url("/docs/guide.html")], {"fetch": TEST_FETCH})

@@ -12,6 +12,7 @@ import anyio
 import pytest
 from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
 
+import kpack
 import retrieval
 from kpack.config import PROFILE_NAMES
 from tests.conftest import TEST_FETCH, build, write_pack
@@ -19,12 +20,14 @@ from tests.conftest import TEST_FETCH, build, write_pack
 PAGES = ["/docs/index.html", "/docs/guide.html", "/docs/readme.md"]
 QUESTION = "Which environment variable sets where the sprocket cache lives?"
 TOOLS = {"list_packs", "pack_info", "search_pack", "query_pack"}
+DESCRIPTION = "The widget toolkit's guides: installing it, its sprocket cache, releases."
 
 
 @pytest.fixture(scope="module")
 def packs(site, tmp_path_factory) -> Path:
     workspace = tmp_path_factory.mktemp("mcp")
-    write_pack(workspace, "widgets", [site.url(p) for p in PAGES], {"fetch": TEST_FETCH})
+    config = {"fetch": TEST_FETCH, "description": DESCRIPTION}
+    write_pack(workspace, "widgets", [site.url(p) for p in PAGES], config)
     write_pack(workspace, "unbuilt", [site.url("/docs/index.html")])
     assert build(workspace, "widgets").published
     return workspace / "packs"
@@ -65,11 +68,18 @@ def test_mcp_server_over_stdio(packs):
             assert init.server_info.name == "kpack" and "search_pack" in init.instructions
             tools = {tool.name: tool for tool in (await client.list_tools()).tools}
             assert set(tools) == TOOLS
-            assert {"pack", "question", "k"} == set(tools["search_pack"].input_schema["properties"])
+            assert {"pack", "question", "k", "tokens"} == set(
+                tools["search_pack"].input_schema["properties"]
+            )
+            # Descriptions a model reads as they are, and a server that says which it is.
+            assert all("  " not in tool.description for tool in tools.values())
+            assert init.server_info.version == kpack.version() != ""
 
             listed = payload(await client.call_tool("list_packs", {}))
             by_name = {p["name"]: p for p in listed["packs"]}
             assert by_name["widgets"]["published"] and not by_name["unbuilt"]["published"]
+            assert by_name["widgets"]["description"] == DESCRIPTION
+            assert "description" not in by_name["unbuilt"]
 
             info = payload(await client.call_tool("pack_info", {"pack": "widgets"}))
             assert info["version"] == 1 and info["counts"]["Article"] == 3
@@ -82,6 +92,12 @@ def test_mcp_server_over_stdio(packs):
             )
             assert len(hits["results"]) == 3
             assert hits["results"][0]["text"] and hits["results"][0]["url"].startswith("http")
+            scores = [hit["score"] for hit in hits["results"]]
+            assert scores == sorted(scores, reverse=True) and scores[0] < 1.0
+            assert hits["gate"]["refused"] is False and hits["results"][0]["confidence"] > 0.5
+            budget = {"pack": "widgets", "question": QUESTION, "tokens": 150}
+            context = payload(await client.call_tool("search_pack", budget))
+            assert sum(hit["tokens"] for hit in context["results"]) <= 150
 
             answer = payload(
                 await client.call_tool("query_pack", {"pack": "widgets", "question": QUESTION})
@@ -117,6 +133,7 @@ def test_mcp_server_over_stdio(packs):
             assert resources == ["kpack://packs/widgets/skill.md"]
             skill = (await client.read_resource("kpack://packs/widgets/skill.md")).contents[0]
             assert skill.text.startswith("---\nname: widgets-pack")
+            assert f"\n{DESCRIPTION}\n" in skill.text
             assert "claude mcp add kpack -- kpack mcp" in skill.text
             with pytest.raises(MCPError, match="unknown pack 'nope'"):
                 await client.read_resource("kpack://packs/nope/skill.md")

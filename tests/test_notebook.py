@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import nbformat
 import pytest
@@ -77,7 +78,9 @@ def test_the_query_renders_clickable_citations_and_the_trace(
     html = output["data"]["text/html"]
     links = CITATION_LINK.findall(html)
     assert links, html[:2000]
-    assert {Path(url).name for url, _ in links} <= set(PAGES)
+    assert {Path(urlsplit(url).path).name for url, _ in links} <= set(PAGES)
+    # Each citation links to its section: the slug of its Markdown heading.
+    assert all(urlsplit(url).fragment for url, _ in links), links
     assert "Pack Layout" in {title for _, title in links}
     trace = html.split("<b>Trace</b>", 1)[1]
     assert "<th style='text-align:left'>why</th>" in trace
@@ -100,3 +103,13 @@ def test_every_cell_runs_quietly_and_the_evaluation_plots_inline(
     assert "image/png" in plot["data"]
     (search,) = outputs_of(notebook, "retrieval.search(")
     assert "kpack-search-results" in search["data"]["text/html"]
+
+
+def test_the_stored_notebook_shows_no_machines_own_paths():
+    """docs/notebook.md and the stored outputs of docs/notebook.ipynb name the project's place
+    (`make notebook` writes /path/to/knowledge-packs), never the folders of the machine that
+    ran it."""
+    machine = re.compile(r"file://(?!/path/to/knowledge-packs/)|/(?:home|root|work|Users)/")
+    for name in ("notebook.md", "notebook.ipynb"):
+        text = (ROOT / "docs" / name).read_text()
+        assert str(ROOT) not in text and not machine.search(text), (name, machine.search(text))

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urldefrag
 
 import numpy as np
 import pytest
@@ -189,7 +190,7 @@ def _as_candidate(hit: dict) -> Candidate:
     return Candidate(
         hit["passage_id"],
         section_of_chunk(hit["passage_id"]),
-        hit["url"],
+        urldefrag(hit["url"]).url,  # the page: a hit's url is its section's deep link
         hit["title"],
         hit["heading"],
         hit["text"],

@@ -152,6 +152,19 @@ def test_search_returns_the_ranked_passages(api, root):
     local = retrieval.search(root / "packs" / "widgets", QUESTION, k=3)
     assert body["results"] == json.loads(json.dumps(local))
     assert len(body["results"]) == 3 and body["results"][0]["title"] == "User Guide"
+    assert body["gate"] == local.gate and not body["gate"]["refused"]
+
+
+def test_a_search_is_also_a_link_and_takes_a_token_budget(api, root):
+    linked = api.get("/packs/widgets/search", params={"q": QUESTION, "k": 3})
+    assert linked.status_code == 200, linked.text
+    posted = api.post("/packs/widgets/search", json={"question": QUESTION, "k": 3})
+    assert linked.json() == posted.json()
+    assert api.get("/packs/widgets/search", params={"q": " "}).status_code == 422
+    budget = api.post("/packs/widgets/search", json={"question": QUESTION, "tokens": 150}).json()
+    assert budget["results"] and sum(hit["tokens"] for hit in budget["results"]) <= 150
+    off = api.get("/packs/widgets/search", params={"q": OUT_OF_DOMAIN}).json()
+    assert off["gate"]["refused"] and off["results"][0]["confidence"] < 0.5
 
 
 @pytest.mark.parametrize("profile", PROFILE_NAMES)

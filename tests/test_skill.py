@@ -6,6 +6,7 @@ import json
 
 import yaml
 
+from kpack.skill import SkillInputs, skill_markdown
 from tests.conftest import build, write_pack
 
 # Every page of a Python pack says these, in prose and in code.
@@ -50,3 +51,23 @@ def test_skill_topics_are_distinctive_headings_not_common_words(workspace):
         assert word not in topics and word not in terms, (word, topics, terms)
     assert "Examples" not in listed.split("\n\n")[0].split(", ")
     assert json.loads(skill.splitlines()[2].removeprefix("description: ")) == front["description"]
+
+
+def test_a_packs_own_description_leads_its_skill():
+    manifest = {
+        "name": "widgets",
+        "version": 1,
+        "built_at": "2026-11-28T00:00:00+00:00",
+        "counts": {"Article": 3, "Section": 9, "Chunk": 12, "Entity": 4, "Fact": 0},
+        "sources": {"ok": 3},
+        "embedding": {"model": "all-MiniLM-L6-v2", "dimension": 384},
+        "config": {"description": "Widget toolkit guides: install, cache, releases"},
+    }
+    inputs = SkillInputs([("Guide", "https://docs.example.org/guide")], ["Setup"], ["cache"])
+    skill = skill_markdown(manifest, inputs)
+    front = yaml.safe_load(skill.split("---\n")[1])
+    assert front["description"].startswith("Widget toolkit guides: install, cache, releases. ")
+    assert "Use for questions on" not in front["description"]
+    assert "\nWidget toolkit guides: install, cache, releases\n" in skill
+    made_up = skill_markdown({**manifest, "config": {}}, inputs)
+    assert "Use for questions on Setup." in yaml.safe_load(made_up.split("---\n")[1])["description"]

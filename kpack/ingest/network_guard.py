@@ -26,6 +26,7 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 
+from kpack.config import setting_json
 from kpack.ingest.deadline import Deadline
 from kpack.ingest.fetch_errors import FetchError
 
@@ -63,8 +64,8 @@ def public_addresses(host: str, port: int | None) -> list[str]:
     for text in addresses:
         if not is_public_address(ipaddress.ip_address(text)):
             raise FetchError(
-                f"refusing address {text} of {host!r}: not globally routable "
-                "(set fetch.allow_private_hosts in kg_config.json to allow it)"
+                f"refusing address {text} of {host!r}: not globally routable (to allow it, "
+                f"kg_config.json: {setting_json('fetch.allow_private_hosts', True)})"
             )
     return addresses
 

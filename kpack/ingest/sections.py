@@ -42,6 +42,9 @@ class SectionDraft:
     anchors: list[str] = field(default_factory=list)  # the ids a link can point at in it
     links: list[str] = field(default_factory=list)  # the hrefs written in it
     defines: list[str] = field(default_factory=list)  # the API identifiers it defines
+    # Where a link to it lands (its deep link's fragment): the id that opens it, else the one
+    # of the nearest section before it ("" when none: the page's top).
+    anchor: str = ""
 
     @property
     def content(self) -> str:
@@ -50,9 +53,15 @@ class SectionDraft:
     def take(self, marks: SectionDraft) -> None:
         """Receive the marks held for the next section (``marks`` is left empty)."""
         self.anchors += marks.anchors
+        marks.anchors = []
+        self.take_references(marks)
+
+    def take_references(self, marks: SectionDraft) -> None:
+        """Receive the links and definitions held; anchors stay for what follows them (a
+        link in a heading must not carry the heading's own id off to the section above)."""
         self.links += marks.links
         self.defines += marks.defines
-        marks.anchors, marks.links, marks.defines = [], [], []
+        marks.links, marks.defines = [], []
 
 
 def split_sections(
@@ -64,6 +73,9 @@ def split_sections(
     made from its URL. Marks (kpack.ingest.html) go to the section they fall in: an anchor to
     the section of what follows it (a wrapper's id comes before the heading it names), a link
     or a definition to the current section; the marks of an empty section pass to the next.
+    A section's ``anchor`` is the first id held when it opens (its wrapper's or its heading's),
+    else the anchor of the section before it: an id further down a section lands below its
+    start.
     """
     title: str | None = None
     first_heading: str | None = None
@@ -71,11 +83,12 @@ def split_sections(
     current: SectionDraft | None = None
     h2: str | None = None
     held = SectionDraft("", 0, [])  # marks waiting for the section they belong to
+    last_anchor = ""
     for kind, level, text in blocks:
         if kind in MARKS:
             getattr(held, MARK_FIELDS[kind]).append(text)
             if kind != "anchor" and current is not None:
-                current.take(held)
+                current.take_references(held)
             continue
         if kind == "heading" and first_heading is None:
             first_heading = text
@@ -88,10 +101,13 @@ def split_sections(
             current = SectionDraft(text, level, [h2, text] if level == 3 and h2 else [text])
             drafts.append(current)
             current.take(held)
+            current.anchor = last_anchor = next(iter(current.anchors), last_anchor)
             continue
         if current is None:  # the introduction, before any h2/h3
             current = SectionDraft("", 1, [])
             drafts.append(current)
+            current.take(held)
+            current.anchor = last_anchor = next(iter(current.anchors), "")
         current.take(held)
         if kind == "code":
             current.parts.append(f"```\n{text}\n```")
@@ -178,6 +194,7 @@ def parse_page(page: dict) -> ParsedPage:
                 "word_count": len(content.split()),
                 "content_hash": content_hash(passage_text(heading_path, content)),
                 "defines": list(dict.fromkeys(draft.defines)),
+                "anchor": draft.anchor,
             }
         )
     article = {

@@ -54,12 +54,40 @@ class ShardResult:
     seconds: float  # spent in the model
 
 
+@dataclass(frozen=True)
+class EmbedProgress:
+    """How far a shard's encoding is: texts encoded of those to encode, and the seconds left
+    at the rate so far."""
+
+    done: int
+    total: int
+    seconds: float
+
+    @property
+    def seconds_left(self) -> float:
+        return self.seconds / self.done * (self.total - self.done) if self.done else 0.0
+
+    def words(self) -> str:
+        left = f", about {self.seconds_left:.0f} s left" if self.done < self.total else ""
+        return f"{self.done:,} of {self.total:,} texts embedded{left}"
+
+
+# The metadata key of a step's observation that says how far it is, in words (assets.embed
+# records it, pipelines.progress shows it on the step's row).
+PROGRESS_KEY = "kpack/progress"
+# Texts encoded per call: a whole number of the model's batches (kpack.embedding sizes them),
+# so progress can be told between calls at no cost in throughput.
+ENCODE_SLICE = 1024
+
+
 def embed_shard(
     texts: dict[str, str],
     cached: pa.Table | None,
     encode: Callable[[list[str]], np.ndarray],
+    on_progress: Callable[[EmbedProgress], object] | None = None,
 ) -> ShardResult:
-    """Vectors for ``texts`` (content hash -> text): the cached ones reused, the rest encoded.
+    """Vectors for ``texts`` (content hash -> text): the cached ones reused, the rest encoded,
+    ENCODE_SLICE at a time; ``on_progress`` hears after each slice how far it is.
 
     ``encode`` is called only when a text is missing from the cache, so a shard served from
     the cache never loads the model.
@@ -76,7 +104,13 @@ def embed_shard(
     seconds = 0.0
     if missing:
         started = time.perf_counter()
-        vectors = encode([texts[h] for h in missing])
+        pieces = []
+        for start in range(0, len(missing), ENCODE_SLICE):
+            pieces.append(encode([texts[h] for h in missing[start : start + ENCODE_SLICE]]))
+            if on_progress is not None:
+                done = min(start + ENCODE_SLICE, len(missing))
+                on_progress(EmbedProgress(done, len(missing), time.perf_counter() - started))
+        vectors = np.concatenate(pieces)
         seconds = time.perf_counter() - started
         parts.append(
             pa.table(

@@ -36,6 +36,13 @@ SPECIAL_PIECES = 2
 WORDS_PER_PIECE = 0.75
 
 
+def estimate_tokens(text: str) -> int:
+    """A text's tokens as a budget counts them (retrieval.results.within_budget: the context
+    an agent asks for), estimated from its words at :data:`WORDS_PER_PIECE`, with no tokenizer
+    to load."""
+    return round(len(text.split()) / WORDS_PER_PIECE)
+
+
 @dataclass(frozen=True)
 class PieceCounter:
     """Counts the word pieces of texts as one embedding model reads them."""
