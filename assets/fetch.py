@@ -46,6 +46,7 @@ from kpack.changes import page_changes, sources_fingerprint
 from kpack.embedding import effective_precision, vector_namespace
 from kpack.errors import PackNotReady
 from kpack.ingest.crawl import CrawlReport, crawl
+from kpack.ingest.doc_version import documentation_version
 from kpack.ingest.fetch import unreachable
 from kpack.ingest.pages import CHANGE_KINDS, stored_pages
 from kpack.packs import Source
@@ -143,6 +144,11 @@ def fetched_pages(
         "robots_refused": MetadataValue.json(crawl_report.robots_refused[:200]),
         "preview": MetadataValue.md(_preview(rows)),
         "sources_fingerprint": fingerprint,  # the facts pack_manifest records it from
+        # The docs' own release, from the pages' titles ("" when they name none).
+        "documentation_version": documentation_version(
+            r["title_hint"] for r in rows if not r["error"]
+        )
+        or "",
         "duration_s": round(time.perf_counter() - started, 3),
     }
     data_version = DataVersion(fingerprint)

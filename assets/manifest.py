@@ -100,6 +100,8 @@ def build_manifest(
             "failures": fetched.get("failures", []),
             "invalid_lines": staged.invalid_lines,
         },
+        # The documentation's own release, read from its pages (kpack.ingest.doc_version).
+        "documentation_version": fetched.get("documentation_version") or None,
         "counts": counts,
         "embedding": {
             "model": model_label(config.embedding_model),

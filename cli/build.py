@@ -190,6 +190,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
     table.add_column("pack", overflow="fold")
     table.add_column("version", no_wrap=True)
+    table.add_column("docs", overflow="fold", max_width=8)  # the documentation's release
     table.add_column("built")
     for column in ("articles", "sections", "chunks", "failed"):
         table.add_column(column, justify="right", no_wrap=True)
@@ -200,12 +201,13 @@ def cmd_list(args: argparse.Namespace) -> int:
         fetched_from_the_web |= sources == WEB
         manifest = read_manifest(root / name)
         if manifest is None:
-            table.add_row(name, "-", "never built", "", "", "", "", sources)
+            table.add_row(name, "-", "", "never built", "", "", "", "", sources)
             continue
         counts = manifest["counts"]
         table.add_row(
             name,
             f"v{manifest['version']:04d}",
+            manifest.get("documentation_version") or "",
             time_ago(manifest["built_at"]),
             str(counts["Article"]),
             str(counts["Section"]),

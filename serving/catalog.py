@@ -18,6 +18,7 @@ from typing import Any, Literal
 from kpack import settings
 from kpack.config import PROFILE_NAMES
 from kpack.packs import WEB, PackError, current_version, list_packs, pack_dir, sources_location
+from retrieval.multipack import is_several, pack_names
 
 # Every profile, as a type the request models and tool signatures check (and the OpenAPI
 # schema lists); Literal takes the tuple's names as its values.
@@ -30,6 +31,14 @@ def packs_root(root: Path | None = None) -> Path:
 
 def pack_folder(name: str, root: Path) -> Path:
     """The folder of a known pack; PackError (with the known names) otherwise."""
+    return pack_dir(name, root)
+
+
+def pack_folders(name: str, root: Path) -> Path | list[Path]:
+    """The folder of a known pack, or of each of several named as "pandas,python"
+    (retrieval.multipack); PackError (with the known names) for an unknown one."""
+    if is_several(name):
+        return [pack_dir(str(one), root) for one in pack_names(name)]
     return pack_dir(name, root)
 
 
@@ -67,6 +76,7 @@ def summary(name: str, root: Path) -> dict[str, Any]:
     counts = manifest.get("counts", {})
     row |= {
         "version": manifest.get("version"),
+        "documentation_version": manifest.get("documentation_version"),
         "built_at": manifest.get("built_at"),
         "articles": counts.get("Article"),
         "sections": counts.get("Section"),

@@ -6,6 +6,7 @@
     POST /packs/{name}/query        {"question": ...} -> the `kpack query --json` response;
                                     with "stream": true, server-sent events (see _events)
     POST /packs/{name}/search       {"question": ..., "k": 5} -> ranked passages
+    (a name such as "pandas,python" asks several packs: retrieval.multipack)
     GET  /openapi.json, /docs       the schema and its browsable page (Swagger UI, served
                                     offline: no CDN)
 
@@ -167,7 +168,7 @@ def create_app(
 
     @app.post("/packs/{name}/search", **protected)
     async def search(name: str, body: SearchRequest) -> Response:
-        def hits(folder: Path, question: str) -> dict[str, Any]:
+        def hits(folder: Path | list[Path], question: str) -> dict[str, Any]:
             found = retrieval.search(folder, question, k=body.k, profile=body.profile)
             return {"pack": name, "version": found.version, "results": found}
 
@@ -179,7 +180,9 @@ def create_app(
         **protected,
     )
     async def query(name: str, body: QueryRequest, request: Request) -> Response:
-        def answer(source: Path | retrieval.PackReader, question: str, **streaming: Any) -> dict:
+        def answer(
+            source: Path | list[Path] | retrieval.PackReader, question: str, **streaming: Any
+        ) -> dict:
             return retrieval.query(
                 source,
                 question,
@@ -212,14 +215,14 @@ def retrieval_pool_size() -> int:
     return len(usable) if usable else os.cpu_count() or 1
 
 
-def _known(name: str, root: Path) -> Path:
+def _known(name: str, root: Path) -> Path | list[Path]:
     try:
-        return catalog.pack_folder(name, root)
+        return catalog.pack_folders(name, root)
     except PackError as exc:
         raise HTTPException(404, str(exc)) from exc
 
 
-def _checked(root: Path, name: str, question: str) -> tuple[Path, str]:
+def _checked(root: Path, name: str, question: str) -> tuple[Path | list[Path], str]:
     """The pack's folder and the question, or the error to answer with, in the CLI's order: an
     unknown pack (404), a bad question (422); retrieval then raises for a pack that was never
     built or cannot answer (409)."""
@@ -231,7 +234,7 @@ async def _answer(
     root: Path,
     name: str,
     question: str,
-    respond: Callable[[Path, str], dict[str, Any]],
+    respond: Callable[[Path | list[Path], str], dict[str, Any]],
 ) -> Response:
     """``respond(folder, question)``'s JSON, worked out in a thread of the pool; its
     ``version`` (the version whose reader answered) is the response's X-Kpack-Version.
@@ -271,8 +274,9 @@ def _server_timing(**seconds: float) -> str:
     return ", ".join(f"{name};dur={value * 1000:.2f}" for name, value in seconds.items())
 
 
-def _version(version: int | None) -> dict[str, str]:
-    return {VERSION_HEADER: str(version)} if version is not None else {}
+def _version(version: int | dict[str, int] | None) -> dict[str, str]:
+    """The header of the version that answered; several packs' versions are in the body."""
+    return {VERSION_HEADER: str(version)} if isinstance(version, int) else {}
 
 
 class _ClientGone(Exception):
@@ -280,7 +284,7 @@ class _ClientGone(Exception):
 
 
 async def _streamed(
-    pool: ThreadPoolExecutor, folder: Path, answer: Callable[..., dict]
+    pool: ThreadPoolExecutor, folder: Path | list[Path], answer: Callable[..., dict]
 ) -> Response:
     """The answer of ``answer(reader, on_text=...)`` as server-sent events (see _events).
 
@@ -308,6 +312,10 @@ async def _streamed(
 
     def work() -> None:
         try:
+            if isinstance(folder, list):  # several packs: the versions are in the result
+                post("version", None)
+                post("result", answer(folder, on_text=on_text))
+                return
             with retrieval.reading(folder) as reader:
                 post("version", reader.version)
                 post("result", answer(reader, on_text=on_text))

@@ -62,7 +62,13 @@ INSTRUCTIONS = (
 Question = Annotated[
     str, Field(description=f"the question, at most {MAX_QUESTION_CHARS:,} characters")
 ]
-PackName = Annotated[str, Field(description="the pack's name, as list_packs gives it")]
+PackName = Annotated[
+    str,
+    Field(
+        description="the pack's name, as list_packs gives it; several names joined by commas "
+        "(pandas,python) ask those packs together"
+    ),
+]
 K = Annotated[int, Field(ge=1, le=MAX_SERVED_K, description="how many passages")]
 
 
@@ -183,19 +189,22 @@ def create_server(packs_dir: Path | None = None) -> PacksServer:
     def search_pack(pack: PackName, question: Question, k: K = 5) -> dict[str, Any]:
         """Ranked passages of a pack for a question (vector search fused with BM25 and the
         pack's entity graph): title, heading, URL, text and score of each. Answer from them and cite
-        them as [Source: title]."""
+        them as [Source: title]. Several packs: their passages merged on similarity (the
+        question's cosine with each passage, one scale for all), each naming its pack."""
         with _tool_errors():
-            folder = catalog.pack_folder(pack, root)
+            folder = catalog.pack_folders(pack, root)
             hits = retrieval.search(folder, clean_question(question), k=k)
         return {
             "pack": pack,
             "version": hits.version,  # the version that answered, whatever is current now
             "results": [
                 {
+                    "pack": h.get("pack", pack),
                     "title": h["title"],
                     "heading": h["heading"],
                     "url": h["url"],
                     "score": h["score"],
+                    "similarity": h["similarity"],
                     "text": h["text"],
                 }
                 for h in hits
@@ -213,9 +222,10 @@ def create_server(packs_dir: Path | None = None) -> PacksServer:
         """Answer a question from a pack, with citations. Claude writes the answer when the
         server has ANTHROPIC_API_KEY; without one the answer quotes the pack's sentences,
         each followed by [Source: title]. query_type says whether the pack had relevant
-        passages (vector_search) or not (a fallback)."""
+        passages (vector_search) or not (a fallback). Several packs: the one whose passages
+        are the most similar to the question answers, and ``pack`` names it."""
         with _tool_errors():
-            folder = catalog.pack_folder(pack, root)
+            folder = catalog.pack_folders(pack, root)
             result = retrieval.query(
                 folder,
                 clean_question(question),
@@ -224,7 +234,7 @@ def create_server(packs_dir: Path | None = None) -> PacksServer:
                 max_results=k,
             )
         return {
-            "pack": pack,
+            "pack": result.get("pack", pack),  # of several packs, the one that answered
             "version": result["version"],
             "answer": result["answer"],
             "citations": result["citations"],

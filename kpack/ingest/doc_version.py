@@ -1,0 +1,35 @@
+"""The version of the documentation a pack was built from, read from its pages' titles.
+
+Sphinx titles every page "<page> — <project> <release> documentation" (its ``html_title``;
+themes vary the words: "SciPy v1.10.1 Manual", "Flask Documentation (2.2.x)", the Python
+docs' index "3.11.2 Documentation"). The part after the last separator names the site, so a
+version number there is the documentation's release, while a page's own title ("Version
+2.2.2", "What's new in 3.12") is left out. The release is the version most of the pages
+name; a site whose titles name none has no version (None).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+
+# What separates a page's own title from the site's name in a <title>.
+TITLE_SEPARATORS = re.compile(r"\s+[—–|]\s+|\s+-\s+")
+# A release: 3.11.2, v1.10.1, 2.2.x, 5.0rc1, 1.5.3.post1 (two parts at least, as 3.11).
+RELEASE = re.compile(r"(?<![\w.])v?(\d+(?:\.(?:\d+|x))+(?:(?:a|b|rc|\.dev|\.post)\d+)?)(?![\w.])")
+
+
+def title_release(title: str | None) -> str | None:
+    """The release a page's <title> names in its site part, or None."""
+    if not title:
+        return None
+    site = TITLE_SEPARATORS.split(title.strip())[-1]
+    found = RELEASE.search(site)
+    return found.group(1) if found else None
+
+
+def documentation_version(titles: Iterable[str | None]) -> str | None:
+    """The release most of the pages' titles name (the first met among equals), or None."""
+    releases = Counter(release for release in map(title_release, titles) if release)
+    return releases.most_common(1)[0][0] if releases else None
