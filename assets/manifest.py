@@ -99,8 +99,12 @@ def build_manifest(
             "failed": fetched.get("failed", 0),
             "failures": fetched.get("failures", []),
             "invalid_lines": staged.invalid_lines,
+            # Found, kept, skipped by reason and capped by crawl.max_pages (kpack.ingest.crawl).
+            "pages": fetched.get("pages"),
         },
-        # The documentation's own release, read from its pages (kpack.ingest.doc_version).
+        # The documentation's own name and release, read from its pages
+        # (kpack.ingest.doc_version).
+        "documentation_title": fetched.get("documentation_title") or None,
         "documentation_version": fetched.get("documentation_version") or None,
         "counts": counts,
         "embedding": {

@@ -125,6 +125,16 @@ def _print_summary(manifest: dict, stage_seconds: dict[str, float], elapsed: flo
     table.add_column("what")
     table.add_column("value", justify="right")
     table.add_row("pages ok / failed", f"{sources['ok']} / {sources['failed']}")
+    pages = sources.get("pages")
+    if pages:  # what the crawl found, and why pages were left out
+        table.add_row("pages found / kept", f"{pages['found']} / {pages['kept']}")
+        skipped = pages["skipped"]
+        table.add_row(
+            "skipped 404 / excluded / stub / duplicate",
+            f"{skipped['not_found']} / {skipped['excluded']} / {skipped['redirect_stubs']}"
+            f" / {skipped['duplicates']}",
+        )
+        table.add_row("capped by crawl.max_pages", str(pages["capped"]))
     if "changes" in manifest:
         table.add_row(CHANGES_LABEL, _changes_text(manifest))
         table.add_row(NOT_MODIFIED_LABEL, str(manifest["changes"]["not_modified"]))

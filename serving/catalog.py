@@ -76,6 +76,7 @@ def summary(name: str, root: Path) -> dict[str, Any]:
     counts = manifest.get("counts", {})
     row |= {
         "version": manifest.get("version"),
+        "documentation_title": manifest.get("documentation_title"),
         "documentation_version": manifest.get("documentation_version"),
         "built_at": manifest.get("built_at"),
         "articles": counts.get("Article"),

@@ -2,7 +2,8 @@
 
 Tools:
 
-- ``list_packs``: every pack with its published version and figures;
+- ``list_packs``: every pack with its published version, its documentation's release and figures;
+- ``find_packs``: the packs that hold a library or a topic, best first (serving.resolve);
 - ``pack_info``: one pack's figures, embedding model and build record;
 - ``search_pack``: ranked passages for a question (title, heading, URL, text, score);
 - ``query_pack``: an answer with citations, written by Claude when the server has
@@ -50,13 +51,15 @@ from retrieval.query import MAX_QUESTION_CHARS, MAX_SERVED_K, clean_question
 from retrieval.reader import open_versions_in_background
 from serving import catalog
 from serving.catalog import ProfileName
+from serving.resolve import resolve
 
 SKILL_URI = "kpack://packs/{name}/skill.md"
 INSTRUCTIONS = (
-    "Knowledge packs are documentation sets indexed for retrieval. Call list_packs to see them, "
-    "then search_pack for ranked passages or query_pack for an answer with citations. Answer "
-    "from the passages, cite each one you use as [Source: title], and say so when the pack "
-    "does not cover a question. Each pack's skill.md resource describes what it holds."
+    "Knowledge packs are documentation sets indexed for retrieval. Call list_packs to see them "
+    "(or find_packs with a library's name or a topic to find the right ones), then search_pack "
+    "for ranked passages or query_pack for an answer with citations. Answer from the passages, "
+    "cite each one you use as [Source: title], and say so when the pack does not cover a "
+    "question. Each pack's skill.md resource describes what it holds."
 )
 
 Question = Annotated[
@@ -164,6 +167,21 @@ def create_server(packs_dir: Path | None = None) -> PacksServer:
         """List every knowledge pack: name, whether it is published, version, build time,
         article/section/chunk counts and embedding model."""
         return {"packs": catalog.all_summaries(root)}
+
+    @server.tool()
+    def find_packs(
+        library_or_topic: Annotated[
+            str,
+            Field(description="a library's name (pandas) or a topic (reading CSV files)"),
+        ],
+        limit: Annotated[int, Field(ge=1, le=50, description="how many packs at most")] = 5,
+    ) -> dict[str, Any]:
+        """Find the packs that document a library or a topic, best first: each with its
+        documentation's title and release, whether the request is its name, the words of the
+        request it holds and how similar its best passage is. Call it before search_pack or
+        query_pack when you do not know which pack to ask."""
+        with _tool_errors():
+            return {"packs": resolve(library_or_topic, root, limit)}
 
     @server.tool()
     def pack_info(pack: PackName) -> dict[str, Any]:

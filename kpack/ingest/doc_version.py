@@ -1,4 +1,5 @@
-"""The version of the documentation a pack was built from, read from its pages' titles.
+"""The title and version of the documentation a pack was built from, read from its pages'
+titles.
 
 Sphinx titles every page "<page> — <project> <release> documentation" (its ``html_title``;
 themes vary the words: "SciPy v1.10.1 Manual", "Flask Documentation (2.2.x)", the Python
@@ -20,16 +21,32 @@ TITLE_SEPARATORS = re.compile(r"\s+[—–|]\s+|\s+-\s+")
 RELEASE = re.compile(r"(?<![\w.])v?(\d+(?:\.(?:\d+|x))+(?:(?:a|b|rc|\.dev|\.post)\d+)?)(?![\w.])")
 
 
+def site_part(title: str | None) -> str | None:
+    """The part of a page's <title> that names its site: after the last separator; None for
+    a title without one (it may be the page's own title only)."""
+    parts = TITLE_SEPARATORS.split((title or "").strip())
+    return parts[-1] if len(parts) > 1 else None
+
+
 def title_release(title: str | None) -> str | None:
     """The release a page's <title> names in its site part, or None."""
     if not title:
         return None
-    site = TITLE_SEPARATORS.split(title.strip())[-1]
-    found = RELEASE.search(site)
+    found = RELEASE.search(TITLE_SEPARATORS.split(title.strip())[-1])
     return found.group(1) if found else None
 
 
 def documentation_version(titles: Iterable[str | None]) -> str | None:
     """The release most of the pages' titles name (the first met among equals), or None."""
-    releases = Counter(release for release in map(title_release, titles) if release)
-    return releases.most_common(1)[0][0] if releases else None
+    return _most_common(map(title_release, titles))
+
+
+def documentation_title(titles: Iterable[str | None]) -> str | None:
+    """The site's name most of the pages' titles end with ("Python 3.11.2 documentation"),
+    or None."""
+    return _most_common(map(site_part, titles))
+
+
+def _most_common(values: Iterable[str | None]) -> str | None:
+    counted = Counter(value for value in values if value)
+    return counted.most_common(1)[0][0] if counted else None
