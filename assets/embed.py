@@ -22,6 +22,7 @@ from dagster import AssetExecutionContext, AssetIn, AssetsDefinition, Output
 from assets.partitions import build_stage
 from kpack.contracts import facts_of
 from kpack.embedding import ENCODERS, effective_precision, model_label, vector_namespace
+from kpack.ingest.published_vectors import published_vectors
 from kpack.ingest.shards import embed_shard, shard_count, shard_of
 from kpack.ingest.vectors import derived_section_vectors, distinct_texts
 from resources.embedder import EmbedderResource
@@ -87,10 +88,16 @@ def shard_asset(index: int) -> AssetsDefinition:
             for h, text in distinct_texts(sections, chunks, step.embed_sections).items()
             if shard_of(h, SHARDS) == index
         }
+        cached = content_cache.load(step.cache_namespace, step.pack, CACHE_COLUMNS)
+        # No cache (an installed pack's first build, a cache lost): the published version's
+        # vectors of the same model and precision serve instead (kpack.ingest.published_vectors).
+        from_published = cached is None
+        if from_published:
+            cached = published_vectors(pack_store.current(step.pack), step.model, step.precision)
         # The model is loaded on first use: a shard served from the cache never loads it.
         result = embed_shard(
             texts,
-            content_cache.load(step.cache_namespace, step.pack, CACHE_COLUMNS),
+            cached,
             lambda batch: embedder.embed(batch, step.model, step.precision),
         )
         # The device is known once the model is loaded, i.e. when something was embedded.
@@ -103,6 +110,8 @@ def shard_asset(index: int) -> AssetsDefinition:
                 "texts": len(texts),
                 "embedded": result.embedded,
                 "cached": result.cached,
+                # Of those, the vectors taken from the published version.
+                "from_published": result.cached if from_published else 0,
                 "embed_seconds": round(result.seconds, 3),
                 "texts_per_second": (
                     round(result.embedded / result.seconds, 1) if result.embedded else 0.0
@@ -142,7 +151,8 @@ def embeddings(
     # Several workers of a distributed executor may have embedded on different devices.
     devices = sorted({facts["device"] for facts in shard_facts if "device" in facts})
     table = gathered.select(list(CACHE_COLUMNS))
-    if embedded:
+    from_published = sum(facts.get("from_published", 0) for facts in shard_facts)
+    if embedded or from_published:
         # The cache becomes exactly this pack's texts: new vectors in, vanished texts out.
         content_cache.save(step.cache_namespace, step.pack, table)
     derived = derived_section_vectors(sections, chunks, table)
@@ -154,6 +164,7 @@ def embeddings(
             "texts": table.num_rows,
             "embedded": embedded,
             "cached": table.num_rows - embedded,
+            "from_published": from_published,
             "section_vectors": "embedded" if step.embed_sections else "derived",
             "derived": derived.num_rows,
             "shards": SHARDS,

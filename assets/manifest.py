@@ -112,6 +112,9 @@ def build_manifest(
             "dimension": staged.embedding_dimension,
             "texts": embedded.get("texts", 0),
             "embedded_this_build": embedded.get("embedded", 0),
+            # Vectors taken from the published version, having no cache of them (an installed
+            # pack's first build: kpack.ingest.published_vectors).
+            "from_published": embedded.get("from_published", 0),
             # The arithmetic every vector came from (they are cached per precision), and
             # where and how fast this build's were computed (None: all came from the cache).
             "precision": embedded["precision"],

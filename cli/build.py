@@ -200,24 +200,30 @@ def cmd_list(args: argparse.Namespace) -> int:
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
     table.add_column("pack", overflow="fold")
     table.add_column("version", no_wrap=True)
-    table.add_column("docs", overflow="fold", max_width=8)  # the documentation's release
+    names = list_packs(root)
+    manifests = {name: read_manifest(root / name) for name in names}
+    # The documentation's own release (kpack.ingest.doc_version), when some pack's names one.
+    releases = {name: (m or {}).get("documentation_version") or "" for name, m in manifests.items()}
+    if any(releases.values()):
+        table.add_column("docs", overflow="fold", max_width=8)
     table.add_column("built")
     for column in ("articles", "sections", "chunks", "failed"):
         table.add_column(column, justify="right", no_wrap=True)
     table.add_column("sources", no_wrap=True)
     fetched_from_the_web = False
-    for name in list_packs(root):
+    for name in names:
         sources = sources_location(root / name) or "?"
         fetched_from_the_web |= sources == WEB
-        manifest = read_manifest(root / name)
+        manifest = manifests[name]
+        docs = [releases[name]] if any(releases.values()) else []
         if manifest is None:
-            table.add_row(name, "-", "", "never built", "", "", "", "", sources)
+            table.add_row(name, "-", *docs, "never built", "", "", "", "", sources)
             continue
         counts = manifest["counts"]
         table.add_row(
             name,
             f"v{manifest['version']:04d}",
-            manifest.get("documentation_version") or "",
+            *docs,
             time_ago(manifest["built_at"]),
             str(counts["Article"]),
             str(counts["Section"]),
