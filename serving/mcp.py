@@ -164,8 +164,9 @@ def create_server(packs_dir: Path | None = None) -> PacksServer:
 
     @server.tool()
     def list_packs() -> dict[str, Any]:
-        """List every knowledge pack: name, whether it is published, version, build time,
-        article/section/chunk counts and embedding model."""
+        """List every knowledge pack: name, whether it is published, version, the title and
+        release of its documentation, build time, article/section/chunk counts and embedding
+        model."""
         return {"packs": catalog.all_summaries(root)}
 
     @server.tool()
