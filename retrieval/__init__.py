@@ -87,11 +87,7 @@ def query(
     (retrieval.multipack): the result names its ``pack`` and lists every pack asked."""
     if is_several(pack):
         with readers_of(pack) as readers:  # type: ignore[arg-type]
-            found = {
-                name: search(reader, question, max_results, profile, **options)
-                for name, reader in readers.items()
-            }
-            ranked = packs_by_similarity(found)
+            ranked = packs_by_similarity(_each(readers, question, max_results, profile, options))
             best = ranked[0]["pack"]
             result = query(
                 readers[best], question, profile, use_llm, max_results, on_text, **options
@@ -116,15 +112,20 @@ def search(
     pack's, by name."""
     if is_several(pack):
         with readers_of(pack) as readers:  # type: ignore[arg-type]
-            found = {
-                name: search(reader, question, k, profile, **options)
-                for name, reader in readers.items()
-            }
-            return merge_searches(found, k)
+            return merge_searches(_each(readers, question, k, profile, options), k)
     pinned = pack if isinstance(pack, PackReader) else None
     return agent(pack, profile, use_llm=False, **options).search(  # type: ignore[arg-type]
         question, k=k, reader=pinned
     )
+
+
+def _each(
+    readers: dict[str, PackReader], question: str, k: int, profile: str | None, options: dict
+) -> dict[str, SearchResults]:
+    """Each pack's own search, by pack name (what retrieval.multipack merges)."""
+    return {
+        name: search(reader, question, k, profile, **options) for name, reader in readers.items()
+    }
 
 
 def _warm_search(reader: PackReader) -> None:
