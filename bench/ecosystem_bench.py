@@ -22,6 +22,9 @@ packages served on 127.0.0.1, and what a reader of each costs.
    against the exact scan (packs above the ANN threshold only); keyword hit@10 with the
    per-term cap (kpack.indexes.KEYWORD_TERM_CANDIDATES) against without it; how many
    questions reach the graph stages (PageRank's reranking and the second hop).
+5. The library packs asked together (retrieval.multipack) against the combined pack on the
+   combined pack's questions (hit@5 of each), and whether find_packs (serving.resolve) ranks
+   each library's own pack first for the library's name.
 
 Questions: ``--questions FILE`` (JSON lines with ``question`` and ``gold_pages``, page paths a
 result URL ends with, as bench/python_docs_qa and conala_dev give them); without one, each
@@ -342,6 +345,30 @@ def child_measure(folder: Path, questions: list[dict[str, Any]]) -> dict[str, An
     }
 
 
+def child_several(workspace: Path, libraries: list[str], questions: list[dict[str, Any]]) -> dict:
+    """The library packs asked together (retrieval.multipack) against the combined pack, on
+    the same questions: hit@5 of each; and whether find_packs (serving.resolve) ranks each
+    library's pack first for the library's name."""
+    import retrieval
+    from serving.resolve import resolve
+
+    packs = workspace / "packs"
+    together = combined = 0
+    for row in questions:
+        merged = retrieval.search([packs / lib for lib in libraries], row["question"], k=5)
+        together += hit([h["url"] for h in merged], row["gold_pages"])
+        alone = retrieval.search(packs / COMBINED, row["question"], k=5)
+        combined += hit([h["url"] for h in alone], row["gold_pages"])
+    n = len(questions)
+    named = {lib: resolve(lib, packs)[0]["pack"] for lib in libraries}
+    return {
+        "questions": n,
+        "libraries_together_hit_at_5": round(together / n, 4),
+        "combined_hit_at_5": round(combined / n, 4),
+        "find_packs_first_for_name": named,
+    }
+
+
 def drop_caches() -> bool:
     """Empty the page cache (root only); whether it could."""
     os.sync()
@@ -382,7 +409,9 @@ def reader_figures(workspace: Path, pack: str, questions_file: Path | None) -> d
 # --- Report ----------------------------------------------------------------------------------
 
 
-def report(builds: dict[str, dict], embedding: dict, readers: dict[str, dict]) -> str:
+def report(
+    builds: dict[str, dict], embedding: dict, readers: dict[str, dict], several: dict
+) -> str:
     stages = (
         "fetched_pages",
         "articles",
@@ -482,6 +511,15 @@ def report(builds: dict[str, dict], embedding: dict, readers: dict[str, dict]) -
             reader_rows,
         ),
     ]
+    if several:
+        first = several["find_packs_first_for_name"]
+        parts.append(
+            f"\n### The libraries' packs together against the combined pack "
+            f"({several['questions']} questions)\n\n"
+            f"hit@5: libraries together {several['libraries_together_hit_at_5']}, combined pack "
+            f"{several['combined_hit_at_5']}; find_packs ranks the library's own pack first for "
+            f"{sum(lib == pack for lib, pack in first.items())} of {len(first)} library names"
+        )
     return "\n".join(parts)
 
 
@@ -500,6 +538,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--_child-embed", metavar="PACK", help=argparse.SUPPRESS)
     parser.add_argument("--_child-first", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--_child-measure", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--_child-several", nargs=2, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -514,6 +553,16 @@ def main(argv: list[str] | None = None) -> None:
     if args._child_first:
         folder, question, what = args._child_first
         emit(child_first(Path(folder), question, what))
+        return
+    if args._child_several:
+        libraries, questions = args._child_several
+        emit(
+            child_several(
+                args.workdir.resolve(),
+                libraries.split(","),
+                json.loads(Path(questions).read_text()),
+            )
+        )
         return
     if args._child_measure:
         folder, questions = args._child_measure
@@ -544,7 +593,21 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(f"embedding: {embedding['texts_per_second']} texts/s", flush=True)
     readers = {pack: reader_figures(workspace, pack, args.questions) for pack in packs}
-    table = report(builds, embedding, readers)
+    several = {}
+    if not args.no_combined:
+        # The combined pack's questions (its headings', or --questions) to the libraries together.
+        several = run_child(
+            [
+                "--_child-several",
+                ",".join(libraries),
+                str(workspace / f"{COMBINED}.questions.json"),
+                "--workdir",
+                str(workspace),
+            ],
+            workspace_env(workspace),
+        )
+        print(f"several packs: {several}", flush=True)
+    table = report(builds, embedding, readers, several)
     print()
     print(table)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -558,6 +621,7 @@ def main(argv: list[str] | None = None) -> None:
         "builds": builds,
         "embedding": embedding,
         "readers": readers,
+        "several": several,
     }
     args.out.write_text(json.dumps(document, indent=2, default=str) + "\n")
     args.out.with_suffix(".md").write_text(table + "\n")

@@ -178,9 +178,10 @@ def create_server(packs_dir: Path | None = None) -> PacksServer:
         limit: Annotated[int, Field(ge=1, le=50, description="how many packs at most")] = 5,
     ) -> dict[str, Any]:
         """Find the packs that document a library or a topic, best first: each with its
-        documentation's title and release, whether the request is its name, the words of the
-        request it holds and how similar its best passage is. Call it before search_pack or
-        query_pack when you do not know which pack to ask."""
+        documentation's title and release, name_match (2: the request is the pack's name, 1:
+        its documentation's name), the words of the request it holds and how similar its best
+        passage is. Call it before search_pack or query_pack when you do not know which pack
+        to ask."""
         with _tool_errors():
             return {"packs": resolve(library_or_topic, root, limit)}
 

@@ -8,12 +8,13 @@ most distinctive headings and terms (kpack.skill). A pack matches in two ways:
 
 - by words: the share of the request's words found in the pack's description, weighted by how
   few packs hold each word (a word every pack holds tells them apart no more than none); a
-  request that is a pack's name, or the name its documentation gives itself, is a name match
-  and ranks first;
+  request that is a pack's name ranks that pack first, then one that is the name its
+  documentation gives itself (the first word of its title);
 - by meaning: the cosine similarity of the request with the pack's best passage (a search of
   the pack), which finds a topic in words the description does not use.
 
-Packs rank by name match, then by word share plus similarity.
+Packs rank by name match (the pack's name, then its documentation's), then by word share plus
+similarity.
 """
 
 from __future__ import annotations
@@ -58,12 +59,15 @@ def described_by(name: str, root: Path) -> dict[str, Any] | None:
     }
 
 
-def is_name_of(request: str, pack: dict[str, Any]) -> bool:
-    """Whether the request is the pack's name, or the first word of its documentation's title
-    ("flask" for "Flask Documentation (2.2.x)")."""
+def name_match(request: str, pack: dict[str, Any]) -> int:
+    """2 when the request is the pack's name; 1 when it is the first word of its
+    documentation's title ("flask" for "Flask Documentation (2.2.x)", which a pack of several
+    sites may also carry); else 0."""
     asked = request.strip().casefold()
     title_words = WORD.findall((pack["title"] or "").casefold())
-    return asked == pack["pack"].casefold() or bool(title_words and asked == title_words[0])
+    if asked == pack["pack"].casefold():
+        return 2
+    return int(bool(title_words) and asked == title_words[0])
 
 
 def resolve(request: str, root: Path, limit: int = 5) -> list[dict[str, Any]]:
@@ -94,13 +98,13 @@ def resolve(request: str, root: Path, limit: int = 5) -> list[dict[str, Any]]:
                 "title": pack["title"],
                 "documentation_version": pack["documentation_version"],
                 "description": pack["description"],
-                "name_match": is_name_of(request, pack),
+                "name_match": name_match(request, pack),
                 "matched_words": matched,
                 "similarity": round(similarity, 4),
                 "score": round(sum(weight[w] for w in matched) / total + similarity, 4),
             }
         )
-    rows.sort(key=lambda row: (not row["name_match"], -row["score"], row["pack"]))
+    rows.sort(key=lambda row: (-row["name_match"], -row["score"], row["pack"]))
     return rows[:limit]
 
 

@@ -17,6 +17,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 import retrieval
 from cli.main import main
 from kpack.errors import PackError
+from kpack.ingest.doc_version import documentation_title, documentation_version
 from serving.http import create_app
 from serving.resolve import resolve
 from tests.conftest import build, write_pack
@@ -180,6 +181,17 @@ def test_the_documentation_version_is_read_from_the_pages(packs, in_packs, capsy
     assert "4.2.1" in capsys.readouterr().out
 
 
+def test_a_pack_of_several_sites_names_no_one_release():
+    """Most pages of one site name its release; a pack where no site holds most pages has none
+    (a Python and pandas pack is neither release)."""
+    python = [f"Page {n} — Python 3.11.2 documentation" for n in range(3)]
+    pandas = [f"Page {n} — pandas 1.5.3 documentation" for n in range(2)]
+    scipy = [f"Page {n} — SciPy v1.10.1 Manual" for n in range(2)]
+    assert documentation_version([*python, "What's New In Python 3.12", None]) == "3.11.2"
+    assert documentation_version([*python, *pandas, *scipy]) is None
+    assert documentation_title([*python, *pandas]) == "Python 3.11.2 documentation"
+
+
 @pytest.mark.parametrize(
     ("request_text", "expected"),
     [
@@ -214,7 +226,7 @@ def test_mcp_find_packs_and_several_packs_over_stdio(packs):
             assert (first["pack"], first["documentation_version"], first["name_match"]) == (
                 "brewlib",
                 "4.2.1",
-                True,
+                2,
             )
             listed = payload(await client.call_tool("list_packs", {}))
             versions = {row["name"]: row["documentation_version"] for row in listed["packs"]}

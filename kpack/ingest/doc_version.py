@@ -5,8 +5,10 @@ Sphinx titles every page "<page> — <project> <release> documentation" (its ``h
 themes vary the words: "SciPy v1.10.1 Manual", "Flask Documentation (2.2.x)", the Python
 docs' index "3.11.2 Documentation"). The part after the last separator names the site, so a
 version number there is the documentation's release, while a page's own title ("Version
-2.2.2", "What's new in 3.12") is left out. The release is the version most of the pages
-name; a site whose titles name none has no version (None).
+2.2.2", "What's new in 3.12") is left out. The release is the version more than half of the
+pages that name one name; a site whose titles name none, or a pack of several sites none of
+which holds most of its pages, has no version (None): a pack of Python's and pandas' docs is
+neither 3.11.2 nor 1.5.3.
 """
 
 from __future__ import annotations
@@ -37,16 +39,19 @@ def title_release(title: str | None) -> str | None:
 
 
 def documentation_version(titles: Iterable[str | None]) -> str | None:
-    """The release most of the pages' titles name (the first met among equals), or None."""
-    return _most_common(map(title_release, titles))
+    """The release more than half of the titles that name one name, or None."""
+    return _majority(map(title_release, titles))
 
 
 def documentation_title(titles: Iterable[str | None]) -> str | None:
-    """The site's name most of the pages' titles end with ("Python 3.11.2 documentation"),
-    or None."""
-    return _most_common(map(site_part, titles))
+    """The site's name more than half of the titles with one end with ("Python 3.11.2
+    documentation"), or None."""
+    return _majority(map(site_part, titles))
 
 
-def _most_common(values: Iterable[str | None]) -> str | None:
+def _majority(values: Iterable[str | None]) -> str | None:
     counted = Counter(value for value in values if value)
-    return counted.most_common(1)[0][0] if counted else None
+    if not counted:
+        return None
+    value, count = counted.most_common(1)[0]
+    return value if count * 2 > sum(counted.values()) else None
