@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from dagster import AssetExecutionContext, AssetIn, AssetsDefinition, Output
+from dagster import AssetExecutionContext, AssetIn, AssetsDefinition, Failure, Output
 
 from assets.partitions import build_stage
 from kpack.contracts import facts_of
@@ -144,9 +144,19 @@ def embeddings(
     **shards: pa.Table,
 ) -> Output[pa.Table]:
     step = EmbedStep.begin(context, pack_store)
+    shard_facts = [facts_of(shards[name]) for name in SHARD_NAMES]
+    # "auto" is decided on each worker: on a cluster of GPU and CPU workers the shards could
+    # come back in fp32 and int8, and one pack never mixes the two.
+    precisions = {facts["precision"] for facts in shard_facts if facts.get("texts")}
+    if precisions - {step.precision}:
+        raise Failure(
+            f"pack {step.pack!r}: its embedding steps ran in different precisions "
+            f"({', '.join(sorted(precisions | {step.precision}))}), as workers with and without "
+            f"a GPU decide embedding_precision auto differently; set embedding_precision to "
+            f"fp32 or int8 in its kg_config.json"
+        )
     gathered = pa.concat_tables([shards[name] for name in SHARD_NAMES])
     embedded = pc.sum(gathered["fresh"]).as_py() or 0
-    shard_facts = [facts_of(shards[name]) for name in SHARD_NAMES]
     seconds = sum(facts.get("embed_seconds", 0.0) for facts in shard_facts)
     # Several workers of a distributed executor may have embedded on different devices.
     devices = sorted({facts["device"] for facts in shard_facts if "device" in facts})
