@@ -116,9 +116,16 @@ GONE = (
 )  # the answers that say a page is not there  # a refresh this soon or sooner sends the reader on: the page is a stub
 
 
+# A page that may hold a refresh: only those are parsed for one (a crawl parses each page once
+# more for its canonical link; a second parse of every page would cost as much again).
+MAY_REFRESH = re.compile(r"http-equiv\s*=\s*[\"']?refresh", re.IGNORECASE)
+
+
 def refresh_target(page_html: str, base: str) -> str | None:
     """The absolute URL a redirect stub sends its reader to (``<meta http-equiv="refresh"
     content="0; url=...">`` within STUB_DELAY_S seconds), else None."""
+    if not MAY_REFRESH.search(page_html):
+        return None
     for node in LexborHTMLParser(page_html).css("meta[http-equiv][content]"):
         if (node.attributes.get("http-equiv") or "").strip().lower() != "refresh":
             continue
