@@ -438,7 +438,8 @@ def report(
                 manifest["counts"]["Chunk"],
                 *[round(seconds.get(stage) or 0, 1) for stage in stages],
                 done["process_s"],
-                f"{embedded['texts_per_second']} ({embedded['precision']})",
+                # None: every vector came from the cache (nothing was embedded)
+                f"{embedded['texts_per_second'] or 'cached'} ({embedded['precision']})",
             ]
         )
     parts = [
