@@ -18,11 +18,19 @@ from functools import partial
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from dagster import AssetExecutionContext, AssetIn, AssetObservation, AssetsDefinition, Output
+from dagster import (
+    AssetExecutionContext,
+    AssetIn,
+    AssetObservation,
+    AssetsDefinition,
+    Failure,
+    Output,
+)
 
 from assets.partitions import build_stage
 from kpack.contracts import facts_of
 from kpack.embedding import ENCODERS, effective_precision, model_label, vector_namespace
+from kpack.ingest.published_vectors import published_vectors
 from kpack.ingest.shards import PROGRESS_KEY, EmbedProgress, embed_shard, shard_count, shard_of
 from kpack.ingest.vectors import derived_section_vectors, distinct_texts
 from resources.embedder import EmbedderResource
@@ -105,10 +113,16 @@ def shard_asset(index: int) -> AssetsDefinition:
             for h, text in distinct_texts(sections, chunks, step.embed_sections).items()
             if shard_of(h, SHARDS) == index
         }
+        cached = content_cache.load(step.cache_namespace, step.pack, CACHE_COLUMNS)
+        # No cache (an installed pack's first build, a cache lost): the published version's
+        # vectors of the same model and precision serve instead (kpack.ingest.published_vectors).
+        from_published = cached is None
+        if from_published:
+            cached = published_vectors(pack_store.current(step.pack), step.model, step.precision)
         # The model is loaded on first use: a shard served from the cache never loads it.
         result = embed_shard(
             texts,
-            content_cache.load(step.cache_namespace, step.pack, CACHE_COLUMNS),
+            cached,
             lambda batch: embedder.embed(batch, step.model, step.precision),
             partial(report_progress, context),
         )
@@ -122,6 +136,8 @@ def shard_asset(index: int) -> AssetsDefinition:
                 "texts": len(texts),
                 "embedded": result.embedded,
                 "cached": result.cached,
+                # Of those, the vectors taken from the published version.
+                "from_published": result.cached if from_published else 0,
                 "embed_seconds": round(result.seconds, 3),
                 "texts_per_second": (
                     round(result.embedded / result.seconds, 1) if result.embedded else 0.0
@@ -154,14 +170,25 @@ def embeddings(
     **shards: pa.Table,
 ) -> Output[pa.Table]:
     step = EmbedStep.begin(context, pack_store)
+    shard_facts = [facts_of(shards[name]) for name in SHARD_NAMES]
+    # "auto" is decided on each worker: on a cluster of GPU and CPU workers the shards could
+    # come back in fp32 and int8, and one pack never mixes the two.
+    precisions = {facts["precision"] for facts in shard_facts if facts.get("texts")}
+    if precisions - {step.precision}:
+        raise Failure(
+            f"pack {step.pack!r}: its embedding steps ran in different precisions "
+            f"({', '.join(sorted(precisions | {step.precision}))}), as workers with and without "
+            f"a GPU decide embedding_precision auto differently; set embedding_precision to "
+            f"fp32 or int8 in its kg_config.json"
+        )
     gathered = pa.concat_tables([shards[name] for name in SHARD_NAMES])
     embedded = pc.sum(gathered["fresh"]).as_py() or 0
-    shard_facts = [facts_of(shards[name]) for name in SHARD_NAMES]
     seconds = sum(facts.get("embed_seconds", 0.0) for facts in shard_facts)
     # Several workers of a distributed executor may have embedded on different devices.
     devices = sorted({facts["device"] for facts in shard_facts if "device" in facts})
     table = gathered.select(list(CACHE_COLUMNS))
-    if embedded:
+    from_published = sum(facts.get("from_published", 0) for facts in shard_facts)
+    if embedded or from_published:
         # The cache becomes exactly this pack's texts: new vectors in, vanished texts out.
         content_cache.save(step.cache_namespace, step.pack, table)
     derived = derived_section_vectors(sections, chunks, table)
@@ -173,6 +200,7 @@ def embeddings(
             "texts": table.num_rows,
             "embedded": embedded,
             "cached": table.num_rows - embedded,
+            "from_published": from_published,
             "section_vectors": "embedded" if step.embed_sections else "derived",
             "derived": derived.num_rows,
             "shards": SHARDS,

@@ -46,6 +46,7 @@ from kpack.changes import page_changes, sources_fingerprint
 from kpack.embedding import effective_precision, vector_namespace
 from kpack.errors import PackNotReady
 from kpack.ingest.crawl import CrawlReport, crawl
+from kpack.ingest.doc_version import documentation_title, documentation_version
 from kpack.ingest.fetch_errors import unreachable
 from kpack.ingest.pages import CHANGE_KINDS, stored_pages
 from kpack.packs import Source
@@ -111,6 +112,7 @@ def fetched_pages(
             f"urls.txt line {failure['line']}: {failure['url']}: {failure['error']}"
         )
     changes = {kind: sum(r["change"] == kind for r in rows) for kind in CHANGE_KINDS}
+    titles = [r["title_hint"] for r in rows if not r["error"]]
     fingerprint = sources_fingerprint(
         rows,
         pack_config,
@@ -140,9 +142,14 @@ def fetched_pages(
         "redirected": sum(1 for r in rows if r["redirects"]),
         "bytes": sum(len(r["body"] or "") for r in rows),
         **crawl_report.metadata(),
+        # Found, kept, skipped (and why) and capped: the build summary's pages.
+        "pages": MetadataValue.json(crawl_report.page_counts(rows)),
         "robots_refused": MetadataValue.json(crawl_report.robots_refused[:200]),
         "preview": MetadataValue.md(_preview(rows)),
         "sources_fingerprint": fingerprint,  # the facts pack_manifest records it from
+        # The docs' own name and release, from the pages' titles ("" when they name none).
+        "documentation_title": documentation_title(titles) or "",
+        "documentation_version": documentation_version(titles) or "",
         "duration_s": round(time.perf_counter() - started, 3),
     }
     data_version = DataVersion(fingerprint)

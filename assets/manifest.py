@@ -99,13 +99,22 @@ def build_manifest(
             "failed": fetched.get("failed", 0),
             "failures": fetched.get("failures", []),
             "invalid_lines": staged.invalid_lines,
+            # Found, kept, skipped by reason and capped by crawl.max_pages (kpack.ingest.crawl).
+            "pages": fetched.get("pages"),
         },
+        # The documentation's own name and release, read from its pages
+        # (kpack.ingest.doc_version).
+        "documentation_title": fetched.get("documentation_title") or None,
+        "documentation_version": fetched.get("documentation_version") or None,
         "counts": counts,
         "embedding": {
             "model": model_label(config.embedding_model),
             "dimension": staged.embedding_dimension,
             "texts": embedded.get("texts", 0),
             "embedded_this_build": embedded.get("embedded", 0),
+            # Vectors taken from the published version, having no cache of them (an installed
+            # pack's first build: kpack.ingest.published_vectors).
+            "from_published": embedded.get("from_published", 0),
             # The arithmetic every vector came from (they are cached per precision), and
             # where and how fast this build's were computed (None: all came from the cache).
             "precision": embedded["precision"],

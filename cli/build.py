@@ -146,6 +146,16 @@ def _print_summary(manifest: dict, stage_seconds: dict[str, float], elapsed: flo
     table.add_column("what", no_wrap=True)
     table.add_column("value", justify="right", overflow="fold")
     table.add_row("pages ok / failed", f"{sources['ok']} / {sources['failed']}")
+    pages = sources.get("pages")
+    if pages:  # what the crawl found, and why pages were left out
+        table.add_row("pages found / kept", f"{pages['found']} / {pages['kept']}")
+        skipped = pages["skipped"]
+        table.add_row(
+            "skipped 404 / excluded / stub / duplicate",
+            f"{skipped['not_found']} / {skipped['excluded']} / {skipped['redirect_stubs']}"
+            f" / {skipped['duplicates']}",
+        )
+        table.add_row("capped by crawl.max_pages", str(pages["capped"]))
     if "changes" in manifest:
         table.add_row(CHANGES_LABEL, _changes_text(manifest))
         table.add_row(NOT_MODIFIED_LABEL, str(manifest["changes"]["not_modified"]))
@@ -255,26 +265,34 @@ def cmd_list(args: argparse.Namespace) -> int:
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
     table.add_column("pack", overflow="fold")
     table.add_column("version", no_wrap=True)
+    names = list_packs(root)
+    manifests = {name: read_manifest(root / name) for name in names}
+    # The documentation's own release (kpack.ingest.doc_version), when some pack's names one.
+    releases = {name: (m or {}).get("documentation_version") or "" for name, m in manifests.items()}
+    if any(releases.values()):
+        table.add_column("docs", overflow="fold", max_width=8)
     table.add_column("built")
     for column in ("articles", "sections", "chunks", "failed"):
         table.add_column(column, justify="right", no_wrap=True)
     table.add_column("sources", no_wrap=True)
     fetched_from_the_web = False
     descriptions: list[tuple[str, str]] = []
-    for name in list_packs(root):
+    for name in names:
         sources = sources_location(root / name) or "?"
         fetched_from_the_web |= sources == WEB
-        manifest = read_manifest(root / name)
+        manifest = manifests[name]
+        docs = [releases[name]] if any(releases.values()) else []
         description = pack_description(root / name, manifest)
         if description:
             descriptions.append((name, description))
         if manifest is None:
-            table.add_row(name, "-", "never built", "", "", "", "", sources)
+            table.add_row(name, "-", *docs, "never built", "", "", "", "", sources)
             continue
         counts = manifest["counts"]
         table.add_row(
             name,
             f"v{manifest['version']:04d}",
+            *docs,
             time_ago(manifest["built_at"]),
             str(counts["Article"]),
             str(counts["Section"]),

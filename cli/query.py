@@ -43,13 +43,15 @@ def cmd_search(args: argparse.Namespace) -> int:
     if not hits:
         console.print("no passages found")
     gate = hits.gate or {}
-    if gate.get("refused"):
-        console.print(
-            f"[yellow]the confidence gate would refuse this question[/]: {escape(gate['why'])}\n"
-        )
+    # One pack's verdict, or each pack's by name (several packs): refused when every one is.
+    verdicts = [gate] if "refused" in gate else list(gate.values())
+    if verdicts and all(verdict.get("refused") for verdict in verdicts):
+        why = "; ".join(dict.fromkeys(verdict["why"] for verdict in verdicts if verdict["why"]))
+        console.print(f"[yellow]the confidence gate would refuse this question[/]: {escape(why)}\n")
     for rank, hit in enumerate(hits, start=1):
+        pack = f"{escape(hit['pack'])}: " if "pack" in hit else ""  # one of several packs
         console.print(
-            f"[bold]{rank}. {escape(hit['heading'])}[/]\n   score {hit['score']:.3f}, "
+            f"[bold]{rank}. {pack}{escape(hit['heading'])}[/]\n   score {hit['score']:.3f}, "
             f"confidence {hit['confidence']:.3f}, similarity {hit['similarity'] or 0:.3f}",
             highlight=False,
         )
@@ -87,7 +89,9 @@ def cmd_query(args: argparse.Namespace) -> int:
     result = retrieval.query(
         args.name, args.question, profile=args.profile, use_llm=not args.no_llm, max_results=args.k
     )
-    related = retrieval.context_pack(args.name, args.question) if args.explain else None
+    # Of several packs ("pandas,python"), the one that answered.
+    answering = result.get("pack", args.name)
+    related = retrieval.context_pack(answering, args.question) if args.explain else None
     if args.json:
         print(
             json.dumps(
@@ -99,7 +103,8 @@ def cmd_query(args: argparse.Namespace) -> int:
         return 0
     console.print(result["answer"], markup=False, highlight=False)
     console.print(
-        f"\n[dim]{result['query_type']}, {result['timings_ms']['total']:.0f} ms, "
+        f"\n[dim]{'from ' + answering + ', ' if 'pack' in result else ''}"
+        f"{result['query_type']}, {result['timings_ms']['total']:.0f} ms, "
         f"{result['token_usage']['api_calls']} LLM calls[/]"
     )
     if result["citations"]:
@@ -174,7 +179,7 @@ def _explain(result: dict, related: list[dict]) -> None:
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     search = sub.add_parser("search", help="ranked passages for a question")
-    search.add_argument("name")
+    search.add_argument("name", help="a pack, or several joined by commas: pandas,python")
     search.add_argument("question")
     search.add_argument("--k", type=int, default=5, help="how many passages (default 5)")
     search.add_argument(
@@ -186,7 +191,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     search.add_argument("--profile", choices=PROFILE_NAMES, help=PROFILE_HELP)
     search.set_defaults(run=cmd_search)
     ask = sub.add_parser("query", help="answer a question from a pack, with citations")
-    ask.add_argument("name")
+    ask.add_argument("name", help="a pack, or several joined by commas: pandas,python")
     ask.add_argument("question")
     ask.add_argument("--profile", choices=PROFILE_NAMES, help=PROFILE_HELP)
     ask.add_argument("--no-llm", action="store_true", help="extractive answer, no API call")

@@ -11,11 +11,11 @@ to the device (batch_size_for).
 
 The arithmetic is the pack's ``embedding_precision`` (kpack.config): ``fp32`` runs the model
 through sentence-transformers on the device; ``int8`` runs its int8 export through onnxruntime
-on the CPU (kpack.quantized; kpack.embedders picks one); ``auto`` is int8 where the device is the CPU and fp32 on a GPU
-(effective_precision). fp32 is the default: int8 embeds about 2.7 times as many texts per
-second on 2 CPU cores at a mean cosine of 0.997 with fp32, but with fp32 question vectors it
-lost 0.0053 of SQuAD's vector-only hit@5, more than issue 24's rule allows
-(bench/RESULTS.md).
+on the CPU (kpack.quantized; kpack.embedders picks one); ``auto`` is int8 where the device is
+the CPU and fp32 on a GPU (effective_precision). auto is the default: int8 embeds about 2.7
+times as many texts per second on 2 CPU cores at a mean cosine of 0.997 with fp32, and the
+0.0053 it lost of SQuAD's vector-only hit@5 (with fp32 question vectors, bench/RESULTS.md) is
+accepted (issue 34).
 Vectors are cached per model and effective precision (vector_namespace), never per device:
 fp32 vectors from a GPU and from the CPU agree to float rounding.
 """

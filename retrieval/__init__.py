@@ -4,6 +4,7 @@
     retrieval.query("demo", "How is a pack published?")          # answer, sources, citations...
     retrieval.search("demo", "How is a pack published?", k=5)     # ranked passages only
     retrieval.context_pack("demo", "How is a pack published?")    # related articles, with why
+    retrieval.search(["pandas", "python"], "How do I read a CSV file?")  # several packs at once
 
 Results are the seed's dict (and list of dicts) that also render in Jupyter and turn into
 DataFrames (``result.to_frame()``). Importing this package is cheap: the database, the
@@ -20,6 +21,13 @@ from pathlib import Path
 
 from kpack.errors import PackNotReady
 from retrieval.agent import KnowledgeGraphAgent
+from retrieval.multipack import (
+    answered_by,
+    is_several,
+    merge_searches,
+    packs_by_similarity,
+    readers_of,
+)
 from retrieval.profiles import PROFILES
 from retrieval.reader import PackReader
 from retrieval.registry import WARMERS, close_all, open_pack, reading, resolve_folder
@@ -61,8 +69,11 @@ def agent(
     return made
 
 
+Packs = str | Path | PackReader | list[str | Path] | tuple[str | Path, ...]
+
+
 def query(
-    pack: str | Path | PackReader,
+    pack: Packs,
     question: str,
     profile: str | None = None,
     use_llm: bool = True,
@@ -72,15 +83,25 @@ def query(
 ) -> QueryResult:
     """The answer with its sources; ``on_text(piece)`` streams the answer as it is written
     (see KnowledgeGraphAgent.query). A PackReader as ``pack`` answers from that version; its
-    ``version`` key says which version answered."""
+    ``version`` key says which version answered. Several packs (a list, or names joined by
+    commas) answer from the one whose passages are the most similar to the question
+    (retrieval.multipack): the result names its ``pack`` and lists every pack asked."""
+    if is_several(pack):
+        with readers_of(pack) as readers:  # type: ignore[arg-type]
+            ranked = packs_by_similarity(_each(readers, question, max_results, profile, options))
+            best = ranked[0]["pack"]
+            result = query(
+                readers[best], question, profile, use_llm, max_results, on_text, **options
+            )
+            return answered_by(result, best, ranked)
     pinned = pack if isinstance(pack, PackReader) else None
-    return agent(pack, profile, use_llm, **options).query(
+    return agent(pack, profile, use_llm, **options).query(  # type: ignore[arg-type]
         question, max_results=max_results, on_text=on_text, reader=pinned
     )
 
 
 def search(
-    pack: str | Path | PackReader,
+    pack: Packs,
     question: str,
     k: int = 5,
     profile: str | None = None,
@@ -90,11 +111,33 @@ def search(
     """The k best passages, each with its deep link (``url``), ``confidence`` and ``score``;
     their ``version`` attribute is the version that answered, ``gate`` whether the gate would
     refuse the question. With ``tokens``, the passages of those k that fit in that many tokens,
-    each its whole section when that fits (context for an agent)."""
+    each its whole section when that fits (context for an agent). Several packs (a list, or
+    names joined by commas) give the k passages most similar to the question over all of them,
+    each naming its ``pack`` (retrieval.multipack); ``version`` and ``gate`` are then each
+    pack's, by name."""
+    if is_several(pack):
+        with readers_of(pack) as readers:  # type: ignore[arg-type]
+            found = _each(readers, question, k, profile, options, tokens)
+            return merge_searches(found, k, tokens)
     pinned = pack if isinstance(pack, PackReader) else None
-    return agent(pack, profile, use_llm=False, **options).search(
+    return agent(pack, profile, use_llm=False, **options).search(  # type: ignore[arg-type]
         question, k=k, reader=pinned, tokens=tokens
     )
+
+
+def _each(
+    readers: dict[str, PackReader],
+    question: str,
+    k: int,
+    profile: str | None,
+    options: dict,
+    tokens: int | None = None,
+) -> dict[str, SearchResults]:
+    """Each pack's own search, by pack name (what retrieval.multipack merges)."""
+    return {
+        name: search(reader, question, k, profile, tokens=tokens, **options)
+        for name, reader in readers.items()
+    }
 
 
 def _warm_search(reader: PackReader) -> None:

@@ -168,8 +168,11 @@ class QueryResult(dict):
 class SearchResults(list):
     """The passages of a search, best first: a list of dicts, which also renders in Jupyter."""
 
-    version: int | None = None  # the pack version whose reader answered
-    gate: dict | None = None  # whether the gate would refuse the question (retrieval.confidence)
+    # The pack version whose reader answered; of several packs, each's by name (multipack).
+    version: int | dict[str, int | None] | None = None
+    # Whether the gate would refuse the question (retrieval.confidence); of several packs,
+    # each pack's verdict by name.
+    gate: dict | None = None
 
     def _repr_html_(self) -> str:
         rows = [

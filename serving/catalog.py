@@ -25,6 +25,7 @@ from kpack.packs import (
     sources_location,
     validate_pack_name,
 )
+from retrieval.multipack import is_several, pack_names
 
 # Every profile, as a type the request models and tool signatures check (and the OpenAPI
 # schema lists); Literal takes the tuple's names as its values.
@@ -58,6 +59,14 @@ def pack_folder(name: str, root: Path) -> Path:
     if not (folder / "urls.txt").is_file():
         raise PackError(f"unknown pack {name!r}: the pack list names the packs served here")
     return folder
+
+
+def pack_folders(name: str, root: Path) -> Path | list[Path]:
+    """The folder of a known pack, or of each of several named as "pandas,python"
+    (retrieval.multipack); PackError naming an unknown one (as :func:`pack_folder`)."""
+    if is_several(name):
+        return [pack_folder(str(one), root) for one in pack_names(name)]
+    return pack_folder(name, root)
 
 
 def version_of(folder: Path) -> int | None:
@@ -98,6 +107,8 @@ def summary(name: str, root: Path) -> dict[str, Any]:
     counts = manifest.get("counts", {})
     row |= {
         "version": manifest.get("version"),
+        "documentation_title": manifest.get("documentation_title"),
+        "documentation_version": manifest.get("documentation_version"),
         "built_at": manifest.get("built_at"),
         "articles": counts.get("Article"),
         "sections": counts.get("Section"),

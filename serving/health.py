@@ -41,6 +41,16 @@ class PackHealth:
             self._failures[name] = (version, message)
         return PackError(message)
 
+    def record_several(self, name: str, exc: BaseException) -> PackError:
+        """The PackError to answer with when one of several packs asked together ("a,b",
+        retrieval.multipack) failed with ``exc``: which one is in the server log; nothing is
+        recorded, since the failure is no single pack's."""
+        log.error("packs %s failed", name, exc_info=exc)
+        return PackError(
+            f"packs {name!r} cannot answer together: one of their versions failed to open or "
+            f"search ({type(exc).__name__}; see the server log, and ask each pack alone)"
+        )
+
     def failure(self, name: str, folder: Path) -> str | None:
         """The failure recorded for the pack's current version, if any."""
         with self._lock:

@@ -8,6 +8,7 @@
     POST /packs/{name}/search       {"question": ..., "k": 5, "tokens": 2000} -> ranked passages
                                     (deep links, confidence, the gate's verdict)
     GET  /packs/{name}/search?q=... the same search as a link
+    (a name such as "pandas,python" asks several packs: retrieval.multipack)
     GET  /openapi.json, /docs       the schema and its browsable page (Swagger UI, served
                                     offline: no CDN)
 
@@ -174,7 +175,7 @@ def create_app(
 
     @app.post("/packs/{name}/search", **protected)
     async def search(name: str, body: SearchRequest) -> Response:
-        def hits(folder: Path, question: str) -> dict[str, Any]:
+        def hits(folder: Path | list[Path], question: str) -> dict[str, Any]:
             k = served_k(body.k, body.tokens)
             found = retrieval.search(
                 folder, question, k=k, profile=body.profile, tokens=body.tokens
@@ -200,7 +201,9 @@ def create_app(
         **protected,
     )
     async def query(name: str, body: QueryRequest, request: Request) -> Response:
-        def answer(source: Path | retrieval.PackReader, question: str, **streaming: Any) -> dict:
+        def answer(
+            source: Path | list[Path] | retrieval.PackReader, question: str, **streaming: Any
+        ) -> dict:
             return retrieval.query(
                 source,
                 question,
@@ -220,14 +223,14 @@ def create_app(
     return app
 
 
-def _known(name: str, root: Path) -> Path:
+def _known(name: str, root: Path) -> Path | list[Path]:
     try:
-        return catalog.pack_folder(name, root)
+        return catalog.pack_folders(name, root)
     except PackError as exc:
         raise HTTPException(404, str(exc)) from exc
 
 
-def _checked(root: Path, name: str, question: str) -> tuple[Path, str]:
+def _checked(root: Path, name: str, question: str) -> tuple[Path | list[Path], str]:
     """The pack's folder and the question, or the error to answer with, in the CLI's order: an
     unknown pack (404), a bad question (422); retrieval then raises for a pack that was never
     built or cannot answer (409)."""
@@ -240,7 +243,7 @@ async def _answer(
     health: PackHealth,
     name: str,
     question: str,
-    respond: Callable[[Path, str], dict[str, Any]],
+    respond: Callable[[Path | list[Path], str], dict[str, Any]],
 ) -> Response:
     """``respond(folder, question)``'s JSON, worked out in a thread of the pool; its
     ``version`` (the version whose reader answered) is the response's X-Kpack-Version. A
@@ -255,7 +258,7 @@ async def _answer(
     """
     submitted = time.perf_counter()
 
-    def work() -> tuple[bytes, int, str]:
+    def work() -> tuple[bytes, int | dict[str, int] | None, str]:
         started = time.perf_counter()
         folder, cleaned = _checked(root, name, question)
         try:
@@ -263,6 +266,8 @@ async def _answer(
         except PackError:
             raise
         except Exception as exc:
+            if isinstance(folder, list):
+                raise health.record_several(name, exc) from exc
             raise health.record(name, folder, exc) from exc
         version = data["version"]
         answered = time.perf_counter()

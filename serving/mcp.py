@@ -2,7 +2,8 @@
 
 Tools:
 
-- ``list_packs``: every pack with its published version and figures;
+- ``list_packs``: every pack with its published version, its documentation's release and figures;
+- ``find_packs``: the packs that hold a library or a topic, best first (serving.resolve);
 - ``pack_info``: one pack's figures, embedding model and build record;
 - ``search_pack``: ranked passages for a question (title, heading, URL, text, score);
 - ``query_pack``: an answer with citations, written by Claude when the server has
@@ -54,19 +55,27 @@ from retrieval.registry import open_versions_in_background
 from serving import catalog
 from serving.catalog import ProfileName, served_k
 from serving.health import PackHealth
+from serving.resolve import resolve
 
 SKILL_URI = "kpack://packs/{name}/skill.md"
 INSTRUCTIONS = (
-    "Knowledge packs are documentation sets indexed for retrieval. Call list_packs to see them, "
-    "then search_pack for ranked passages or query_pack for an answer with citations. Answer "
-    "from the passages, cite each one you use as [Source: title], and say so when the pack "
-    "does not cover a question. Each pack's skill.md resource describes what it holds."
+    "Knowledge packs are documentation sets indexed for retrieval. Call list_packs to see them "
+    "(or find_packs with a library's name or a topic to find the right ones), then search_pack "
+    "for ranked passages or query_pack for an answer with citations. Answer from the passages, "
+    "cite each one you use as [Source: title], and say so when the pack does not cover a "
+    "question. Each pack's skill.md resource describes what it holds."
 )
 
 Question = Annotated[
     str, Field(description=f"the question, at most {MAX_QUESTION_CHARS:,} characters")
 ]
-PackName = Annotated[str, Field(description="the pack's name, as list_packs gives it")]
+PackName = Annotated[
+    str,
+    Field(
+        description="the pack's name, as list_packs gives it; several names joined by commas "
+        "(pandas,python) ask those packs together"
+    ),
+]
 K = Annotated[
     int, Field(ge=1, le=MAX_SERVED_K, description="how many passages (5; 20 with tokens)")
 ]
@@ -181,9 +190,26 @@ def create_server(packs_dir: Path | None = None) -> PacksServer:
 
     @tool
     def list_packs() -> dict[str, Any]:
-        """List every knowledge pack: name, whether it is published, version, build time,
-        article/section/chunk counts and embedding model."""
+        """List every knowledge pack: name, whether it is published, version, the title and
+        release of its documentation, build time, article/section/chunk counts and embedding
+        model."""
         return {"packs": health.summaries(root)}
+
+    @tool
+    def find_packs(
+        library_or_topic: Annotated[
+            str,
+            Field(description="a library's name (pandas) or a topic (reading CSV files)"),
+        ],
+        limit: Annotated[int, Field(ge=1, le=50, description="how many packs at most")] = 5,
+    ) -> dict[str, Any]:
+        """Find the packs that document a library or a topic, best first: each with its
+        documentation's title and release, name_match (2: the request is the pack's name, 1:
+        its documentation's name), the words of the request it holds and how similar its best
+        passage is. Call it before search_pack or query_pack when you do not know which pack
+        to ask."""
+        with _tool_errors():
+            return {"packs": resolve(library_or_topic, root, limit)}
 
     @tool
     def pack_info(pack: PackName) -> dict[str, Any]:
@@ -210,11 +236,13 @@ def create_server(packs_dir: Path | None = None) -> PacksServer:
         pack: PackName, question: Question, k: K | None = None, tokens: Tokens | None = None
     ) -> dict[str, Any]:
         """Ranked passages of a pack for a question: title, heading, deep link (url), text,
-        confidence and score of each, and whether the confidence gate would refuse the
-        question. Give tokens for context: whole passages (code verbatim) up to that many
-        tokens. Answer from them and cite them as [Source: title]."""
+        confidence, score and similarity of each, and whether the confidence gate would refuse
+        the question. Give tokens for context: whole passages (code verbatim) up to that many
+        tokens. Answer from them and cite them as [Source: title]. Several packs: their
+        passages merged on similarity (the question's cosine with each passage, one scale for
+        all), each naming its pack; version and gate are then each pack's, by name."""
         with _tool_errors():
-            folder = catalog.pack_folder(pack, root)
+            folder = catalog.pack_folders(pack, root)
             with _pack_failures(health, pack, folder):
                 hits = retrieval.search(
                     folder, clean_question(question), k=served_k(k, tokens), tokens=tokens
@@ -225,11 +253,13 @@ def create_server(packs_dir: Path | None = None) -> PacksServer:
             "gate": hits.gate,
             "results": [
                 {
+                    "pack": h.get("pack", pack),
                     "title": h["title"],
                     "heading": h["heading"],
                     "url": h["url"],
                     "score": h["score"],
                     "confidence": h["confidence"],
+                    "similarity": h["similarity"],
                     "text": h["text"],
                     **({"tokens": h["tokens"]} if tokens is not None else {}),
                 }
@@ -248,9 +278,10 @@ def create_server(packs_dir: Path | None = None) -> PacksServer:
         """Answer a question from a pack, with citations. Claude writes the answer when the
         server has ANTHROPIC_API_KEY; without one the answer quotes the pack's sentences,
         each followed by [Source: title]. query_type says whether the pack had relevant
-        passages (vector_search) or not (a fallback)."""
+        passages (vector_search) or not (a fallback). Several packs: the one whose passages
+        are the most similar to the question answers, and ``pack`` names it."""
         with _tool_errors():
-            folder = catalog.pack_folder(pack, root)
+            folder = catalog.pack_folders(pack, root)
             with _pack_failures(health, pack, folder):
                 result = retrieval.query(
                     folder,
@@ -260,7 +291,7 @@ def create_server(packs_dir: Path | None = None) -> PacksServer:
                     max_results=k,
                 )
         return {
-            "pack": pack,
+            "pack": result.get("pack", pack),  # of several packs, the one that answered
             "version": result["version"],
             "answer": result["answer"],
             "citations": result["citations"],
@@ -295,14 +326,17 @@ def _tool_errors() -> Iterator[None]:
 
 
 @contextmanager
-def _pack_failures(health: PackHealth, name: str, folder: Path) -> Iterator[None]:
+def _pack_failures(health: PackHealth, name: str, folder: Path | list[Path]) -> Iterator[None]:
     """Anything but a PackError from a pack's version is that pack's failure (serving.health):
-    recorded for list_packs, and a PackError with its one line; the other packs answer."""
+    recorded for list_packs, and a PackError with its one line; the other packs answer. Of
+    several packs asked together, the failure is logged and named, not recorded."""
     try:
         yield
     except PackError:
         raise
     except Exception as exc:
+        if isinstance(folder, list):
+            raise health.record_several(name, exc) from exc
         raise health.record(name, folder, exc) from exc
 
 

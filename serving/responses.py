@@ -38,6 +38,7 @@ def server_timing(**seconds: float) -> str:
     return ", ".join(f"{name};dur={value * 1000:.2f}" for name, value in seconds.items())
 
 
-def version_headers(version: int | None) -> dict[str, str]:
-    """The ``X-Kpack-Version`` header of the version that answered, when one did."""
-    return {VERSION_HEADER: str(version)} if version is not None else {}
+def version_headers(version: int | dict[str, int] | None) -> dict[str, str]:
+    """The ``X-Kpack-Version`` header of the version that answered, when one did; several
+    packs' versions are in the body (retrieval.multipack)."""
+    return {VERSION_HEADER: str(version)} if isinstance(version, int) else {}

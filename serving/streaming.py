@@ -24,7 +24,9 @@ class _ClientGone(Exception):
     """Raised in the answering thread when the client has closed its event stream."""
 
 
-async def streamed(pool: ThreadPoolExecutor, folder: Path, answer: Callable[..., dict]) -> Response:
+async def streamed(
+    pool: ThreadPoolExecutor, folder: Path | list[Path], answer: Callable[..., dict]
+) -> Response:
     """The answer of ``answer(reader, on_text=...)`` as server-sent events (see _events).
 
     A thread of the pool checks the pack's current version out and holds it until the answer
@@ -51,6 +53,10 @@ async def streamed(pool: ThreadPoolExecutor, folder: Path, answer: Callable[...,
 
     def work() -> None:
         try:
+            if isinstance(folder, list):  # several packs: the versions are in the result
+                post("version", None)
+                post("result", answer(folder, on_text=on_text))
+                return
             with retrieval.reading(folder) as reader:
                 post("version", reader.version)
                 post("result", answer(reader, on_text=on_text))

@@ -209,16 +209,18 @@ def test_claude_errors_fall_back_to_offline_extraction(workspace, site, monkeypa
 def test_the_manifest_records_how_the_vectors_were_made(
     built, workspace, site_fetcher, monkeypatch
 ):
-    """Device, precision and throughput in the manifest; the default is fp32, and on a machine
-    without a GPU "auto" means int8, whose pack answers with fp32 question vectors; int8
-    vectors are cached apart from fp32 ones; a device that cannot be had fails the build."""
+    """Device, precision and throughput in the manifest; the default is auto, which on a
+    machine without a GPU means int8, whose pack answers with fp32 question vectors; fp32 is
+    one setting away, and its vectors are cached apart from int8 ones, so a precision change
+    embeds every text again and never mixes the two; a device that cannot be had fails the
+    build."""
     folder, first = built
     texts = first.manifest["embedding"]["texts"]
-    assert first.manifest["config"]["embedding_precision"] == "fp32"
+    assert first.manifest["config"]["embedding_precision"] == "auto"
     assert first.manifest["embedding"] == {
         **first.manifest["embedding"],
-        "precision": "fp32",
-        "encoder": "sentence-transformers",
+        "precision": "int8",
+        "encoder": "onnxruntime",
         "device": "cpu",
         "embedded_this_build": texts,
         "section_vectors": "derived",
@@ -229,14 +231,14 @@ def test_the_manifest_records_how_the_vectors_were_made(
     config = folder / "kg_config.json"
     settings = json.loads(config.read_text())
 
-    config.write_text(json.dumps({**settings, "embedding_precision": "auto"}))
-    int8 = build(workspace, "widgets", fetcher=site_fetcher)
-    assert int8.published, int8.cause
-    embedding = int8.manifest["embedding"]
-    # No fp32 vector is reused for an int8 pack: every text was embedded again.
+    config.write_text(json.dumps({**settings, "embedding_precision": "fp32"}))
+    fp32 = build(workspace, "widgets", fetcher=site_fetcher)
+    assert fp32.published, fp32.cause
+    embedding = fp32.manifest["embedding"]
+    # No int8 vector is reused for an fp32 pack: every text was embedded again.
     assert (embedding["precision"], embedding["encoder"], embedding["device"]) == (
-        "int8",
-        "onnxruntime",
+        "fp32",
+        "sentence-transformers",
         "cpu",
     )
     assert embedding["embedded_this_build"] == texts and embedding["texts_per_second"] > 0
@@ -247,14 +249,23 @@ def test_the_manifest_records_how_the_vectors_were_made(
     config.write_text(json.dumps(settings))
     again = build(workspace, "widgets", fetcher=site_fetcher)
     assert again.published and again.manifest["embedding"]["embedded_this_build"] == 0
-    assert again.manifest["embedding"]["precision"] == "fp32"
+    assert again.manifest["embedding"]["precision"] == "int8"
     assert again.manifest["embedding"]["device"] is None  # nothing was embedded
     assert again.manifest["embedding"]["texts_per_second"] is None
 
     # A device that cannot be had fails the build with its reason; the pack stays as it was.
     monkeypatch.setenv("KPACK_EMBED_DEVICE", "cuda:7")
-    # Shorter chunks: new texts to embed.
-    config.write_text(json.dumps({**settings, "chunk_tokens": 30, "chunk_overlap_tokens": 5}))
+    # Shorter chunks and fp32 (int8 refuses a GPU request before asking for the device).
+    config.write_text(
+        json.dumps(
+            {
+                **settings,
+                "embedding_precision": "fp32",
+                "chunk_tokens": 30,
+                "chunk_overlap_tokens": 5,
+            }
+        )
+    )
     failed = build(workspace, "widgets", fetcher=site_fetcher)
     assert not failed.success and "KPACK_EMBED_DEVICE=cuda:7" in (failed.cause or "")
     assert json.loads((folder / "manifest.json").read_text())["version"] == 3

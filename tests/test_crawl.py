@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
+from functools import partial
+from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
+from cli.main import main
 from kpack.config import CrawlConfig, FetchConfig, parse_config
 from kpack.graphdb import opened
 from kpack.ingest.crawl import CrawlReport, crawl
@@ -14,6 +18,8 @@ from kpack.ingest.fetch import Fetcher
 from kpack.packs import PackError, Source, current_version, page_key, parse_urls
 from tests.conftest import TEST_FETCH, build, write_pack
 from tests.docsite import DocSite, serve
+from tests.loopback import LoopbackServer
+from tests.test_build_report import summary_rows
 
 FETCH = FetchConfig(**TEST_FETCH)
 
@@ -188,3 +194,73 @@ def test_a_pack_built_from_one_seed_line_records_the_crawl_on_its_articles(works
     again = build(workspace, "crawled")
     assert again.outcome == "unchanged"
     assert again.stage_metadata["fetched_pages"]["not_modified"] == 5
+
+
+class QuietFiles(SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+STUB_SITE = {
+    "index.html": ["guide.html", "moved.html", "genindex.html", "gone.html", "print.html"],
+    "guide.html": ["extra-1.html", "extra-2.html"],
+    "api.html": [],
+    "genindex.html": [],
+    "extra-1.html": [],
+    "extra-2.html": [],
+}
+
+
+def test_the_build_summary_says_what_the_crawl_found_skipped_and_capped(
+    workspace, tmp_path, capsys, monkeypatch
+):
+    """A redirect stub brings the page it points to (and is no page itself), an excluded page,
+    a 404, a duplicate (a canonical alias) and the pages past crawl.max_pages are each counted
+    in the manifest and the summary of `kpack build`."""
+    site = tmp_path / "site"
+    site.mkdir()
+    for name, links in STUB_SITE.items():
+        anchors = "".join(f'<p><a href="{link}">{link}</a></p>' for link in links)
+        words = f"The {name[:-5]} page of the gearbox manual explains shafts and gear ratios."
+        (site / name).write_text(
+            f"<html><head><title>{name}</title></head><body><main><h1>{name}</h1>"
+            f"<p>{words}</p>{anchors}</main></body></html>"
+        )
+    (site / "moved.html").write_text(
+        '<html><head><meta http-equiv="refresh" content="0; URL=api.html"/></head>'
+        '<body><p>The page has been moved to <a href="api.html">this page</a></p></body></html>'
+    )
+    (site / "print.html").write_text(
+        '<html><head><link rel="canonical" href="guide.html"></head>'
+        "<body><main><p>The guide, for printing.</p></main></body></html>"
+    )
+    handler = partial(QuietFiles, directory=str(site))
+    with LoopbackServer(handler) as server:  # type: ignore[arg-type]
+        write_pack(
+            workspace,
+            "gearbox",
+            [f"{server.base}/index.html depth=2"],
+            {
+                "fetch": TEST_FETCH,
+                "max_failed_fraction": 0.5,  # the 404 is one page of four
+                "crawl": {"exclude": ["*/genindex.html"], "max_pages": 5},
+            },
+        )
+        monkeypatch.setenv("COLUMNS", "120")
+        assert main(["build", "gearbox", "--no-progress"]) == 0
+    rows = summary_rows(capsys.readouterr().out)
+    manifest = json.loads((workspace / "packs" / "gearbox" / "manifest.json").read_text())
+    pages = manifest["sources"]["pages"]
+    # Kept: index, guide and api, fetched in the place of the stub that leads to it.
+    assert pages["kept"] == 3 and pages["capped"] == 2  # extra-1 and extra-2
+    assert pages["skipped"] | {} == {
+        **pages["skipped"],
+        "not_found": 1,
+        "excluded": 1,
+        "redirect_stubs": 1,
+        "duplicates": 1,
+    }
+    assert pages["found"] == 3 + 4 + 2
+    assert rows["pages found / kept"] == "9 / 3"
+    assert rows["skipped 404 / excluded / stub / duplicate"] == "1 / 1 / 1 / 1"
+    assert rows["capped by crawl.max_pages"] == "2"

@@ -8,6 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from assets import fetch
+from kpack.archive import export_pack, install
 from kpack.contracts import stable_id
 from kpack.graphdb import opened
 from resources.embedder import EmbedderResource
@@ -235,3 +236,31 @@ def test_manifest_records_tokens_cost_and_previous_version(workspace, site, clau
     assert extraction["estimated_cost_usd"] == pytest.approx(calls * (100 * 1 + 20 * 5) / 1e6)
     assert result.manifest["previous_version"] is None
     assert len(result.manifest["sources_fingerprint"]) == 64
+
+
+def test_an_installed_pack_first_build_reuses_the_vectors_its_archive_carries(
+    workspace, site, tmp_path
+):
+    """A pack installed from a .kpack archive has no embedding cache on its new machine: its
+    first build takes the vectors of the published version it carries, and embeds only what
+    changed since, as the pack's own rebuild does."""
+    page = "/live/changing/installed.html"
+    urls = [site.url(p) for p in [*STATIC, page]]
+    write_pack(workspace, "origin", urls, {"fetch": TEST_FETCH})
+    assert build(workspace, "origin").published
+    archive = export_pack("origin", tmp_path / "origin.kpack", workspace / "packs").path
+
+    site.revisions[page] = 2  # one section of one page changes
+    own = build(workspace, "origin")
+    assert own.published
+    changed = own.manifest["embedding"]["embedded_this_build"]
+    assert 0 < changed < own.manifest["embedding"]["texts"]
+
+    elsewhere = tmp_path / "elsewhere"  # another machine: its own packs folder and storage
+    (elsewhere / "packs").mkdir(parents=True)
+    install(archive, elsewhere / "packs")
+    installed = build(elsewhere, "origin")
+    assert installed.published, installed.cause
+    embedding = installed.manifest["embedding"]
+    assert embedding["embedded_this_build"] == changed
+    assert embedding["from_published"] == embedding["texts"] - changed

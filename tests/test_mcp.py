@@ -19,7 +19,7 @@ from tests.conftest import TEST_FETCH, build, write_pack
 
 PAGES = ["/docs/index.html", "/docs/guide.html", "/docs/readme.md"]
 QUESTION = "Which environment variable sets where the sprocket cache lives?"
-TOOLS = {"list_packs", "pack_info", "search_pack", "query_pack"}
+TOOLS = {"list_packs", "find_packs", "pack_info", "search_pack", "query_pack"}
 DESCRIPTION = "The widget toolkit's guides: installing it, its sprocket cache, releases."
 
 

@@ -27,7 +27,9 @@ pages at the cost of conditional requests only.
 URLs are deduplicated by ``kpack.packs.page_key``: w3lib's canonical form (percent-encoding,
 dot segments, IDNA host, sorted query arguments), fragment dropped, default port, trailing
 slash and ``index.html`` ignored; a page whose ``<link rel=canonical>`` names another in-scope
-URL is an alias: the canonical URL is fetched in its place, once. ``crawl.max_pages`` caps the
+URL is an alias: the canonical URL is fetched in its place, once, and so is the page a redirect
+stub leads to (a page whose ``<meta http-equiv="refresh">`` sends the reader on at once, as
+Sphinx leaves for a moved page). ``crawl.max_pages`` caps the
 pages of the pack. Every row records the seed it came from, its link depth from the seed and
 its state: ``listed``, ``expanded`` (its links were followed), ``discovered`` (fetched at the
 depth limit, or past the cap: its links were not followed), ``failed`` or ``kept`` (below).
@@ -106,6 +108,34 @@ def product_token(user_agent: str) -> str:
     return user_agent.split("/")[0].strip()
 
 
+# A refresh's content: "0; url=target" (the delay, then the page to go to).
+REFRESH = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*[;,]\s*(?:url\s*=\s*)?['\"]?([^'\"]+)", re.IGNORECASE)
+STUB_DELAY_S = 5
+GONE = (
+    404,
+    410,
+)  # the answers that say a page is not there  # a refresh this soon or sooner sends the reader on: the page is a stub
+
+
+# A page that may hold a refresh: only those are parsed for one (a crawl parses each page once
+# more for its canonical link; a second parse of every page would cost as much again).
+MAY_REFRESH = re.compile(r"http-equiv\s*=\s*[\"']?refresh", re.IGNORECASE)
+
+
+def refresh_target(page_html: str, base: str) -> str | None:
+    """The absolute URL a redirect stub sends its reader to (``<meta http-equiv="refresh"
+    content="0; url=...">`` within STUB_DELAY_S seconds), else None."""
+    if not MAY_REFRESH.search(page_html):
+        return None
+    for node in LexborHTMLParser(page_html).css("meta[http-equiv][content]"):
+        if (node.attributes.get("http-equiv") or "").strip().lower() != "refresh":
+            continue
+        found = REFRESH.match(node.attributes.get("content") or "")
+        if found and float(found.group(1)) <= STUB_DELAY_S:
+            return absolute_url(base, found.group(2).strip())
+    return None
+
+
 def canonical_link(page_html: str, base: str) -> str | None:
     """The absolute URL of a page's ``<link rel="canonical">``, if it has one."""
     node = LexborHTMLParser(page_html).css_first('link[rel~="canonical"][href]')
@@ -128,12 +158,19 @@ class Scope:
         prefix = urlunsplit((parts.scheme, parts.netloc, folder, "", ""))
         return cls(prefix, config.include, config.exclude)
 
-    def allows(self, url: str) -> bool:
-        if any(fnmatchcase(url, pattern) for pattern in self.exclude):
-            return False
+    def excludes(self, url: str) -> bool:
+        """Whether a ``crawl.exclude`` pattern refuses the URL."""
+        return any(fnmatchcase(url, pattern) for pattern in self.exclude)
+
+    def within(self, url: str) -> bool:
+        """Whether the URL is inside the scope's rule (the include patterns, else the seed's
+        host and folder), exclusions aside."""
         if self.include:
             return any(fnmatchcase(url, pattern) for pattern in self.include)
         return url.startswith(self.prefix) or url == self.prefix.rstrip("/")
+
+    def allows(self, url: str) -> bool:
+        return self.within(url) and not self.excludes(url)
 
 
 @dataclass(frozen=True)
@@ -159,12 +196,36 @@ class CrawlReport:
     sitemaps: int = 0
     robots_refused: list[str] = field(default_factory=list)
     off_scope: int = 0  # distinct links (and sitemaps) outside their seed's scope
+    excluded: int = 0  # distinct in-scope links a crawl.exclude pattern refused
     aliases: int = 0  # pages dropped as another URL of a page already crawled
+    redirect_stubs: int = 0  # pages that only send the reader on (a meta refresh)
     not_text: int = 0  # crawled links whose target is no text page
     capped: int = 0  # in-scope pages left out by crawl.max_pages
     failed_sources: int = 0  # sitemaps and robots.txt files that could not be read
     kept: int = 0  # pages carried over from the previous fetch after an outage
     problems: list[str] = field(default_factory=list)  # for the build log
+
+    def page_counts(self, rows: list[dict]) -> dict:
+        """The build summary's pages: found, kept, skipped by reason and capped. Found is
+        every page the sources led to: those kept, those skipped and those past the cap."""
+        failed = [row for row in rows if row["error"] is not None]
+        not_found = sum(row["status"] in GONE for row in failed)
+        skipped = {
+            "not_found": not_found,  # 404 or 410
+            "failed": len(failed) - not_found,  # any other failure (kpack.ingest.fetch)
+            "excluded": self.excluded,
+            "redirect_stubs": self.redirect_stubs,
+            "duplicates": self.aliases,
+            "not_text": self.not_text,
+            "robots_refused": len(self.robots_refused),
+        }
+        kept = len(rows) - len(failed)
+        return {
+            "found": kept + sum(skipped.values()) + self.capped,
+            "kept": kept,
+            "skipped": skipped,
+            "capped": self.capped,
+        }
 
     def metadata(self) -> dict:
         return {
@@ -174,7 +235,9 @@ class CrawlReport:
             "crawl_sitemaps": self.sitemaps,
             "crawl_robots_refused": len(self.robots_refused),
             "crawl_off_scope_links": self.off_scope,
+            "crawl_excluded": self.excluded,
             "crawl_aliases": self.aliases,
+            "crawl_redirect_stubs": self.redirect_stubs,
             "crawl_not_text": self.not_text,
             "crawl_capped": self.capped,
             "crawl_failed_sources": self.failed_sources,
@@ -240,7 +303,10 @@ class Crawl:
         """The page to queue for a discovered URL, or None (seen, off scope, refused, capped)."""
         if not scope.allows(url):
             if self._claim(url):
-                self.report.off_scope += 1
+                if scope.excludes(url) and scope.within(url):
+                    self.report.excluded += 1
+                else:
+                    self.report.off_scope += 1
             return None
         if not self._claim(url):
             return None
@@ -312,9 +378,13 @@ class Crawl:
         if crawled and redirected and not self._claim(response.final_url):
             self.report.aliases += 1  # redirected to a page already crawled
             return []
-        canonical = self._canonical(page, response) if crawled else None
+        stub = self._stub_target(page, response) if crawled else None
+        canonical = stub or (self._canonical(page, response) if crawled else None)
         if canonical is not None:
-            self.report.aliases += 1
+            if stub is not None:
+                self.report.redirect_stubs += 1
+            else:
+                self.report.aliases += 1
             if self._claim(canonical):
                 self.queued += 1
                 replacements.append(
@@ -344,6 +414,17 @@ class Crawl:
         if page.scope is None:  # a seed line: its host's sitemaps may name pages no link reaches
             found += [self._admit(url, page, 1, scope) for url in self._robots_sitemap_urls(page)]
         return [p for p in found if p is not None]
+
+    def _stub_target(self, page: Page, response: FetchResponse) -> str | None:
+        """The in-scope page a crawled redirect stub sends its reader to, else None."""
+        if response.text is None or response.format != "html" or page.scope is None:
+            return None
+        target = refresh_target(response.text, response.final_url)
+        if target is None or not page.scope.allows(target):
+            return None
+        if page_key(target) in (page_key(page.url), page_key(response.final_url)):
+            return None
+        return target
 
     def _canonical(self, page: Page, response: FetchResponse) -> str | None:
         """The in-scope canonical URL of a crawled page fetched under another URL, else None."""

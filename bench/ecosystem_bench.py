@@ -1,0 +1,633 @@
+"""Ecosystem benchmark (issue 34): each library's pack and the combined pack, built from their
+seed lines (packs/<library>/urls.txt, packs/ecosystem/urls.txt) off Debian's documentation
+packages served on 127.0.0.1, and what a reader of each costs.
+
+1. The sites: Debian's python3.11-doc, python-pandas-doc, python-sklearn-doc, python-scipy-doc,
+   python-django-doc, python-flask-doc and python-werkzeug-doc (``apt-get install`` them;
+   ``dpkg -L`` shows their HTML under /usr/share/doc), served from /usr/share/doc on 127.0.0.1
+   as a user would (``python3 -m http.server``). The packs' seed lines name port 8765; the
+   benchmark serves on a free port and writes that port into its copies of the packs.
+2. Builds: each library's pack, then the combined pack, each in a fresh child process with
+   the packs' own settings (the CPU default precision, int8 without a GPU). Per pack: the
+   pages the crawl found, kept, skipped (404, excluded, redirect stub, duplicate) and capped;
+   chunks; each stage's seconds; texts per second of the embedding.
+3. Embedding: int8 against fp32 on the same texts (the combined pack's, evenly sampled), in
+   one child process taking turns slice by slice, so a change of load falls on both alike.
+4. Per pack, the figures of issue 34 item 4, each in fresh child processes on one thread
+   (KPACK_READER_THREADS=1): the first search and the first query, each in its own process,
+   cold (after ``sync; echo 3 > /proc/sys/vm/drop_caches``, when this process may write it;
+   the JSON says whether it could) and warm; search and query p50/p95; memory from
+   /proc/self/smaps_rollup (Anonymous, Private_Clean + Private_Dirty, Rss) and the mapped
+   working set by file (/proc/self/smaps); ANN recall@10 of the chunk and the section index
+   against the exact scan (packs above the ANN threshold only); keyword hit@10 with the
+   per-term cap (kpack.keyword_index.KEYWORD_TERM_CANDIDATES) against without it; how many
+   questions reach the graph stages (PageRank's reranking and the second hop).
+5. The library packs asked together (retrieval.multipack) against the combined pack on the
+   combined pack's questions (hit@5 of each), and whether find_packs (serving.resolve) ranks
+   each library's own pack first for the library's name.
+
+Questions: ``--questions FILE`` (JSON lines with ``question`` and ``gold_pages``, page paths a
+result URL ends with, as bench/python_docs_qa and conala_dev give them); without one, each
+pack is asked about its own section headings ("What does the documentation say about X?",
+the heading's page as the gold page), as bench/query_bench.py does.
+
+    .venv/bin/python bench/ecosystem_bench.py --libraries flask,werkzeug --workdir /tmp/eco
+    .venv/bin/python bench/ecosystem_bench.py --workdir /tmp/eco-all \\
+        --questions ../shared/benchmarks/python_docs_qa/questions.jsonl
+
+Results: Markdown on stdout and in bench/out/ecosystem_bench.md, JSON in
+bench/out/ecosystem_bench.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve()
+REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO))
+
+import numpy as np  # noqa: E402
+from build_bench import child_build, machine, markdown_table  # noqa: E402
+from corpora import serve  # noqa: E402
+from harness import OFFLINE_ENV, OUT_DIR, RESULT_MARK, emit, workspace_env  # noqa: E402
+
+os.environ.update(OFFLINE_ENV)
+
+DOC_ROOT = Path("/usr/share/doc")
+# Each library's pack, the Debian package that ships its documentation, and that HTML's folder.
+LIBRARIES = {
+    "python": ("python3.11-doc", "python3.11/html"),
+    "pandas": ("python-pandas-doc", "python-pandas-doc/html"),
+    "scikit-learn": ("python-sklearn-doc", "python-sklearn-doc/html"),
+    "scipy": ("python-scipy-doc", "python-scipy-doc/html"),
+    "django": ("python-django-doc", "python-django-doc/html"),
+    "flask": ("python-flask-doc", "python-flask-doc/html"),
+    "werkzeug": ("python-werkzeug-doc", "python-werkzeug-doc/html"),
+}
+COMBINED = "ecosystem"
+SEED_HOST = "127.0.0.1:8765"  # the host and port the packs' seed lines name
+HEADING_QUESTIONS = 40  # questions made from a pack's headings, without --questions
+EMBED_SAMPLE = 600  # texts embedded by both precisions
+EMBED_SLICES = 6
+ROUNDS = 2  # rounds of the questions for p50/p95
+K = 10
+
+
+# --- Packs ---------------------------------------------------------------------------------
+
+
+def missing_packages(libraries: list[str]) -> list[str]:
+    return [
+        LIBRARIES[lib][0]
+        for lib in libraries
+        if not (DOC_ROOT / LIBRARIES[lib][1] / "index.html").is_file()
+    ]
+
+
+def seed_lines(pack: str, libraries: list[str]) -> list[str]:
+    """The URL lines of a pack's urls.txt in the repository; of the combined pack, those of
+    the libraries chosen."""
+    lines = [
+        line.strip()
+        for line in (REPO / "packs" / pack / "urls.txt").read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    if pack == COMBINED:
+        lines = [
+            line for line in lines if any(f"/{LIBRARIES[lib][1]}/" in line for lib in libraries)
+        ]
+    return lines
+
+
+def copy_pack(pack: str, libraries: list[str], workspace: Path, host: str) -> None:
+    """The repository's pack folder in the workspace, its seed lines on ``host``."""
+    folder = workspace / "packs" / pack
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    urls = [line.replace(SEED_HOST, host) for line in seed_lines(pack, libraries)]
+    (folder / "urls.txt").write_text("\n".join(urls) + "\n")
+    shutil.copy(REPO / "packs" / pack / "kg_config.json", folder / "kg_config.json")
+
+
+def run_child(args: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+    """A child of this script; its marked JSON line, with its wall time from spawn."""
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, str(HERE), *args],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_MARK)]
+    if proc.returncode != 0 or not lines:
+        sys.stdout.write(proc.stdout[-4000:])
+        raise SystemExit(f"child {' '.join(args)} failed (exit status {proc.returncode})")
+    return {
+        **json.loads(lines[-1][len(RESULT_MARK) :]),
+        "process_s": round(time.perf_counter() - started, 3),
+    }
+
+
+def build(pack: str, workspace: Path) -> dict[str, Any]:
+    print(f"[{pack}] building ...", flush=True)
+    done = run_child(
+        ["--_child-build", pack, "--workdir", str(workspace)], workspace_env(workspace)
+    )
+    if not done["success"]:
+        raise SystemExit(f"[{pack}] build failed: {done['failed_steps']} {done['failed_checks']}")
+    manifest = done["manifest"]
+    pages, embedding = manifest["sources"]["pages"], manifest["embedding"]
+    print(
+        f"[{pack}] {done['process_s']:.0f} s: {pages['kept']} pages, "
+        f"{manifest['counts']['Chunk']} chunks, {embedding['texts_per_second']} texts/s "
+        f"({embedding['precision']})",
+        flush=True,
+    )
+    return {"process_s": done["process_s"], "manifest": manifest}
+
+
+# --- Embedding: int8 against fp32 ------------------------------------------------------------
+
+
+def child_embed(workspace: Path, pack: str, sample: int) -> dict[str, Any]:
+    """The pack's chunk texts (evenly sampled), embedded by fp32 and int8 in turns."""
+    from kpack.contracts import passage_text, section_of_chunk
+    from kpack.embedders import embedder_for
+    from retrieval.registry import open_pack
+
+    reader = open_pack(workspace / "packs" / pack)
+    texts = [
+        passage_text(reader.sections[section_of_chunk(chunk)].heading, reader.chunk_text[chunk])
+        for chunk in list(reader.chunk_ids)[:: max(1, len(reader.chunk_ids) // sample)][:sample]
+    ]
+    embedders = {precision: embedder_for("default", precision) for precision in ("fp32", "int8")}
+    for embedder in embedders.values():
+        embedder.encode(texts[:4])  # loaded and warm before any timing
+    seconds = dict.fromkeys(embedders, 0.0)
+    for index in range(EMBED_SLICES):
+        order = list(embedders) if index % 2 == 0 else list(reversed(embedders))
+        part = texts[index::EMBED_SLICES]
+        for precision in order:
+            started = time.perf_counter()
+            embedders[precision].encode(part)
+            seconds[precision] += time.perf_counter() - started
+    rates = {precision: round(len(texts) / s, 1) for precision, s in seconds.items()}
+    return {
+        "texts": len(texts),
+        "texts_per_second": rates,
+        "int8_over_fp32": round(rates["int8"] / rates["fp32"], 2),
+        "cores": len(os.sched_getaffinity(0)),
+    }
+
+
+# --- A reader's figures ----------------------------------------------------------------------
+
+
+def smaps() -> dict[str, Any]:
+    """This process's memory: smaps_rollup's fields in MiB, and the resident MiB of each
+    mapped file (the working set of the pack's indexes and the model), largest first."""
+    rollup: dict[str, float] = {}
+    for line in Path("/proc/self/smaps_rollup").read_text().splitlines()[1:]:
+        key, value = line.split(":", 1)
+        rollup[key] = int(value.split()[0]) / 1024
+    by_file: dict[str, float] = {}
+    name = ""
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and ":" not in head[0]:  # a mapping's first line
+            name = head[5] if len(head) > 5 else ""
+        elif line.startswith("Rss:") and name.startswith("/"):
+            by_file[name] = by_file.get(name, 0.0) + int(head[1]) / 1024
+    largest = sorted(by_file.items(), key=lambda item: -item[1])[:12]
+    return {
+        "anonymous_mib": round(rollup.get("Anonymous", 0.0), 1),
+        "private_mib": round(
+            rollup.get("Private_Clean", 0.0) + rollup.get("Private_Dirty", 0.0), 1
+        ),
+        "rss_mib": round(rollup.get("Rss", 0.0), 1),
+        "mapped_files_mib": round(sum(by_file.values()), 1),
+        "mapped_by_file": {path: round(mib, 1) for path, mib in largest},
+    }
+
+
+def pack_questions(folder: Path, questions_file: Path | None) -> list[dict[str, Any]]:
+    """The questions asked of a pack, each with the page paths that answer it."""
+    if questions_file is not None:
+        rows = [
+            json.loads(line) for line in questions_file.read_text().splitlines() if line.strip()
+        ]
+        return [
+            {"question": row["question"], "gold_pages": row.get("gold_pages") or []} for row in rows
+        ]
+    from retrieval.registry import open_pack
+
+    reader = open_pack(folder)
+    sections = {
+        s.title: s.article_url for s in reader.sections.values() if len(s.title.split()) >= 2
+    }
+    titles = sorted(sections)[:: max(1, len(sections) // HEADING_QUESTIONS)][:HEADING_QUESTIONS]
+    return [
+        {
+            "question": f"What does the documentation say about {title}?",
+            "gold_pages": [sections[title]],
+        }
+        for title in titles
+    ]
+
+
+def hit(urls: list[str], gold: list[str]) -> bool:
+    return any(url.split("#")[0].endswith(page) for url in urls for page in gold)
+
+
+def child_first(folder: Path, question: str, what: str) -> dict[str, Any]:
+    """A fresh process's first search or query (import, open, model load included)."""
+    started = time.perf_counter()
+    import retrieval
+
+    imported = time.perf_counter()
+    if what == "search":
+        retrieval.search(folder, question, k=K)
+    else:
+        retrieval.query(folder, question, use_llm=False)
+    done = time.perf_counter()
+    return {
+        "import_s": round(imported - started, 3),
+        "first_s": round(done - imported, 3),
+        "memory": smaps(),
+    }
+
+
+def child_measure(folder: Path, questions: list[dict[str, Any]]) -> dict[str, Any]:
+    """One thread: search and query p50/p95, memory, ANN recall, keyword hit@10 with and
+    without the per-term cap, graph stages reached."""
+    import kpack.keyword_index as indexes
+    import retrieval
+    from kpack.contracts import section_of_chunk
+    from kpack.vector_index import nearest_rows
+    from retrieval.registry import open_pack
+
+    asked = [q["question"] for q in questions]
+    retrieval.search(folder, asked[0], k=K)  # opened, warmed, the model loaded
+    search_ms, query_ms, second_hop, pagerank, hits = [], [], 0, 0, 0
+    for round_number in range(ROUNDS):
+        for row in questions:
+            started = time.perf_counter()
+            found = retrieval.search(folder, row["question"], k=K)
+            search_ms.append((time.perf_counter() - started) * 1000)
+            started = time.perf_counter()
+            answered = retrieval.query(folder, row["question"], use_llm=False)
+            query_ms.append((time.perf_counter() - started) * 1000)
+            if round_number == 0:
+                hits += hit([h["url"] for h in found], row["gold_pages"])
+                second_hop += "graph_second_hop" in answered["timings_ms"]
+                pagerank += any(
+                    c.get("pagerank") is not None for c in answered["trace"]["candidates"]
+                )
+    reader = open_pack(folder)
+    recall: dict[str, float | None] = {}
+    for label, vectors, ann in (
+        ("chunk", reader.chunk_vectors, reader.ann),
+        ("section", reader.section_vectors, reader.section_ann),
+    ):
+        found_rows = total = 0
+        if ann is not None:
+            for question in asked:
+                vector = reader.embed([question])[0]
+                approximate, _ = nearest_rows(vectors, vector, K, ann)
+                exact, _ = nearest_rows(vectors, vector, K)
+                found_rows += len(set(approximate.tolist()) & set(exact.tolist()))
+                total += len(exact)
+        recall[label] = round(found_rows / total, 4) if total else None
+
+    def keyword_hits() -> int:
+        count = 0
+        for row in questions:
+            urls = [
+                reader.sections[section_of_chunk(reader.chunk_ids[r])].article_url
+                for r, _ in reader.keywords.search(row["question"], K)
+            ]
+            count += hit(urls, row["gold_pages"])
+        return count
+
+    capped = keyword_hits()
+    cap = indexes.KEYWORD_TERM_CANDIDATES
+    indexes.KEYWORD_TERM_CANDIDATES = len(reader.chunk_ids) + 1  # every passage of every term
+    uncapped = keyword_hits()
+    indexes.KEYWORD_TERM_CANDIDATES = cap
+    n = len(questions)
+    return {
+        "chunks": len(reader.chunk_ids),
+        "sections": len(reader.section_ids),
+        "questions": n,
+        "hit_at_10": round(hits / n, 4),
+        "search_ms_p50": round(float(np.percentile(search_ms, 50)), 1),
+        "search_ms_p95": round(float(np.percentile(search_ms, 95)), 1),
+        "query_ms_p50": round(float(np.percentile(query_ms, 50)), 1),
+        "query_ms_p95": round(float(np.percentile(query_ms, 95)), 1),
+        "memory": smaps(),
+        "ann": reader.ann is not None,
+        "ann_recall_at_10": recall,
+        "keyword_hit_at_10": {"capped": round(capped / n, 4), "uncapped": round(uncapped / n, 4)},
+        "reached_pagerank": pagerank,
+        "reached_second_hop": second_hop,
+    }
+
+
+def child_several(workspace: Path, libraries: list[str], questions: list[dict[str, Any]]) -> dict:
+    """The library packs asked together (retrieval.multipack) against the combined pack, on
+    the same questions: hit@5 of each; and whether find_packs (serving.resolve) ranks each
+    library's pack first for the library's name."""
+    import retrieval
+    from serving.resolve import resolve
+
+    packs = workspace / "packs"
+    together = combined = 0
+    for row in questions:
+        merged = retrieval.search([packs / lib for lib in libraries], row["question"], k=5)
+        together += hit([h["url"] for h in merged], row["gold_pages"])
+        alone = retrieval.search(packs / COMBINED, row["question"], k=5)
+        combined += hit([h["url"] for h in alone], row["gold_pages"])
+    n = len(questions)
+    named = {lib: resolve(lib, packs)[0]["pack"] for lib in libraries}
+    return {
+        "questions": n,
+        "libraries_together_hit_at_5": round(together / n, 4),
+        "combined_hit_at_5": round(combined / n, 4),
+        "find_packs_first_for_name": named,
+    }
+
+
+def drop_caches() -> bool:
+    """Empty the page cache (root only); whether it could."""
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def reader_figures(workspace: Path, pack: str, questions_file: Path | None) -> dict[str, Any]:
+    folder = workspace / "packs" / pack
+    questions = pack_questions(folder, questions_file)
+    file = workspace / f"{pack}.questions.json"
+    file.write_text(json.dumps(questions))
+    one_thread = {**workspace_env(workspace), "KPACK_READER_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    first: dict[str, Any] = {}
+    for what in ("search", "query"):
+        for state in ("cold", "warm"):
+            emptied = drop_caches() if state == "cold" else None
+            done = run_child(
+                ["--_child-first", str(folder), questions[0]["question"], what], one_thread
+            )
+            first[f"{what}_{state}"] = {
+                **done,
+                **({"caches_dropped": emptied} if state == "cold" else {}),
+            }
+    measured = run_child(["--_child-measure", str(folder), str(file)], one_thread)
+    print(
+        f"[{pack}] first search cold {first['search_cold']['first_s']} s, warm "
+        f"{first['search_warm']['first_s']} s; search p50 {measured['search_ms_p50']} ms, query "
+        f"p50 {measured['query_ms_p50']} ms; anonymous {measured['memory']['anonymous_mib']} MiB",
+        flush=True,
+    )
+    return {"first": first, **measured}
+
+
+# --- Report ----------------------------------------------------------------------------------
+
+
+def report(
+    builds: dict[str, dict], embedding: dict, readers: dict[str, dict], several: dict
+) -> str:
+    stages = (
+        "fetched_pages",
+        "articles",
+        "chunks",
+        "entities",
+        "embeddings",
+        "pagerank",
+        "pack_graph",
+    )
+    build_rows = []
+    for pack, done in builds.items():
+        manifest = done["manifest"]
+        pages, embedded = manifest["sources"]["pages"], manifest["embedding"]
+        skipped = pages["skipped"]
+        seconds = manifest["stage_seconds"]
+        build_rows.append(
+            [
+                pack,
+                manifest.get("documentation_version"),
+                f"{pages['found']} / {pages['kept']}",
+                f"{skipped['not_found']} / {skipped['excluded']} / {skipped['redirect_stubs']} / "
+                f"{skipped['duplicates']}",
+                pages["capped"],
+                manifest["counts"]["Chunk"],
+                *[round(seconds.get(stage) or 0, 1) for stage in stages],
+                done["process_s"],
+                # None: every vector came from the cache (nothing was embedded)
+                f"{embedded['texts_per_second'] or 'cached'} ({embedded['precision']})",
+            ]
+        )
+    parts = [
+        "### Builds (each from its seed lines, default settings)\n",
+        markdown_table(
+            [
+                "pack",
+                "docs",
+                "pages found / kept",
+                "skipped 404 / excl. / stub / dup.",
+                "capped",
+                "chunks",
+                *[f"{stage} s" for stage in stages],
+                "build s",
+                "texts/s",
+            ],
+            build_rows,
+        ),
+    ]
+    if embedding:
+        rates = embedding["texts_per_second"]
+        parts.append(
+            f"\n### Embedding, the same {embedding['texts']} texts in turns, one process "
+            f"({embedding['cores']} cores)\n\n"
+            f"fp32 {rates['fp32']} texts/s, int8 {rates['int8']} texts/s: "
+            f"int8 x{embedding['int8_over_fp32']}"
+        )
+    reader_rows = []
+    for pack, r in readers.items():
+        first = r["first"]
+        recall = r["ann_recall_at_10"]
+        keyword = r["keyword_hit_at_10"]
+        reader_rows.append(
+            [
+                pack,
+                r["chunks"],
+                f"{first['search_cold']['first_s']} / {first['search_warm']['first_s']}",
+                f"{first['query_cold']['first_s']} / {first['query_warm']['first_s']}",
+                f"{r['search_ms_p50']} / {r['search_ms_p95']}",
+                f"{r['query_ms_p50']} / {r['query_ms_p95']}",
+                f"{r['memory']['anonymous_mib']} / {r['memory']['private_mib']} / "
+                f"{r['memory']['mapped_files_mib']}",
+                f"{recall['chunk']} / {recall['section']}" if r["ann"] else "no ANN index",
+                f"{keyword['capped']} / {keyword['uncapped']}",
+                r["hit_at_10"],
+                f"{r['reached_pagerank']} / {r['reached_second_hop']} of {r['questions']}",
+            ]
+        )
+    cold = all(
+        r["first"][f"{what}_cold"].get("caches_dropped")
+        for r in readers.values()
+        for what in ("search", "query")
+    )
+    parts += [
+        f"\n### Readers (fresh processes, one thread; cold = page cache {'dropped' if cold else 'NOT dropped (no permission): cold equals warm'})\n",
+        markdown_table(
+            [
+                "pack",
+                "chunks",
+                "first search s cold / warm",
+                "first query s cold / warm",
+                "search ms p50 / p95",
+                "query ms p50 / p95",
+                "MiB anonymous / private / mapped files",
+                "ANN recall@10 chunk / section",
+                "keyword hit@10 capped / uncapped",
+                "hit@10",
+                "PageRank / second hop",
+            ],
+            reader_rows,
+        ),
+    ]
+    if several:
+        first = several["find_packs_first_for_name"]
+        parts.append(
+            f"\n### The libraries' packs together against the combined pack "
+            f"({several['questions']} questions)\n\n"
+            f"hit@5: libraries together {several['libraries_together_hit_at_5']}, combined pack "
+            f"{several['combined_hit_at_5']}; find_packs ranks the library's own pack first for "
+            f"{sum(lib == pack for lib, pack in first.items())} of {len(first)} library names"
+        )
+    return "\n".join(parts)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--libraries",
+        default=",".join(LIBRARIES),
+        help=f"the libraries, joined by commas (default all: {','.join(LIBRARIES)})",
+    )
+    parser.add_argument("--workdir", type=Path, help="workspace (default: a new temporary one)")
+    parser.add_argument("--questions", type=Path, help="JSON lines: question, gold_pages")
+    parser.add_argument("--no-combined", action="store_true", help="skip the combined pack")
+    parser.add_argument("--out", type=Path, default=OUT_DIR / "ecosystem_bench.json")
+    parser.add_argument("--_child-build", metavar="PACK", help=argparse.SUPPRESS)
+    parser.add_argument("--_child-embed", metavar="PACK", help=argparse.SUPPRESS)
+    parser.add_argument("--_child-first", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--_child-measure", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--_child-several", nargs=2, help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args._child_build:
+        emit(child_build(args._child_build, args.workdir.resolve()))
+        return
+    if args._child_embed:
+        emit(child_embed(args.workdir.resolve(), args._child_embed, EMBED_SAMPLE))
+        return
+    if args._child_first:
+        folder, question, what = args._child_first
+        emit(child_first(Path(folder), question, what))
+        return
+    if args._child_several:
+        libraries, questions = args._child_several
+        emit(
+            child_several(
+                args.workdir.resolve(),
+                libraries.split(","),
+                json.loads(Path(questions).read_text()),
+            )
+        )
+        return
+    if args._child_measure:
+        folder, questions = args._child_measure
+        emit(child_measure(Path(folder), json.loads(Path(questions).read_text())))
+        return
+
+    libraries = [lib.strip() for lib in args.libraries.split(",") if lib.strip()]
+    unknown = [lib for lib in libraries if lib not in LIBRARIES]
+    if unknown:
+        raise SystemExit(f"unknown libraries {unknown}; known: {', '.join(LIBRARIES)}")
+    missing = missing_packages(libraries)
+    if missing:
+        raise SystemExit(f"install the documentation first: apt-get install {' '.join(missing)}")
+    workspace = (
+        args.workdir or Path(os.environ.get("TMPDIR", "/tmp")) / "kpack-ecosystem"
+    ).resolve()
+    workspace.mkdir(parents=True, exist_ok=True)
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
+    packs = libraries + ([] if args.no_combined else [COMBINED])
+    with serve(DOC_ROOT) as base_url:
+        host = base_url.removeprefix("http://").rstrip("/")
+        print(f"workspace {workspace}; /usr/share/doc served at {base_url}", flush=True)
+        for pack in packs:
+            copy_pack(pack, libraries, workspace, host)
+        builds = {pack: build(pack, workspace) for pack in packs}
+    embedding = run_child(
+        ["--_child-embed", packs[-1], "--workdir", str(workspace)], workspace_env(workspace)
+    )
+    print(f"embedding: {embedding['texts_per_second']} texts/s", flush=True)
+    readers = {pack: reader_figures(workspace, pack, args.questions) for pack in packs}
+    several = {}
+    if not args.no_combined:
+        # The combined pack's questions (its headings', or --questions) to the libraries together.
+        several = run_child(
+            [
+                "--_child-several",
+                ",".join(libraries),
+                str(workspace / f"{COMBINED}.questions.json"),
+                "--workdir",
+                str(workspace),
+            ],
+            workspace_env(workspace),
+        )
+        print(f"several packs: {several}", flush=True)
+    table = report(builds, embedding, readers, several)
+    print()
+    print(table)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    document = {
+        "benchmark": "ecosystem",
+        "started_at": started_at,
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "workspace": str(workspace),
+        "libraries": libraries,
+        "builds": builds,
+        "embedding": embedding,
+        "readers": readers,
+        "several": several,
+    }
+    args.out.write_text(json.dumps(document, indent=2, default=str) + "\n")
+    args.out.with_suffix(".md").write_text(table + "\n")
+    print(f"\nresults: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
