@@ -212,6 +212,12 @@ class QueryConfig(_Settings):
         "definitions read closest to the question, in the reciprocal rank fusion (None: the "
         "profile's)",
     )
+    passages_per_page: int | None = Field(
+        None,
+        ge=0,
+        description="page crowding: passages of one page ranked before every other page's "
+        "best; 0: no limit (None: the profile's)",
+    )
     cross_encoder_model: str = Field(
         "cross-encoder/ms-marco-MiniLM-L-12-v2", description="CrossEncoderReranker's model"
     )

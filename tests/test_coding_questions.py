@@ -112,7 +112,8 @@ def test_a_name_written_as_a_call_in_prose_is_an_api_name():
 
 
 def pages_of(hits) -> list[str]:
-    return [hit["url"].rsplit("/", 1)[-1] for hit in hits]
+    """The page of each hit, without its section's anchor (a hit's url is a deep link)."""
+    return [hit["url"].split("#", 1)[0].rsplit("/", 1)[-1] for hit in hits]
 
 
 def test_a_problem_with_data_rows_finds_the_api_its_code_calls_not_the_page_sharing_its_data(
@@ -160,3 +161,29 @@ def test_an_everyday_question_whose_word_names_an_api_is_still_refused(pack):
     result = retrieval.query(pack, "How do I spread butter evenly on warm toast?", use_llm=False)
     assert result["query_type"] == "confidence_gated_fallback"
     assert "spread" in result["trace"].get("api_words", {})
+
+
+def test_page_crowding_puts_other_pages_best_before_a_pages_further_passages():
+    from kpack.config import QueryConfig
+    from retrieval.crowding import page_crowding
+    from retrieval.query import Candidate, Query
+
+    def hit(page: str, n: int) -> Candidate:
+        return Candidate(f"{page}-{n}", page, f"https://d.example/{page}", page, "h", "t")
+
+    ranked = [hit("long", 0), hit("long", 1), hit("long", 2), hit("other", 0), hit("third", 0)]
+    query = Query("q", 3, None, QueryConfig(passages_per_page=1), None)  # type: ignore[arg-type]
+    query.candidates = list(ranked)
+    page_crowding(query)
+    assert [c.passage_id for c in query.candidates] == [
+        "long-0",
+        "other-0",
+        "third-0",
+        "long-1",
+        "long-2",
+    ]
+    assert "page crowding" in query.candidates[3].reasons[0]
+    query.settings = QueryConfig(passages_per_page=0)
+    query.candidates = list(ranked)
+    page_crowding(query)
+    assert query.candidates == ranked
