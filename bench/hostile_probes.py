@@ -1323,6 +1323,7 @@ def graph_writers(disk: Path) -> list[psutil.Process]:
 
 @probe("15", "a build on a nearly full disk, and a build stopped while its writer runs")
 def bounded_writer(lab: Lab) -> list[Outcome]:
+    lab.sitemapped()
     outcomes = []
     disk = lab.small_disk("300m")
     if disk is None:
@@ -1492,7 +1493,9 @@ def deep_pages(lab: Lab) -> list[Outcome]:
         outcomes.append(
             Outcome(
                 probe_id,
-                done.code == 0 and done.seconds < 120,
+                # The whole build (most of it embedding): the page parses in seconds (17c), where
+                # it held parsed_pages for minutes before.
+                done.code == 0 and done.seconds < 300,
                 f"{len(nested_page(depth)) / 1024:.0f} KB page; build exit {done.code} in "
                 f"{done.seconds:.1f} s",
             )
