@@ -97,6 +97,7 @@ def _check(folder: Path, manifest: dict) -> None:
                 )
         return data
 
+    # Every Arrow file opens as a reader maps it; the keyed ones hold the manifest's rows.
     tables = {}
     for name in (*TABLE_COUNTS, *OPTIONAL_TABLES):
         if (folder / name).is_file() or name in TABLE_COUNTS:
