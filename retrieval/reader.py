@@ -373,7 +373,7 @@ class PackReader:
     def written_identifiers(self) -> frozenset[str]:
         """The identifiers the version's passages write (retrieval.extractive), collected on
         first use: where an identifier a question names is looked up."""
-        from retrieval.missing_names import written_identifiers
+        from retrieval.key_items import written_identifiers
 
         return written_identifiers(self.chunk_text.values())
 
