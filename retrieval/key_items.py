@@ -10,6 +10,7 @@ it cites (retrieval.citations).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from kpack.text import CODE_NAME, DOTTED_NAME, SIGNATURE_KINDS
 
@@ -77,3 +78,15 @@ def same_name(defined: str, asked: str) -> bool:
     """True when a defined name is the one asked about, written in full or without the
     module or class before it ("shelf.restore" and "restore"; "list.sort", "sort")."""
     return defined == asked or defined.endswith(f".{asked}") or asked.endswith(f".{defined}")
+
+
+def written_identifiers(texts: Iterable[str]) -> frozenset[str]:
+    """The identifiers the texts write, lower case: every dotted name as written and each of
+    its leading parts ("os.path.join", "os.path"; not "path.join", so "self.requests.get" is
+    no "requests.get"), and every underscored word."""
+    found: set[str] = set()
+    for text in texts:
+        for name in WRITTEN_IDENTIFIER.findall(text.lower()):
+            parts = name.split(".")
+            found.update(".".join(parts[:n]) for n in range(1, len(parts) + 1))
+    return frozenset(found)

@@ -12,12 +12,11 @@ word (:func:`misspelled`), and one the passages write as two words is mentioned
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from functools import lru_cache
 from itertools import pairwise
 
 from kpack.text import fold_word, stem, words
-from retrieval.key_items import QUESTION_IDENTIFIER, QUESTION_NAME, RELEASE, WRITTEN_IDENTIFIER
+from retrieval.key_items import QUESTION_IDENTIFIER, QUESTION_NAME, RELEASE, written_identifiers
 from retrieval.query import ContextSection
 
 # Every offline answer that declines starts so (the benchmarks count them by it).
@@ -77,18 +76,6 @@ def written_apart(name: str, passages: list[ContextSection]) -> bool:
         for p in passages
         for a, b in pairwise(words(p.text))
     )
-
-
-def written_identifiers(texts: Iterable[str]) -> frozenset[str]:
-    """The identifiers the texts write, lower case: every dotted name as written and each of
-    its leading parts ("os.path.join", "os.path"; not "path.join", so "self.requests.get" is
-    no "requests.get"), and every underscored word."""
-    found: set[str] = set()
-    for text in texts:
-        for name in WRITTEN_IDENTIFIER.findall(text.lower()):
-            parts = name.split(".")
-            found.update(".".join(parts[:n]) for n in range(1, len(parts) + 1))
-    return frozenset(found)
 
 
 def missing_names(

@@ -33,7 +33,7 @@ from retrieval.citations import (
 from retrieval.docgraph import MOVED_DOWN
 from retrieval.extractive import NO_SENTENCE_ANSWER, extractive_answer
 from retrieval.gate import pack_vocabulary
-from retrieval.missing_names import written_identifiers
+from retrieval.key_items import written_identifiers
 from retrieval.passage_context import passage_in_context
 from retrieval.query import ContextSection, Query, stage
 from retrieval.reader import PackReader
@@ -112,7 +112,7 @@ def api_failure_note(error: LLMError) -> str:
 
 def pack_identifiers(reader: PackReader) -> frozenset[str]:
     """The identifiers the version's passages write (written_identifiers, in
-    retrieval.missing_names), kept with the version (``reader.memo``): where an identifier a
+    retrieval.key_items), kept with the version (``reader.memo``): where an identifier a
     question names is looked up."""
     return written_identifiers(reader.chunk_text.values())
 
