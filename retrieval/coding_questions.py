@@ -20,8 +20,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# The asker's own names and values: a backticked span, or a quoted one of a few words.
-ASKERS_SPAN = re.compile(r"`[^`\n]{1,80}`|'[^'\n]{1,60}'|\"[^\"\n]{1,60}\"")
+# The asker's own names and values: a backticked span, or a quoted one without spaces (a
+# file name, a value, an expression). A quoted phrase ("the song "Blue Moon"") is a title the
+# pages may hold, and stays a search term.
+ASKERS_SPAN = re.compile(r"`[^`\n]{1,80}`|'[^'\s]{1,60}'|\"[^\"\s]{1,60}\"")
 # A line of code: an assignment, a call or subscript, an import, a prompt, a decorator, a
 # keyword that opens a block, or a fenced/indented line.
 CODE_LINE = re.compile(

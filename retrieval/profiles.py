@@ -111,7 +111,7 @@ BALANCED_SETTINGS = {
     "keyword_weight": 1.0,
     "api_weight": 0.5,
     "definition_weight": 1.5,
-    "passages_per_page": 1,
+    "passages_per_page": 0,
 }
 
 # The profiles with the graph stages (retrieval.entity_graph) give the GraphReranker's PageRank, a
