@@ -49,7 +49,6 @@ def named_apis(query: Query) -> list[tuple[str, bool]]:
     for word in WORD.findall(reading.prose.lower()):
         if len(word) > 2 and word not in STOPWORDS:
             named.setdefault(word, False)
-            named.setdefault(stem(word), False)  # "summing" names sum, "sorted" sort
     return list(named.items())
 
 
@@ -62,6 +61,10 @@ def defined_names(query: Query) -> list[tuple[str, bool, list[Definition]]]:
     found = []
     for name, as_code in named_apis(query):
         definitions = graph.definitions_named(name)
+        if not definitions and not as_code:
+            # A word names an API by its stem only when it names none as written: "summing"
+            # names sum, while "loads" names loads and not load.
+            definitions = graph.definitions_named(stem(name))
         if definitions and (as_code or len(definitions) <= MAX_DEFINITIONS):
             found.append((name, as_code, definitions))
     return found
