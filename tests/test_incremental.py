@@ -258,7 +258,9 @@ def test_an_installed_pack_first_build_reuses_the_vectors_its_archive_carries(
 
     elsewhere = tmp_path / "elsewhere"  # another machine: its own packs folder and storage
     (elsewhere / "packs").mkdir(parents=True)
-    install(archive, elsewhere / "packs")
+    # Trusted: the pack's loopback site is a private host an untrusted archive may not reach
+    # (kpack.archive.policy).
+    install(archive, elsewhere / "packs", trust_config=True)
     installed = build(elsewhere, "origin")
     assert installed.published, installed.cause
     embedding = installed.manifest["embedding"]
