@@ -20,6 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kpack.text import code_names
+
 # The asker's own names and values: a backticked span, or a quoted one without spaces (a
 # file name, a value, an expression). A quoted phrase ("the song "Blue Moon"") is a title the
 # pages may hold, and stays a search term.
@@ -79,6 +81,8 @@ def _api_names(code: str, prose: str) -> list[str]:
             names.append(name)
     names += ATTRIBUTE.findall(code)
     names += [name for _, name in CALL.findall(prose) if name not in SYNTAX]
+    # A dotted or underscored identifier written in prose ("jsonlite.loads") is code too.
+    names += [name.rsplit(".", 1)[-1] for name in code_names(prose)]
     seen: dict[str, None] = {}
     for name in names:
         if len(name) > 1:
