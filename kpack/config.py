@@ -239,7 +239,7 @@ class QueryConfig(_Settings):
     # has them, or on in one that lacks them.
     use_enhancements: bool | None = Field(
         None,
-        description="false keeps only the stages every profile needs and BM25 search (None: "
+        description="false keeps only the stages every profile needs, BM25 and API search (None: "
         "the profile's)",
     )
     enable_reranker: bool | None = _stage_toggle("GraphReranker")

@@ -81,7 +81,9 @@ TOGGLES = (
     "enable_api_search",
 )
 # What use_enhancements=false keeps besides the stages without a toggle.
-NOT_AN_ENHANCEMENT = ("enable_hybrid",)
+# Search itself rather than an enhancement of it: keyword search and API search (the
+# passages defining the APIs a question names) stay on with use_enhancements false.
+NOT_AN_ENHANCEMENT = ("enable_hybrid", "enable_api_search")
 ALIASES = {"maximum": "max", "max_quality": "max", "default": "balanced"}
 
 
