@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,21 @@ class PackHealth:
         with self._lock:
             self._failures[name] = (version, message)
         return PackError(message)
+
+    @contextmanager
+    def failures_of(self, name: str, folder: Path | list[Path]) -> Iterator[None]:
+        """Anything but a PackError from a pack's version is that pack's failure: recorded
+        for the pack listings, and raised as a PackError with its one line; the other packs
+        answer. Of several packs asked together, the failure is logged and named, not
+        recorded."""
+        try:
+            yield
+        except PackError:
+            raise
+        except Exception as exc:
+            if isinstance(folder, list):
+                raise self.record_several(name, exc) from exc
+            raise self.record(name, folder, exc) from exc
 
     def record_several(self, name: str, exc: BaseException) -> PackError:
         """The PackError to answer with when one of several packs asked together ("a,b",

@@ -261,14 +261,8 @@ async def _answer(
     def work() -> tuple[bytes, int | dict[str, int] | None, str]:
         started = time.perf_counter()
         folder, cleaned = _checked(root, name, question)
-        try:
+        with health.failures_of(name, folder):
             data = respond(folder, cleaned)
-        except PackError:
-            raise
-        except Exception as exc:
-            if isinstance(folder, list):
-                raise health.record_several(name, exc) from exc
-            raise health.record(name, folder, exc) from exc
         version = data["version"]
         answered = time.perf_counter()
         body = dumps(data)

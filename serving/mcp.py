@@ -243,7 +243,7 @@ def create_server(packs_dir: Path | None = None) -> PacksServer:
         all), each naming its pack; version and gate are then each pack's, by name."""
         with _tool_errors():
             folder = catalog.pack_folders(pack, root)
-            with _pack_failures(health, pack, folder):
+            with health.failures_of(pack, folder):
                 hits = retrieval.search(
                     folder, clean_question(question), k=served_k(k, tokens), tokens=tokens
                 )
@@ -282,7 +282,7 @@ def create_server(packs_dir: Path | None = None) -> PacksServer:
         are the most similar to the question answers, and ``pack`` names it."""
         with _tool_errors():
             folder = catalog.pack_folders(pack, root)
-            with _pack_failures(health, pack, folder):
+            with health.failures_of(pack, folder):
                 result = retrieval.query(
                     folder,
                     clean_question(question),
@@ -323,21 +323,6 @@ def _tool_errors() -> Iterator[None]:
         yield
     except PackError as exc:
         raise ToolError(str(exc)) from exc
-
-
-@contextmanager
-def _pack_failures(health: PackHealth, name: str, folder: Path | list[Path]) -> Iterator[None]:
-    """Anything but a PackError from a pack's version is that pack's failure (serving.health):
-    recorded for list_packs, and a PackError with its one line; the other packs answer. Of
-    several packs asked together, the failure is logged and named, not recorded."""
-    try:
-        yield
-    except PackError:
-        raise
-    except Exception as exc:
-        if isinstance(folder, list):
-            raise health.record_several(name, exc) from exc
-        raise health.record(name, folder, exc) from exc
 
 
 def run_stdio(packs_dir: Path | None = None) -> None:

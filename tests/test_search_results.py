@@ -77,7 +77,7 @@ ON_TOPIC = [
     "What happens when drain times out?",
     "How do I start a pool of workers?",
 ]
-OFF_TOPIC = "What is the best recipe for sourdough bread with rye flour?"
+OFF_TOPIC = "How far apart should tomato seedlings be planted on a balcony?"
 ID = re.compile(r"""\sid=["']([^"']+)["']""")
 
 
