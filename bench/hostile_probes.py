@@ -736,7 +736,13 @@ def build_reports(lab: Lab) -> list[Outcome]:
     lines = [lab.site.url(f"/docs/missing-{n}.html") for n in range(1, 26)]
     lab.write_pack("broken", [*lines, lab.site.url("/docs/article-1.html")], {"fetch": FETCH})
     done = lab.kpack("build", "broken", "--no-progress")
-    listed = [line for line in done.err.splitlines() if line.startswith("failed line")]
+    # One line per URL: "failed line N: URL: error", or, for URLs that failed alike, their
+    # error once ("failed 20 URLs: ...") and then "  line N: URL" each.
+    listed = [
+        line
+        for line in done.err.splitlines()
+        if line.startswith("failed line") or line.startswith("  line ")
+    ]
     more = [line for line in done.err.splitlines() if line.startswith("failed ... and")]
     outcomes = [
         Outcome(
