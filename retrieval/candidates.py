@@ -146,21 +146,11 @@ def _best(a: float | None, b: float | None) -> float | None:
     return b if a is None else a if b is None else max(a, b)
 
 
-# Whether a problem statement (retrieval.coding_questions: a long question with code) is
-# embedded by its prose alone.
-EMBED_PROSE_OF_PROBLEMS = True
-
-
 def embedded_text(query: Query, phrasing: str) -> str:
-    """What the model embeds for a phrasing: a problem statement's prose, else the phrasing."""
+    """What the model embeds for a phrasing: a problem statement's prose (its code and data
+    rows left out, retrieval.coding_questions), else the phrasing."""
     reading = query.reading
-    if (
-        EMBED_PROSE_OF_PROBLEMS
-        and phrasing == query.text
-        and reading is not None
-        and reading.long
-        and reading.prose
-    ):
+    if phrasing == query.text and reading is not None and reading.long and reading.prose:
         return reading.prose
     return phrasing
 
