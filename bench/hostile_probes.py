@@ -1207,36 +1207,37 @@ def resealed_archives(lab: Lab) -> list[Outcome]:
     # A version damaged in place past its seal (resealed by hand): the server still starts.
     from kpack.store import seal_version
 
-    broken = lab.packs / "broken"
-    if not broken.exists():
-        shutil.copytree(lab.packs / "sitemapped", broken, symlinks=True)
-        current = broken / ".versions" / os.readlink(broken / ".versions" / "current")
-        np.save(current / "indexes" / "chunk_vectors.npy", np.ones((3, 7), dtype=np.float32))
-        (current / ".verified.json").unlink(missing_ok=True)
-        seal_version(current)
+    # A name of its own: probe 8 leaves a never-published pack called "broken" behind.
+    damaged = lab.packs / "damaged"
+    shutil.rmtree(damaged, ignore_errors=True)
+    shutil.copytree(lab.packs / "sitemapped", damaged, symlinks=True)
+    current = damaged / ".versions" / os.readlink(damaged / ".versions" / "current")
+    np.save(current / "indexes" / "chunk_vectors.npy", np.ones((3, 7), dtype=np.float32))
+    (current / ".verified.json").unlink(missing_ok=True)
+    seal_version(current)
     with kpack_serve(lab) as (url, _):
         health = httpx.get(f"{url}/healthz", timeout=60).json()
         listed = {p["name"]: p for p in httpx.get(f"{url}/packs", timeout=60).json()["packs"]}
         good = httpx.post(f"{url}/packs/sitemapped/search", json={"question": QUESTION}, timeout=60)
-        bad = httpx.post(f"{url}/packs/broken/query", json={"question": QUESTION}, timeout=60)
+        bad = httpx.post(f"{url}/packs/damaged/query", json={"question": QUESTION}, timeout=60)
     outcomes.append(
         Outcome(
-            "13f kpack serve with one broken pack starts",
-            health.get("failing_packs") == ["broken"] and good.status_code == 200,
+            "13f kpack serve with one damaged pack starts",
+            health.get("failing_packs") == ["damaged"] and good.status_code == 200,
             f"/healthz {health}; search of another pack {good.status_code}",
         )
     )
     outcomes.append(
         Outcome(
-            "13g the broken pack is reported, in one line",
-            not listed["broken"].get("serving", True)
+            "13g the damaged pack is reported, in one line",
+            not listed["damaged"].get("serving", True)
             and bad.status_code == 409
-            and "kpack validate broken" in bad.json()["detail"],
-            f"/packs serving={listed['broken'].get('serving')}; query {bad.status_code}: "
+            and "kpack validate damaged" in bad.json()["detail"],
+            f"/packs serving={listed['damaged'].get('serving')}; query {bad.status_code}: "
             f"{bad.text[:200]}",
         )
     )
-    shutil.rmtree(broken)
+    shutil.rmtree(damaged)
     return outcomes
 
 
