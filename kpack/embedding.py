@@ -28,7 +28,7 @@ import re
 import threading
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -43,8 +43,6 @@ PRECISIONS = ("fp32", "int8")  # what vectors are computed in; the setting may a
 # What computes the vectors of each precision (recorded in the manifest).
 ENCODERS = {"fp32": "sentence-transformers", "int8": "onnxruntime"}
 
-# A BERT model's inputs, each (batch, tokens) int64, as a tokenizer's encodings give them.
-BERT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 DEVICE_VARIABLE = "KPACK_EMBED_DEVICE"
 _DEVICE_FORM = re.compile(r"cpu|mps|cuda(:\d+)?")
 CPU_BATCH = 64
@@ -55,15 +53,6 @@ MPS_BATCH = 256  # MPS shares the machine's memory: a fixed, moderate batch
 
 _models: dict[tuple[str, str], SentenceTransformer] = {}
 _models_lock = threading.Lock()
-
-
-def bert_inputs(encodings: list[Any]) -> dict[str, np.ndarray]:
-    """Tokenizer encodings of one length (padded, or a single text) as BERT_INPUTS arrays."""
-    return {
-        "input_ids": np.asarray([e.ids for e in encodings], dtype=np.int64),
-        "attention_mask": np.asarray([e.attention_mask for e in encodings], dtype=np.int64),
-        "token_type_ids": np.asarray([e.type_ids for e in encodings], dtype=np.int64),
-    }
 
 
 def resolve_model_path(name: str) -> str:

@@ -28,10 +28,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 from kpack.embedding import model_label
-from kpack.text import search_terms, search_words, stem
+from kpack.text import search_words, stem, term_set
 
 # The default gate threshold per embedding model (the name a manifest records): what applies
 # when a version carries no calibration (a pack too small to calibrate, or built before it).
@@ -167,12 +166,6 @@ def question_terms(text: str) -> dict[str, str]:
     return spelled
 
 
-@lru_cache(maxsize=65536)
-def content_terms(text: str) -> frozenset[str]:
-    """The search terms of a passage; passages repeat across queries, so each is read once."""
-    return frozenset(search_terms(text))
-
-
 @dataclass(frozen=True)
 class Vocabulary:
     """How many of a pack's passages contain each search term (a reader takes it from its
@@ -245,7 +238,7 @@ def coverage(
     total = sum(idf.values())
     best, best_terms = 0.0, frozenset[str]()
     for text in passages[:COVERAGE_PASSAGES]:
-        found = content_terms(text) & idf.keys()
+        found = term_set(text) & idf.keys()
         share = sum(idf[t] for t in found) / total
         if share > best:
             best, best_terms = share, found

@@ -39,7 +39,6 @@ import logging
 import os
 import platform
 import shutil
-import tempfile
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -52,9 +51,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kpack.embedding import (
-    BERT_INPUTS,
     DEVICE_VARIABLE,
-    bert_inputs,
     encode,
     load_model,
     model_label,
@@ -63,6 +60,7 @@ from kpack.embedding import (
 )
 from kpack.errors import PackError
 from kpack.file_locks import locked
+from kpack.onnx_models import BERT_INPUTS, bert_inputs, cpu_session, model_tokenizer, publish_folder
 from kpack.settings import model_cache_dir
 
 if TYPE_CHECKING:
@@ -151,15 +149,7 @@ def ensure_export(name: str) -> tuple[Path, bool]:
     with _exclusive(root / f"{folder.name}.lock"):
         if (folder / RECORD_FILE).is_file():  # another process exported it while we waited
             return folder, False
-        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=root))
-        try:
-            _export(name, staging)
-            shutil.rmtree(
-                folder, ignore_errors=True
-            )  # a folder left without its record (edited by hand)
-            os.replace(staging, folder)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+        publish_folder(folder, lambda staging: _export(name, staging))
     return folder, True
 
 
@@ -296,12 +286,8 @@ def _quiet_root_warning(prefix: str) -> Iterator[None]:
 
 
 def _load_tokenizer(folder: Path, record: dict) -> Any:
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
-    tokenizer.no_padding()  # one text per run: nothing to pad
-    tokenizer.enable_truncation(record["max_seq_length"])
-    return tokenizer
+    # One text per run: nothing to pad.
+    return model_tokenizer(folder / TOKENIZER_FILE, record["max_seq_length"], pad_id=None)
 
 
 class _Session:
@@ -309,14 +295,8 @@ class _Session:
     core at a time."""
 
     def __init__(self, path: Path, tokenizer: Any) -> None:
-        import onnxruntime
-
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = 1  # the parallelism is across texts (encode)
-        options.log_severity_level = 3  # errors only: no optimizer notes on stderr
-        self.session: onnxruntime.InferenceSession = onnxruntime.InferenceSession(
-            str(path), options, providers=["CPUExecutionProvider"]
-        )
+        # One thread a run: the parallelism is across texts (encode).
+        self.session: onnxruntime.InferenceSession = cpu_session(path, 1, memory_arena=True)
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.tokenizer = tokenizer
         self.dimension = int(self.session.get_outputs()[0].shape[-1])

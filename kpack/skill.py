@@ -17,10 +17,9 @@ from typing import TYPE_CHECKING, NamedTuple
 if TYPE_CHECKING:
     import kuzu
 
-TOP_ARTICLES = 10
-TOP_TOPICS = 20
-DESCRIPTION_TOPICS = 8
-TOP_TERMS = 20
+# How much of the pack skill.md names, so an agent reads what the pack covers at a glance:
+# its most linked-to articles, its topics, the topics its one-line description names, terms.
+TOP_ARTICLES, TOP_TOPICS, DESCRIPTION_TOPICS, TOP_TERMS = 10, 20, 8, 20
 # A heading or term found in more than this share of the articles (of a pack of
 # MIN_ARTICLES_FOR_SHARE or more) is the pack's common vocabulary ("Examples", "None", "True",
 # "Python" in the Python docs), not what sets one part of it apart.

@@ -280,6 +280,13 @@ def search_terms(text: str) -> list[str]:
     return [stem(w) for w in search_words(text)]
 
 
+@lru_cache(maxsize=65536)
+def term_set(text: str) -> frozenset[str]:
+    """The distinct search terms of a text, which the gate and the answers compare with a
+    question's; cached, because a pack's passages and sentences repeat across questions."""
+    return frozenset(search_terms(text))
+
+
 # -- names -------------------------------------------------------------------------------------
 
 

@@ -39,7 +39,7 @@ ALIGNED_GAP = re.compile(r"\S {2,}(?=\S)")
 MIN_ALIGNED_GAPS = 2
 # A call written in code: ``name(`` after a dot or at the start of an expression, with the
 # object or module it is called on ("df.groupby(", "pd.melt(", "sorted(").
-CALL = re.compile(r"(?:\b([A-Za-z_]\w*)\.)?\b([A-Za-z_]\w*)\s*\(")
+CODE_CALL = re.compile(r"(?:\b([A-Za-z_]\w*)\.)?\b([A-Za-z_]\w*)\s*\(")
 # An attribute chain without a call ("pd.NaT", "df.columns"): its last name may be an API too.
 ATTRIBUTE = re.compile(r"\b[A-Za-z_]\w*\.([A-Za-z_]\w*)\b")
 # Names that are the language's syntax rather than an API a page documents.
@@ -76,11 +76,11 @@ def is_code_line(line: str) -> bool:
 
 def _api_names(code: str, prose: str) -> list[str]:
     names: list[str] = []
-    for owner, name in CALL.findall(code):
+    for owner, name in CODE_CALL.findall(code):
         if name not in SYNTAX and not (name[0].isupper() and not owner):
             names.append(name)
     names += ATTRIBUTE.findall(code)
-    names += [name for _, name in CALL.findall(prose) if name not in SYNTAX]
+    names += [name for _, name in CODE_CALL.findall(prose) if name not in SYNTAX]
     # A dotted or underscored identifier written in prose ("jsonlite.loads") is code too.
     names += [name.rsplit(".", 1)[-1] for name in code_names(prose)]
     seen: dict[str, None] = {}

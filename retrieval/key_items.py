@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from kpack.text import CODE_NAME, DOTTED_NAME, SIGNATURE_KINDS
+from kpack.text import DOTTED_NAME, SIGNATURE_KINDS, code_names
 
 # A number as written: "3.11", "50,000"; not the digits of a word ("v0001") or a version tail.
 NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?!\w)")
@@ -39,10 +39,10 @@ IDENTIFIER = re.compile(
     r"|\b(?P<keyword>\w+=\w*)"
     r"|\b(?P<camel>[A-Z]+[a-z]+[A-Z]\w*)\b"
 )
-# An identifier in a question: a dotted or underscored name ("requests.get", "save_as").
+# An identifier in a question: a dotted or underscored name ("requests.get", "save_as"), in
+# the question's case; unlike kpack.text.code_names (a text's names, read in lower case) it
+# takes capitalised parts ("Path.with_suffix") and no one-letter attribute ("df.x").
 QUESTION_IDENTIFIER = re.compile(r"\b[A-Za-z_]\w+(?:\.\w{2,})+\b|\b\w+_\w+\b")
-# An identifier as a text writes it: a name with dots or underscores, not after a dot.
-WRITTEN_IDENTIFIER = CODE_NAME
 # A definition line of API documentation (a Sphinx signature): a name with its parameters,
 # perhaps a kind before it and a return type after it ("class shelf.Shelf(path, ...)",
 # "shelf.size() → int", "exception ValueError"), or a dotted attribute
@@ -86,7 +86,7 @@ def written_identifiers(texts: Iterable[str]) -> frozenset[str]:
     no "requests.get"), and every underscored word."""
     found: set[str] = set()
     for text in texts:
-        for name in WRITTEN_IDENTIFIER.findall(text.lower()):
+        for name in code_names(text):
             parts = name.split(".")
             found.update(".".join(parts[:n]) for n in range(1, len(parts) + 1))
     return frozenset(found)

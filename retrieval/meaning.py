@@ -5,7 +5,7 @@ sentence ("folder" and "directory": 0.63; "folder" and "volcano": 0.07), using t
 piece vectors of the pack's embedding model (a word is the mean of its pieces' unit vectors).
 This costs a table lookup per word, where running the model over each candidate sentence
 costs about 18 ms of CPU (retrieval.extractive). Only a BERT model run by the ONNX encoder
-(retrieval.encoder.OnnxBert) has its table at hand; for any other model there is none and
+(kpack.onnx_models.OnnxBert) has its table at hand; for any other model there is none and
 words count only when they are shared.
 """
 
@@ -66,7 +66,8 @@ def word_vectors_of(model_name: str) -> WordVectors | None:
     the model is not run by the ONNX encoder. Made once per model and process: the table is
     read from the model's weights and normalised (47 MB for the packaged model), which every
     version of every pack built with the model would otherwise hold again."""
-    from retrieval.encoder import OnnxBert, encoder_for
+    from kpack.onnx_models import OnnxBert
+    from retrieval.encoder import encoder_for
 
     encoder = encoder_for(model_name)
     if not isinstance(encoder, OnnxBert):

@@ -1,26 +1,24 @@
 """Content quality scoring (seed 000): drops stubs and off-topic sections from the context.
-A text's content terms (``terms``) are cached here for every stage that compares words."""
+
+Its overlap compares a text's search words as written (kpack.text.search_words, not stemmed:
+"caching" does not meet "cache" here, where kpack.text.term_set's stems would)."""
 
 from __future__ import annotations
 
 from functools import lru_cache
 
-from kpack.text import STOPWORDS, words
+from kpack.text import search_words
 from retrieval.query import Query
 
 QUALITY_THRESHOLD = 0.3
 MIN_WORDS = 20
 
 
-def terms(text: str) -> frozenset[str]:
-    return text_profile(text)[1]
-
-
 @lru_cache(maxsize=65536)
 def text_profile(text: str) -> tuple[int, frozenset[str]]:
-    """(word count, content terms) of a text. Pack texts repeat across queries, so each is
-    scanned once per process."""
-    return len(text.split()), frozenset(words(text)).difference(STOPWORDS)
+    """(word count, distinct search words) of a text. Pack texts repeat across queries, so
+    each is scanned once per process."""
+    return len(text.split()), frozenset(search_words(text))
 
 
 def quality_score(content: str, question: str) -> float:
@@ -29,12 +27,12 @@ def quality_score(content: str, question: str) -> float:
     length_score  = min(0.8, 0.2 + (words / 200) * 0.6)
     keyword_score = min(0.2, overlap * 0.2), overlap = share of question terms in the section
     """
-    words, content_terms = text_profile(content)
+    words, content_words = text_profile(content)
     if words < MIN_WORDS:
         return 0.0
     length_score = min(0.8, 0.2 + (words / 200) * 0.6)
-    wanted = terms(question)
-    overlap = len(wanted & content_terms) / len(wanted) if wanted else 0.0
+    wanted = text_profile(question)[1]
+    overlap = len(wanted & content_words) / len(wanted) if wanted else 0.0
     keyword_score = min(0.2, overlap * 0.2)
     return min(1.0, length_score + keyword_score)
 

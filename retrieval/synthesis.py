@@ -21,6 +21,7 @@ from html import escape
 import numpy as np
 
 from kpack.llm import ClaudeClient, LLMError
+from kpack.text import term_set
 from retrieval.answer_type import answer_kind
 from retrieval.citations import (
     CITATION,
@@ -37,7 +38,6 @@ from retrieval.key_items import written_identifiers
 from retrieval.passage_context import passage_in_context
 from retrieval.query import ContextSection, Query, stage
 from retrieval.reader import PackReader
-from retrieval.unit_scoring import stems
 
 NO_CONTEXT_ANSWER = "The pack has no passage that answers this question."
 CONTEXT_WORDS_PER_SECTION = 350
@@ -271,13 +271,13 @@ def cited_passages(answer: str, context: list[ContextSection], k: int) -> list[C
     cited: dict[int, ContextSection] = {}
     statement_start = 0
     for match in CITATION.finditer(answer):
-        statement = stems(answer[statement_start : match.start()])
+        statement = term_set(answer[statement_start : match.start()])
         statement_start = match.end()
         named = match.group(1)
         # "[Source: A; B]" cites two passages, unless a title itself holds the semicolon.
         for title in [named] if key(named) in by_title else named.split(";"):
             sections = by_title.get(key(title), [])
             if sections:
-                best = max(sections, key=lambda s: len(stems(s.text) & statement))
+                best = max(sections, key=lambda s: len(term_set(s.text) & statement))
                 cited.setdefault(id(best), best)
     return list(cited.values())[:k]

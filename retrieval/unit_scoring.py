@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from kpack.gate import question_terms
-from kpack.text import search_terms, split_sentences
+from kpack.text import split_sentences, term_set
 from retrieval.answer_type import answer_kind, holds_answer
 from retrieval.answer_units import VERSION_NOTE, Unit, units_of
 from retrieval.key_items import identifiers
@@ -77,12 +77,6 @@ class ScoredSentence:
 
 
 @lru_cache(maxsize=16384)
-def stems(text: str) -> frozenset[str]:
-    """The stemmed search terms of a text (pack sentences repeat across questions)."""
-    return frozenset(search_terms(text))
-
-
-@lru_cache(maxsize=16384)
 def name_words(text: str) -> frozenset[str]:
     """The stemmed words of the identifiers a text writes ("with_suffix": with, suffix;
     "TemporaryDirectory": temporary, directory): what a name says in the question's words."""
@@ -92,7 +86,7 @@ def name_words(text: str) -> frozenset[str]:
         for piece in NAME_SEPARATOR.split(name)
         for word in NAME_WORD_PART.findall(piece)
     ]
-    return stems(" ".join(parts))
+    return term_set(" ".join(parts))
 
 
 def score_sentences(
@@ -111,26 +105,26 @@ def score_sentences(
             if held is None or (unit.signature and not held[0].signature):
                 by_text[unit.text] = (unit, passage)
     seen = dict(by_text.values())
-    wanted = stems(question)
+    wanted = term_set(question)
     if not seen or not wanted:
         return []
     spelled = question_terms(question)  # each term with the word the question writes
     units = list(seen)
-    found = [stems(u.text) & wanted for u in units]
+    found = [term_set(u.text) & wanted for u in units]
     # A code block's words count half: the lead-in says what the code is for.
-    led = [stems(u.sentence) & wanted for u in units]
+    led = [term_set(u.sentence) & wanted for u in units]
     if idf is None:
         frequency = Counter(t for f in found for t in f)
         weight = {t: math.log(1 + len(units) / (1 + frequency[t])) for t in wanted}
     else:
         weight = {t: idf(t) for t in wanted}
-    asked = stems(asking_part(question))
+    asked = term_set(asking_part(question))
     weight = {t: w * (ASKED_WEIGHT if t in asked else 1.0) for t, w in weight.items()}
     total = sum(weight.values()) or 1.0
     kind = answer_kind(question)
     scored = []
     for unit, matched, lead in zip(units, found, led, strict=True):
-        if not stems(unit.subject) - wanted:
+        if not term_set(unit.subject) - wanted:
             continue  # it only restates the question
         typed = kind is not None and holds_answer(kind, unit.subject, question)
         # A release note answers when something came or changed, not what it does: it holds
@@ -141,10 +135,10 @@ def score_sentences(
         # and the words of the names it writes say what it is about: their terms at half
         # weight.
         about = (
-            stems(unit.before)
-            | stems(unit.signature)
+            term_set(unit.before)
+            | term_set(unit.signature)
             | name_words(unit.subject)
-            | stems(seen[unit].title)
+            | term_set(seen[unit].title)
         )
         context = about & wanted - matched
         for t in context:

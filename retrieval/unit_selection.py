@@ -16,10 +16,10 @@ from __future__ import annotations
 import re
 from itertools import pairwise
 
-from kpack.text import normalize_entity, words
+from kpack.text import normalize_entity, term_set, words
 from retrieval.key_items import defined_name, identifiers, same_name
 from retrieval.query import ContextSection
-from retrieval.unit_scoring import ScoredSentence, stems, unit_score
+from retrieval.unit_scoring import ScoredSentence, unit_score
 
 # At most this many units answer a question of one part (one more per further part): a short
 # paragraph an asker reads at a glance; the citations lead to the rest.
@@ -120,7 +120,7 @@ def part_terms(question: str) -> list[frozenset[str]]:
     both share)."""
     cuts = [m.start() for m in FURTHER_PART.finditer(question)][:2]
     bounds = [0, *cuts, len(question)]
-    terms = [stems(question[a:b]) for a, b in pairwise(bounds)]
+    terms = [term_set(question[a:b]) for a, b in pairwise(bounds)]
     return [t - frozenset().union(*(o for o in terms if o is not t)) for t in terms]
 
 

@@ -559,7 +559,8 @@ def test_the_connection_is_recycled_and_threads_are_sized_for_a_shared_machine(
 
 def test_questions_are_embedded_without_torch_exactly_as_the_build_embeds(pack, no_key):
     from kpack.embedding import encode, load_model
-    from retrieval.encoder import OnnxBert, encoder_for
+    from kpack.onnx_models import OnnxBert
+    from retrieval.encoder import encoder_for
 
     texts = [IN_DOMAIN, "x", "", "Ünïcödé ✓ 日本語 🎉", "WIDGET_HOME sets the cache. " * 80]
     encoder = encoder_for("sentence-transformers/all-MiniLM-L6-v2")
@@ -642,7 +643,7 @@ def test_queries_in_other_processes_keep_answering_during_a_rebuild(pack, site, 
 
 def test_a_damaged_or_unwritable_encoder_graph_cache_still_embeds(tmp_path, monkeypatch):
     from kpack.embedding import resolve_model_path
-    from retrieval.encoder import OnnxBert
+    from kpack.onnx_models import OnnxBert
 
     folder = Path(resolve_model_path("sentence-transformers/all-MiniLM-L6-v2"))
     monkeypatch.setenv("KPACK_MODEL_CACHE", str(tmp_path / "models"))

@@ -14,41 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kpack.index_files import (
-    ANN_FILES,
-    ARTICLE_ENTITIES,
-    ARTICLES,
-    CHUNK_VECTORS,
-    CHUNKS,
-    DEFINITION_VECTORS,
-    DEFINITIONS,
-    DOC_LINK_OFFSETS,
-    DOC_LINKS,
-    ENTITIES,
-    FACTS,
-    GRAPH_ABOUT_KEYS,
-    GRAPH_ABOUT_OFFSETS,
-    GRAPH_ABOUT_PASSAGES,
-    GRAPH_ARTICLE_OF,
-    GRAPH_INDICES,
-    GRAPH_INDPTR,
-    GRAPH_PASSAGES_OF_ENTITY,
-    GRAPH_TITLE_ENTITY,
-    GRAPH_TRANSITION,
-    GRAPH_WEIGHTS,
-    KEY_HASHES,
-    KEYWORD_LENGTHS,
-    KEYWORD_OFFSETS,
-    KEYWORD_ROWS,
-    KEYWORD_TERM_OFFSETS,
-    KEYWORD_VOCABULARY,
-    KEYWORD_WEIGHTS,
-    LINK_OFFSETS,
-    LINK_TARGETS,
-    SECTION_VECTORS,
-    SECTIONS,
-    SECTIONS_BY_ARTICLE,
-)
+from kpack import index_files as files
 from kpack.mapped_tables import load_array, load_table
 from kpack.packs import INDEX_DIR
 from kpack.vector_index import load_ann, nearest_rows
@@ -57,8 +23,13 @@ from kpack.vector_index import load_ann, nearest_rows
 # exactly (a reader maps them as they are, and the question's vector is float32).
 FLOAT, INTEGER, VECTORS = "f", "iu", "float32"
 # Arrow tables and the manifest count their rows must equal.
-TABLE_COUNTS = {CHUNKS: "Chunk", SECTIONS: "Section", ARTICLES: "Article", ENTITIES: "Entity"}
-OPTIONAL_TABLES = (ARTICLE_ENTITIES, FACTS, DOC_LINKS, DEFINITIONS)
+TABLE_COUNTS = {
+    files.CHUNKS: "Chunk",
+    files.SECTIONS: "Section",
+    files.ARTICLES: "Article",
+    files.ENTITIES: "Entity",
+}
+OPTIONAL_TABLES = (files.ARTICLE_ENTITIES, files.FACTS, files.DOC_LINKS, files.DEFINITIONS)
 
 
 class IndexShapeError(Exception):
@@ -104,46 +75,46 @@ def _check(folder: Path, manifest: dict) -> None:
             tables[name] = load_table(folder, name).num_rows
     for name, count in TABLE_COUNTS.items():
         _equal(f"{INDEX_DIR}/{name}", "rows", tables[name], counts.get(count))
-    for table, hashes in KEY_HASHES.items():
+    for table, hashes in files.KEY_HASHES.items():
         array(hashes, INTEGER, 2, tables[table])
 
-    for name, rows in ((CHUNK_VECTORS, chunks), (SECTION_VECTORS, sections)):
+    for name, rows in ((files.CHUNK_VECTORS, chunks), (files.SECTION_VECTORS, sections)):
         vectors = array(name, VECTORS, rows, dim)
         # A reader's first step on every question: the nearest rows to a unit vector.
         probe = np.zeros(dim, dtype=np.float32)
         probe[0] = 1.0
         nearest_rows(vectors, probe, 1)
-        ann = load_ann(folder, ANN_FILES[name])
+        ann = load_ann(folder, files.ANN_FILES[name])
         if ann is not None:
-            _equal(f"{INDEX_DIR}/{ANN_FILES[name]}", "dimensions", ann.d, dim)
-            _equal(f"{INDEX_DIR}/{ANN_FILES[name]}", "vectors", ann.ntotal, rows)
+            _equal(f"{INDEX_DIR}/{files.ANN_FILES[name]}", "dimensions", ann.d, dim)
+            _equal(f"{INDEX_DIR}/{files.ANN_FILES[name]}", "vectors", ann.ntotal, rows)
 
-    array(SECTIONS_BY_ARTICLE, INTEGER, sections)
-    offsets = array(LINK_OFFSETS, INTEGER, None if articles is None else articles + 1)
-    array(LINK_TARGETS, INTEGER, _last(offsets))
+    array(files.SECTIONS_BY_ARTICLE, INTEGER, sections)
+    offsets = array(files.LINK_OFFSETS, INTEGER, None if articles is None else articles + 1)
+    array(files.LINK_TARGETS, INTEGER, _last(offsets))
 
-    array(KEYWORD_LENGTHS, FLOAT, chunks)
-    array(KEYWORD_VOCABULARY, INTEGER, None)
-    terms = array(KEYWORD_TERM_OFFSETS, INTEGER, None)
-    postings = array(KEYWORD_OFFSETS, INTEGER, len(terms))
-    array(KEYWORD_ROWS, INTEGER, _last(postings))
-    array(KEYWORD_WEIGHTS, FLOAT, _last(postings))
+    array(files.KEYWORD_LENGTHS, FLOAT, chunks)
+    array(files.KEYWORD_VOCABULARY, INTEGER, None)
+    terms = array(files.KEYWORD_TERM_OFFSETS, INTEGER, None)
+    postings = array(files.KEYWORD_OFFSETS, INTEGER, len(terms))
+    array(files.KEYWORD_ROWS, INTEGER, _last(postings))
+    array(files.KEYWORD_WEIGHTS, FLOAT, _last(postings))
 
     nodes = None if chunks is None or entities is None else chunks + entities + 1
-    edges = _last(array(GRAPH_INDPTR, INTEGER, nodes))
-    array(GRAPH_INDICES, INTEGER, edges)
-    array(GRAPH_WEIGHTS, FLOAT, edges)
-    array(GRAPH_TRANSITION, FLOAT, edges)
-    array(GRAPH_ARTICLE_OF, INTEGER, chunks)
-    array(GRAPH_TITLE_ENTITY, INTEGER, articles)
-    array(GRAPH_PASSAGES_OF_ENTITY, INTEGER, entities)
-    keys = array(GRAPH_ABOUT_KEYS, INTEGER, None)
-    about = array(GRAPH_ABOUT_OFFSETS, INTEGER, len(keys) + 1)
-    array(GRAPH_ABOUT_PASSAGES, INTEGER, _last(about))
-    if (folder / DOC_LINK_OFFSETS).is_file():
-        array(DOC_LINK_OFFSETS, INTEGER, None if sections is None else sections + 1)
-    if (folder / DEFINITION_VECTORS).is_file():
-        array(DEFINITION_VECTORS, VECTORS, tables.get(DEFINITIONS), dim)
+    edges = _last(array(files.GRAPH_INDPTR, INTEGER, nodes))
+    array(files.GRAPH_INDICES, INTEGER, edges)
+    array(files.GRAPH_WEIGHTS, FLOAT, edges)
+    array(files.GRAPH_TRANSITION, FLOAT, edges)
+    array(files.GRAPH_ARTICLE_OF, INTEGER, chunks)
+    array(files.GRAPH_TITLE_ENTITY, INTEGER, articles)
+    array(files.GRAPH_PASSAGES_OF_ENTITY, INTEGER, entities)
+    keys = array(files.GRAPH_ABOUT_KEYS, INTEGER, None)
+    about = array(files.GRAPH_ABOUT_OFFSETS, INTEGER, len(keys) + 1)
+    array(files.GRAPH_ABOUT_PASSAGES, INTEGER, _last(about))
+    if (folder / files.DOC_LINK_OFFSETS).is_file():
+        array(files.DOC_LINK_OFFSETS, INTEGER, None if sections is None else sections + 1)
+    if (folder / files.DEFINITION_VECTORS).is_file():
+        array(files.DEFINITION_VECTORS, VECTORS, tables.get(files.DEFINITIONS), dim)
 
 
 def _last(offsets: np.ndarray) -> int | None:

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from fnmatch import fnmatchcase
@@ -378,8 +378,8 @@ class Crawl:
         if crawled and redirected and not self._claim(response.final_url):
             self.report.aliases += 1  # redirected to a page already crawled
             return []
-        stub = self._stub_target(page, response) if crawled else None
-        canonical = stub or (self._canonical(page, response) if crawled else None)
+        stub = self._other_page(page, response, refresh_target) if crawled else None
+        canonical = stub or (self._other_page(page, response, canonical_link) if crawled else None)
         if canonical is not None:
             if stub is not None:
                 self.report.redirect_stubs += 1
@@ -415,27 +415,22 @@ class Crawl:
             found += [self._admit(url, page, 1, scope) for url in self._robots_sitemap_urls(page)]
         return [p for p in found if p is not None]
 
-    def _stub_target(self, page: Page, response: FetchResponse) -> str | None:
-        """The in-scope page a crawled redirect stub sends its reader to, else None."""
+    def _other_page(
+        self,
+        page: Page,
+        response: FetchResponse,
+        named_by: Callable[[str, str], str | None],
+    ) -> str | None:
+        """The in-scope page, other than this one, that ``named_by`` (a redirect stub's
+        target, a canonical link) finds in a crawled HTML page's text; else None."""
         if response.text is None or response.format != "html" or page.scope is None:
             return None
-        target = refresh_target(response.text, response.final_url)
+        target = named_by(response.text, response.final_url)
         if target is None or not page.scope.allows(target):
             return None
         if page_key(target) in (page_key(page.url), page_key(response.final_url)):
             return None
         return target
-
-    def _canonical(self, page: Page, response: FetchResponse) -> str | None:
-        """The in-scope canonical URL of a crawled page fetched under another URL, else None."""
-        if response.text is None or response.format != "html" or page.scope is None:
-            return None
-        canonical = canonical_link(response.text, response.final_url)
-        if canonical is None or not page.scope.allows(canonical):
-            return None
-        if page_key(canonical) in (page_key(page.url), page_key(response.final_url)):
-            return None
-        return canonical
 
     # Sitemaps, robots.txt and outages --------------------------------------------------
 

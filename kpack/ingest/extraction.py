@@ -37,7 +37,8 @@ from kpack.text import (
 
 CODE_SPAN = re.compile(r"`([^`\n]{2,60})`")
 DOTTED = re.compile(rf"(?<![\w/.-]){DOTTED_NAME}(?:\(\))?(?![\w/])")
-CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w{2,})\(\)")
+# A call with nothing between its parentheses, as prose names a function ("frobnicate()").
+PROSE_CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w{2,})\(\)")
 SNAKE = re.compile(r"(?<![\w.])[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?!\w|\.\w)")
 CAMEL = re.compile(r"(?<![\w.])[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+(?!\w|\.\w)")
 BOLD = re.compile(r"\*\*([^*\n]{2,60})\*\*")
@@ -197,7 +198,7 @@ def _sentence_entities(sentence: str) -> list[tuple[str, str]]:
         if m.group(0).lower().rstrip("()") not in ABBREVIATIONS
         and not m.group(0).lower().endswith(FILE_SUFFIXES)
     ]
-    found += [(m.group(1) + "()", "api") for m in CALL.finditer(sentence)]
+    found += [(m.group(1) + "()", "api") for m in PROSE_CALL.finditer(sentence)]
     found += [(m.group(0), "api") for m in SNAKE.finditer(sentence)]
     found += [(m.group(0), "type") for m in CAMEL.finditer(sentence)]
     found += [(m.group(1), "term") for m in BOLD.finditer(sentence)]
