@@ -29,6 +29,25 @@ def test_no_contract_ignores_an_import():
     assert excused == {}
 
 
+def test_no_module_imports_itself_through_others():
+    """No import cycle among the product modules, imports inside functions included (grimp
+    reads them all): a module that needs another's job imports it one way only."""
+    packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"][
+        "root_packages"
+    ]
+    graph = grimp.build_graph(*packages, cache_dir=None)
+    cycles = sorted(
+        (importer, imported)
+        for importer in graph.modules
+        if importer.split(".")[0] in packages
+        for imported in graph.find_modules_directly_imported_by(importer)
+        if imported.split(".")[0] in packages
+        and imported != importer
+        and graph.chain_exists(imported=importer, importer=imported)
+    )
+    assert cycles == []
+
+
 def test_the_build_imports_retrieval_for_its_evaluation_only():
     """The contracts let assets.evaluate import retrieval; what it imports is retrieval.eval
     (the harness that runs the query pipeline), never a stage of the pipeline itself."""
