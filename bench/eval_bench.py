@@ -173,6 +173,7 @@ def answer_table(pack_folder: Path, answerable: list[Question]) -> dict:
     chunk_text = open_pack(pack_folder).chunk_text
     eligible = contained = declined = 0
     sources = []
+    missed = []  # the eligible questions whose answer quotes no gold span: to compare two runs
     tally = CitationTally()
     for question in answerable:
         result = agent.query(question.question, max_results=5)
@@ -183,7 +184,10 @@ def answer_table(pack_folder: Path, answerable: list[Question]) -> dict:
             continue
         eligible += 1
         answer = CITATION.sub("", result["answer"])
-        contained += contains_answer(answer, question.answers)
+        if contains_answer(answer, question.answers):
+            contained += 1
+        else:
+            missed.append(question.question)
         declined += not says_something(result["answer"])
     return {
         "questions": len(answerable),
@@ -194,6 +198,7 @@ def answer_table(pack_folder: Path, answerable: list[Question]) -> dict:
         "mean_sources": round(sum(sources) / len(sources), 2) if sources else 0.0,
         "max_sources": max(sources, default=0),
         **tally.as_row(),
+        "missed": missed,
     }
 
 

@@ -14,10 +14,10 @@ the pack says. The steps, each in a module of its own:
    its coverage of the question's terms by word, context and meaning, and the kind of answer
    the question asks for).
 4. The units to quote are chosen (retrieval.unit_selection): the answer starts from the
-   best-ranked passage that answers, then adds what each further unit adds, a unit for each
-   part of a question of several parts, the definitions the question names, and the hops of a
-   multi-hop answer. For a how-to question the code block of a quoted passage that shows how
-   is quoted too (:func:`with_code`).
+   best-ranked passage that answers (from the best unit, for a question asking a fact), then
+   adds what each further unit adds, a unit for each part of a question of several parts, the
+   definitions the question names, and the hops of a multi-hop answer. For a how-to question
+   the code block of a quoted passage that shows how is quoted too (:func:`with_code`).
 5. The units are written out passage by passage (:func:`render`): the units of one passage
    together, in the order the passage was first quoted, its definition line once as code,
    its code blocks verbatim with their newlines, and ONE ``[Source: title]`` after them.
@@ -59,10 +59,11 @@ def extractive_answer(
     missing = missing_names(question, passages, known_identifiers)
     if missing:
         return f"{DECLINED} mention {', '.join(missing)}, so they do not answer this question.", []
-    scored = lead_first(score_sentences(question, passages, idf, meaning), passages)
+    kind = answer_kind(question)
+    scored = lead_first(score_sentences(question, passages, idf, meaning), passages, kind)
     chosen = chain(answering_sentences(scored, part_terms(question)), scored, passages, question)
     chosen = with_named_definitions(chosen, scored, question)
-    if answer_kind(question) == "identifier":
+    if kind == "identifier":
         chosen = with_code(chosen, scored)
     if not chosen:
         return NO_SENTENCE_ANSWER, []

@@ -12,7 +12,7 @@ the chunk table, so it stays here until that column exists.)
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from kpack.contracts import chunk_id
 from kpack.text import FENCE, fence_roles
@@ -49,12 +49,16 @@ def passage_in_context(
     if not number.isdigit():
         return text
     index = int(number)
-    earlier = [chunk_text.get(chunk_id(section, index - n), "") for n in range(1, 3) if index >= n]
+    # Every passage before it in its section, nearest first, read only until the entry's
+    # definition line: a long entry runs over several passages.
+    earlier = (chunk_text.get(chunk_id(section, index - n), "") for n in range(1, index + 1))
     if _opens_inside_code(section, index, chunk_text, {} if code_starts is None else code_starts):
         text = _without_code_head(text)
     definition = _entry_opening(text, earlier)
     code = _code_after(text, chunk_text.get(chunk_id(section, index + 1), ""))
-    read = "\n".join(part for part in (definition, text, code) if part)
+    # The opening is a paragraph of its own: the passage may begin inside a sentence whose
+    # start the opening's lines stop before, and that tail is no sentence to quote.
+    read = "\n".join(part for part in (f"{definition}\n" if definition else "", text, code) if part)
     notes = _release_notes_after(text, section, index, chunk_text) if release_notes else ""
     if notes and (definition or any(kind == "signature" for kind, _ in blocks_of(text))):
         # A blank line before the notes: they are paragraphs of their own, not the tail of
@@ -128,7 +132,7 @@ def _without_code_head(text: str) -> str:
     return "\n".join(lines[close + 1 :])
 
 
-def _entry_opening(text: str, earlier: list[str]) -> str:
+def _entry_opening(text: str, earlier: Iterable[str]) -> str:
     """The opening of the entry the passage begins inside (``ENTRY_OPENING_LINES``): the last
     definition line before the passage in the passages before it (nearest first) and the
     lines of prose after it, up to the first code block, when the passage's first sentences
@@ -139,11 +143,15 @@ def _entry_opening(text: str, earlier: list[str]) -> str:
     current = text
     heads: list[str] = []
     for previous in earlier:
-        head = previous[: _overlap_start(current, previous)]
+        start = _overlap_start(current, previous)
+        # Passages that do not overlap meet at a line's end.
+        head = previous[:start] if start < len(previous) else f"{previous}\n"
         lines = head.split("\n")
         at = next((i for i in reversed(range(len(lines))) if is_signature(lines[i])), None)
         if at is not None:
-            entry = "\n".join([*lines[at:], *reversed(heads)]).split("\n")
+            # Each head runs up to where the next passage begins, often inside a line: the
+            # heads joined as they are give back the page's lines.
+            entry = ("\n".join(lines[at:]) + "".join(reversed(heads))).split("\n")
             prose = next(
                 (i for i, line in enumerate(entry[1:], 1) if FENCE.match(line)), len(entry)
             )

@@ -32,9 +32,10 @@ from kpack.gate import question_terms
 from kpack.text import split_sentences, term_set
 from retrieval.answer_type import answer_kind, holds_answer
 from retrieval.answer_units import VERSION_NOTE, Unit, units_of
-from retrieval.key_items import identifiers
+from retrieval.key_items import NAME, identifiers
 from retrieval.meaning import WordVectors
 from retrieval.query import ContextSection
+from retrieval.series import series_named, speaks_of
 
 # Coverage's weight against passage similarity in a unit's score: every unit of a passage
 # shares its similarity, so only coverage tells them apart; more than half, so a unit that
@@ -57,6 +58,9 @@ ASKED_WEIGHT = 2.0
 # The words inside an identifier: its parts between dots and underscores, split at case.
 NAME_SEPARATOR = re.compile(r"[._]")
 NAME_WORD_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+# A word written in lower case (a name never is), and a capitalised word opening a sentence.
+LOWER_WORD = re.compile(r"\b[a-z][\w'’-]*")
+CAPITALISED = re.compile(r"[A-Z][\w'’-]+")
 
 
 @dataclass(frozen=True)
@@ -122,11 +126,21 @@ def score_sentences(
     weight = {t: w * (ASKED_WEIGHT if t in asked else 1.0) for t, w in weight.items()}
     total = sum(weight.values()) or 1.0
     kind = answer_kind(question)
+    names = names_written(tuple(u.text for u in units)) if kind == "name" else frozenset()
+    series = series_named(question)
+    # The terms of the one of a series asked ("Lakeside Regatta 7"): its words and its number.
+    series_terms = term_set(" ".join(s.written for s in series)) & wanted
     scored = []
     for unit, matched, lead in zip(units, found, led, strict=True):
         if not term_set(unit.subject) - wanted:
             continue  # it only restates the question
+        # Which one of the series asked the unit speaks of (retrieval.series), or the sentence
+        # before it, which it goes on from.
+        this_one, another = speaks_of(unit.text, series)
+        before_this_one, before_another = speaks_of(unit.before, series)
+        before = "" if before_another and not before_this_one else unit.before
         typed = kind is not None and holds_answer(kind, unit.subject, question)
+        typed = typed or (kind == "name" and opens_with_a_name(unit.sentence, names, question))
         # A release note answers when something came or changed, not what it does: it holds
         # the kind of answer of another question.
         note = kind not in ("version", "date") and bool(VERSION_NOTE.match(unit.sentence))
@@ -135,7 +149,7 @@ def score_sentences(
         # and the words of the names it writes say what it is about: their terms at half
         # weight.
         about = (
-            term_set(unit.before)
+            term_set(before)
             | term_set(unit.signature)
             | name_words(unit.subject)
             | term_set(seen[unit].title)
@@ -143,7 +157,20 @@ def score_sentences(
         context = about & wanted - matched
         for t in context:
             credit[t] = CONTEXT_SHARE * weight[t]
-        unmatched = wanted - matched - context
+        # A unit that writes the one of a series asked, or goes on from the sentence that does
+        # ("The Lakeside Regatta 7 was sailed in fog. Brill's crew won it."), is about that
+        # one: the series' words and number count in full, whichever of them it writes; one
+        # that only writes the series' words ("every Lakeside Regatta") is about the series.
+        # One that writes another one and not that one ("Lakeside Regatta VI, won by the home
+        # crew") is about the other one, whatever the sentence before says: the series' words
+        # and number earn it nothing, not even from its title or by meaning.
+        if this_one or (before_this_one and not another):
+            for t in series_terms:
+                credit[t] = weight[t]
+        elif another:
+            for t in series_terms:
+                credit[t] = 0.0
+        unmatched = wanted - set(credit)
         if meaning is not None and unmatched:
             # By the words the question writes: a stem's word pieces ("separ", "heavi") mean
             # less than the word's ("separate").
@@ -166,6 +193,23 @@ def score_sentences(
             )
         )
     return sorted(scored, key=lambda s: -s.score)
+
+
+def names_written(texts: tuple[str, ...]) -> frozenset[str]:
+    """The words the texts write as names, lower case: capitalised inside a sentence
+    (key_items.NAME) and never written in lower case."""
+    inside = {name.lower() for text in texts for name in NAME.findall(text)}
+    lower = {word for text in texts for word in LOWER_WORD.findall(text)}
+    return frozenset(inside - lower)
+
+
+def opens_with_a_name(sentence: str, names: frozenset[str], question: str) -> bool:
+    """True when the sentence's first word is a name the passages write (``names``) and the
+    question does not: key_items.NAME skips a sentence's first word, which is capitalised
+    whatever it is, so "Brill won the final." would hold no name."""
+    first = CAPITALISED.match(sentence)
+    word = first.group(0).lower() if first else ""
+    return word in names and word not in question.lower()
 
 
 def unit_score(similarity: float, coverage: float, typed: bool, note: bool) -> float:

@@ -17,6 +17,7 @@ import re
 from itertools import pairwise
 
 from kpack.text import normalize_entity, term_set, words
+from retrieval.answer_type import Kind
 from retrieval.key_items import defined_name, identifiers, same_name
 from retrieval.query import ContextSection
 from retrieval.unit_scoring import ScoredSentence, unit_score
@@ -41,6 +42,9 @@ NOVELTY_SHARE = 0.3
 # (answers holding every term group, with how-to code: 1.0 (off) 17, 0.9 17, 0.8 18, 0.7 17
 # of 21), never on a graded set.
 LEAD_SHARE = 0.8
+# The kinds of answer that are one fact, which one sentence states (retrieval.answer_type):
+# :func:`lead_first` leaves their best unit first. lead_first was chosen on how-to questions.
+FACT_KINDS = frozenset({"name", "number", "date"})
 # A multi-hop answer: at most this many units, from at most this many passages (a two-hop
 # question needs two; a third passage is the bridge's own page).
 MAX_CHAINED, MAX_SOURCES = 4, 3
@@ -208,15 +212,19 @@ def _names(text: str, title: str) -> bool:
 
 
 def lead_first(
-    scored: list[ScoredSentence], passages: list[ContextSection]
+    scored: list[ScoredSentence], passages: list[ContextSection], kind: Kind | None = None
 ) -> list[ScoredSentence]:
     """The scored units with the answer's first unit first: the best unit of the best-ranked
     passage that answers (its best unit scores at least ``LEAD_SHARE`` of the best unit's
     score, and the answer threshold), not the best unit of any passage. Ranking read the whole
     passage (its fused, reranked score); a unit's score reads one sentence, so a module's
     introduction, which names every term of the module, outscores the section that does
-    what was asked."""
-    if not scored:
+    what was asked. Not for a question asking a fact (the ``kind`` of answer a name, a number
+    or a date): one sentence states it, and the best unit is the one that holds what the
+    question asks; the best-ranked passage is only the one whose words are most like the
+    question's, such as a passage that names the question's subject throughout and says
+    something else of it."""
+    if not scored or kind in FACT_KINDS:
         return scored
     floor = max(ANSWER_THRESHOLD, LEAD_SHARE * scored[0].score)
     best_of: dict[int, ScoredSentence] = {}

@@ -340,3 +340,34 @@ def test_a_how_to_answer_quotes_the_code_of_its_passage_verbatim_with_one_citati
     # One citation for the passage, after all it said, not one per sentence.
     assert answer.count("[Source: tools — small helpers]") == 1
     assert answer.endswith(f"{code}\n[Source: tools — small helpers]")
+
+
+def test_a_passage_deep_in_a_long_entry_is_read_with_the_entry_opening():
+    # The entry runs over four passages: its definition line is three passages before the one
+    # that says what the question asks. The second passage begins inside a line of the first
+    # (passages overlap by words), the third does not overlap the second: the opening's lines
+    # are the page's, not cut or joined there. The last passage begins with the tail of a
+    # sentence that the opening stops before: a paragraph apart, it is no sentence to quote.
+    texts = {
+        chunk_id("s", 0): "kiln.fire(batch, *, hold=False)\nFire a batch of pots in the kiln.\n"
+        "The kiln heats at the rate the glaze of the batch needs.",
+        chunk_id("s", 1): "the rate the glaze of the batch needs.\n"
+        "A batch of more than forty pots is fired in two loads.",
+        chunk_id("s", 2): "The door stays locked while the kiln is hot.",
+        chunk_id("s", 3): "for an hour after the last cone bends.\n"
+        "If hold is true, the kiln keeps the peak heat for an hour.",
+    }
+    read = passage_in_context(chunk_id("s", 3), texts[chunk_id("s", 3)], texts)
+    assert read == (
+        "kiln.fire(batch, *, hold=False)\nFire a batch of pots in the kiln.\n"
+        "The kiln heats at the rate the glaze of the batch needs.\n"
+        "A batch of more than forty pots is fired in two loads.\n"
+        "The door stays locked while the kiln is hot.\n\n"
+        "for an hour after the last cone bends.\n"
+        "If hold is true, the kiln keeps the peak heat for an hour."
+    )
+    units = units_of(read)
+    assert "The door stays locked while the kiln is hot." in [u.sentence for u in units]
+    assert not any("cone" in u.sentence for u in units)
+    (hold,) = [u for u in units if u.sentence.startswith("If hold is true")]
+    assert hold.signature == "kiln.fire(batch, *, hold=False)"
