@@ -36,6 +36,9 @@ the heading's page as the gold page), as bench/query_bench.py does.
     .venv/bin/python bench/ecosystem_bench.py --workdir /tmp/eco-all \\
         --questions ../shared/benchmarks/python_docs_qa/questions.jsonl
 
+A run stopped part way goes on with ``--keep-built`` and the same ``--workdir``: the packs it
+published are kept as they are (their build time shows as "built before"), the others built.
+
 Results: Markdown on stdout and in bench/out/ecosystem_bench.md, JSON in
 bench/out/ecosystem_bench.json.
 """
@@ -45,6 +48,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -142,6 +146,26 @@ def run_child(args: list[str], env: dict[str, str] | None = None) -> dict[str, A
         **json.loads(lines[-1][len(RESULT_MARK) :]),
         "process_s": round(time.perf_counter() - started, 3),
     }
+
+
+def kept_build(pack: str, libraries: list[str], workspace: Path, host: str) -> dict | None:
+    """The published build of ``pack`` in the workspace when its urls.txt holds today's seed
+    lines on ``host`` or on the port an earlier run served them from (the server's port
+    changes between runs); None when it must be built."""
+    folder = workspace / "packs" / pack
+    manifest = folder / ".versions" / "current" / "manifest.json"
+    if not manifest.is_file():
+        return None
+    written = (folder / "urls.txt").read_text().split()
+    wanted = seed_lines(pack, libraries)
+    same = len(written) == len(" ".join(wanted).split()) and all(
+        re.sub(r"127\.0\.0\.1:\d+", SEED_HOST, w) == x
+        for w, x in zip(written, " ".join(wanted).split(), strict=True)
+    )
+    if not same:
+        return None
+    print(f"[{pack}] kept: published before (--keep-built), not built again", flush=True)
+    return {"process_s": None, "manifest": json.loads(manifest.read_text())}
 
 
 def build(pack: str, workspace: Path) -> dict[str, Any]:
@@ -441,7 +465,7 @@ def report(
                 pages["capped"],
                 manifest["counts"]["Chunk"],
                 *[round(seconds.get(stage) or 0, 1) for stage in stages],
-                done["process_s"],
+                "built before" if done["process_s"] is None else done["process_s"],
                 # None: every vector came from the cache (nothing was embedded)
                 f"{embedded['texts_per_second'] or 'cached'} ({embedded['precision']})",
             ]
@@ -538,6 +562,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workdir", type=Path, help="workspace (default: a new temporary one)")
     parser.add_argument("--questions", type=Path, help="JSON lines: question, gold_pages")
     parser.add_argument("--no-combined", action="store_true", help="skip the combined pack")
+    parser.add_argument(
+        "--keep-built",
+        action="store_true",
+        help="a pack the workspace already publishes from the same seed lines is not built "
+        "again: its build figures are its manifest's, its time is not known (a run stopped "
+        "part way goes on without re-embedding from the cache and calling that a build)",
+    )
     parser.add_argument("--out", type=Path, default=OUT_DIR / "ecosystem_bench.json")
     parser.add_argument("--_child-build", metavar="PACK", help=argparse.SUPPRESS)
     parser.add_argument("--_child-embed", metavar="PACK", help=argparse.SUPPRESS)
@@ -590,9 +621,13 @@ def main(argv: list[str] | None = None) -> None:
     with serve(DOC_ROOT) as base_url:
         host = base_url.removeprefix("http://").rstrip("/")
         print(f"workspace {workspace}; /usr/share/doc served at {base_url}", flush=True)
+        builds = {}
         for pack in packs:
-            copy_pack(pack, libraries, workspace, host)
-        builds = {pack: build(pack, workspace) for pack in packs}
+            kept = kept_build(pack, libraries, workspace, host) if args.keep_built else None
+            if kept is None:
+                copy_pack(pack, libraries, workspace, host)
+                kept = build(pack, workspace)
+            builds[pack] = kept
     embedding = run_child(
         ["--_child-embed", packs[-1], "--workdir", str(workspace)], workspace_env(workspace)
     )
