@@ -64,7 +64,7 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 from build_bench import child_build, machine, markdown_table  # noqa: E402
 from corpora import serve  # noqa: E402
-from harness import OFFLINE_ENV, OUT_DIR, RESULT_MARK, emit, workspace_env  # noqa: E402
+from harness import OFFLINE_ENV, OUT_DIR, RESULT_MARK, STAGES, emit, workspace_env  # noqa: E402
 
 os.environ.update(OFFLINE_ENV)
 
@@ -440,15 +440,6 @@ def reader_figures(workspace: Path, pack: str, questions_file: Path | None) -> d
 def report(
     builds: dict[str, dict], embedding: dict, readers: dict[str, dict], several: dict
 ) -> str:
-    stages = (
-        "fetched_pages",
-        "articles",
-        "chunks",
-        "entities",
-        "embeddings",
-        "pagerank",
-        "pack_graph",
-    )
     build_rows = []
     for pack, done in builds.items():
         manifest = done["manifest"]
@@ -464,7 +455,7 @@ def report(
                 f"{skipped['duplicates']}",
                 pages["capped"],
                 manifest["counts"]["Chunk"],
-                *[round(seconds.get(stage) or 0, 1) for stage in stages],
+                *[round(seconds.get(stage) or 0, 1) for stage in STAGES],
                 "built before" if done["process_s"] is None else done["process_s"],
                 # None: every vector came from the cache (nothing was embedded)
                 f"{embedded['texts_per_second'] or 'cached'} ({embedded['precision']})",
@@ -480,7 +471,7 @@ def report(
                 "skipped 404 / excl. / stub / dup.",
                 "capped",
                 "chunks",
-                *[f"{stage} s" for stage in stages],
+                *[f"{stage} s" for stage in STAGES],
                 "build s",
                 "texts/s",
             ],

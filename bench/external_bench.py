@@ -48,8 +48,9 @@ from urllib.parse import unquote, urlsplit
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from bench.harness import OFFLINE_ENV, OUT_DIR, build_here  # noqa: E402
+
+os.environ.update(OFFLINE_ENV)  # before numpy and the model load (bench.harness says why)
 
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
@@ -61,7 +62,6 @@ from bench.corpora import (  # noqa: E402
     python_doc_pages,
     serve,
 )
-from bench.harness import OUT_DIR, build_here  # noqa: E402
 
 BENCHMARKS = REPO.parent / "shared/benchmarks"
 PANDAS_DOC_ROOT = Path("/usr/share/doc/python-pandas-doc/html")
