@@ -28,6 +28,7 @@ from kpack.config import pack_description, setting_json
 from kpack.errors import PackError
 from kpack.packs import (
     WEB,
+    folders_outside,
     list_packs,
     new_pack_folder,
     pack_dir,
@@ -64,6 +65,19 @@ def cmd_new(args: argparse.Namespace) -> int:
             f"[yellow]warning:[/] {escape(', '.join(private))}: not a public host, so a build "
             "refuses its pages unless the pack's kg_config.json allows private hosts: "
             f"{escape(setting_json('fetch.allow_private_hosts', True))}",
+            soft_wrap=True,
+        )
+    from kpack.store import PackStore
+
+    store = PackStore(packs_dir=str(folder.parent))
+    outside = folders_outside(sources, store.file_roots(folder.name))
+    if outside:
+        # The folders as the setting writes them: the default roots, then the user's folders.
+        roots = [*store.config(folder.name).fetch.file_roots, *outside]
+        err.print(
+            f"[yellow]warning:[/] {escape(', '.join(outside))}: outside the folders a build "
+            "reads files from, so a build refuses those files unless the pack's "
+            f"kg_config.json lists them: {escape(setting_json('fetch.file_roots', roots))}",
             soft_wrap=True,
         )
     console.print(

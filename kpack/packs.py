@@ -193,6 +193,26 @@ def private_hosts(sources: list[Source]) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def within_file_roots(path: Path, roots: list[Path]) -> bool:
+    """Whether a build may read the file at ``path``: it lies inside one of the pack's
+    ``fetch.file_roots`` (resolved: a link out of them is outside)."""
+    return any(path.resolve().is_relative_to(root.resolve()) for root in roots)
+
+
+def folders_outside(sources: list[Source], roots: list[Path]) -> list[str]:
+    """The folders of the ``file:`` sources a build refuses because they lie outside
+    ``roots`` (the pack's file roots), in the order first named."""
+    found = []
+    for source in sources:
+        parts = urlsplit(source.url)
+        if parts.scheme != "file":
+            continue
+        path = Path(unquote(parts.path))
+        if not within_file_roots(path, roots):
+            found.append(str(path.parent.resolve()))
+    return list(dict.fromkeys(found))
+
+
 def parse_urls(text: str, base_dir: Path) -> tuple[list[Source], list[LineProblem]]:
     """Parse urls.txt: one URL a line, '#' comments. Bad lines are reported, never fatal.
 

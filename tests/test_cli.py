@@ -14,6 +14,8 @@ import pytest
 
 from cli.main import main
 from kpack.config import PROFILE_NAMES
+from kpack.packs import within_file_roots
+from kpack.store import PackStore
 from tests.conftest import write_pack
 
 
@@ -52,6 +54,36 @@ def test_new_creates_urls_txt_and_skips_invalid_urls(workspace, capsys):
 
 
 ALLOW_PRIVATE = '{"fetch": {"allow_private_hosts": true}}'
+
+
+def test_new_warns_that_a_file_outside_the_file_roots_needs_a_setting(workspace, capsys):
+    """A file: page outside the folders a build reads is named at `kpack new`, with the
+    setting that lets the build read it; the setting, written as said, does."""
+    elsewhere = workspace.parent / f"{workspace.name}-html"
+    elsewhere.mkdir()
+    (elsewhere / "guide.html").write_text("<h1>Guide</h1><p>Text.</p>")
+    inside = workspace / "docs" / "intro.md"
+    inside.parent.mkdir()
+    inside.write_text("# Intro\n\nText.\n")
+    code, out, err = run(
+        capsys,
+        "new",
+        "local",
+        "--url",
+        (elsewhere / "guide.html").as_uri(),
+        "--url",
+        inside.as_uri(),
+    )
+    assert code == 0 and "2 URLs" in out
+    assert f"warning: {elsewhere}: outside the folders a build reads files from" in err
+    setting = err[err.index('{"fetch"') :]
+    folder = workspace / "packs" / "local"
+    (folder / "kg_config.json").write_text(setting)
+    roots = PackStore(packs_dir=str(folder.parent)).file_roots("local")
+    assert within_file_roots(elsewhere / "guide.html", roots)
+    assert within_file_roots(inside, roots)
+    code, out, err = run(capsys, "new", "inside", "--url", inside.as_uri())
+    assert code == 0 and "warning" not in err
 
 
 def test_new_warns_that_a_loopback_or_private_url_needs_a_setting(workspace, capsys):

@@ -42,6 +42,7 @@ from kpack.ingest.network_guard import guarded, guarded_session, public_addresse
 from kpack.ingest.pdf import PdfError, pdf_html
 from kpack.ingest.retries import get_with_retries
 from kpack.ingest.throttle import HostThrottle
+from kpack.packs import within_file_roots
 
 
 @dataclass
@@ -162,7 +163,7 @@ class Fetcher:
         config, roots = self.config, self.file_roots
         deadline.start()
         path = Path(unquote(urlsplit(url).path)).resolve()
-        if not any(path.is_relative_to(root.resolve()) for root in roots):
+        if not within_file_roots(path, roots):
             allowed = ", ".join(str(r) for r in roots)
             raise FetchError(
                 f"file {path} is outside the allowed file roots ({allowed}); "
