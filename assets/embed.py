@@ -1,5 +1,7 @@
 """Stage 5, embeddings: one vector per distinct section and chunk text (kpack.ingest.vectors),
-cached by (model, precision, content hash) across builds, so a rebuild embeds only new text.
+cached by (model, precision, content hash) across builds, so a rebuild embeds only new text;
+a text another pack of the same storage embedded is reused too (a combined pack of several
+libraries embeds none of their pages again).
 With ``section_vectors: derived`` (the default) the model embeds chunk texts only, and
 ``embeddings`` adds each longer section's vector, its first chunk's (kpack.ingest.vectors;
 never cached: it costs no model call).
@@ -119,6 +121,23 @@ def shard_asset(index: int) -> AssetsDefinition:
         from_published = cached is None
         if from_published:
             cached = published_vectors(pack_store.current(step.pack), step.model, step.precision)
+        # Texts other packs of this storage have embedded (a combined pack of several
+        # libraries) are reused: a vector depends on the model, precision and text only.
+        known = set(cached["content_hash"].to_pylist()) if cached is not None else set()
+        from_other_packs = content_cache.load_from_other_packs(
+            step.cache_namespace, step.pack, CACHE_COLUMNS, set(texts) - known
+        )
+        if from_other_packs is not None:
+            cached = (
+                from_other_packs
+                if cached is None
+                else pa.concat_tables(
+                    [
+                        cached.select(list(CACHE_COLUMNS)),
+                        from_other_packs.cast(cached.select(list(CACHE_COLUMNS)).schema),
+                    ]
+                )
+            )
         # The model is loaded on first use: a shard served from the cache never loads it.
         result = embed_shard(
             texts,
@@ -126,6 +145,7 @@ def shard_asset(index: int) -> AssetsDefinition:
             lambda batch: embedder.embed(batch, step.model, step.precision),
             partial(report_progress, context),
         )
+        reused_from_others = from_other_packs.num_rows if from_other_packs is not None else 0
         # The device is known once the model is loaded, i.e. when something was embedded.
         device = embedder.embedder(step.model, step.precision).device if result.embedded else None
         return Output(
@@ -137,7 +157,8 @@ def shard_asset(index: int) -> AssetsDefinition:
                 "embedded": result.embedded,
                 "cached": result.cached,
                 # Of those, the vectors taken from the published version.
-                "from_published": result.cached if from_published else 0,
+                "from_published": (result.cached - reused_from_others if from_published else 0),
+                "from_other_packs": reused_from_others,
                 "embed_seconds": round(result.seconds, 3),
                 "texts_per_second": (
                     round(result.embedded / result.seconds, 1) if result.embedded else 0.0
@@ -188,7 +209,8 @@ def embeddings(
     devices = sorted({facts["device"] for facts in shard_facts if "device" in facts})
     table = gathered.select(list(CACHE_COLUMNS))
     from_published = sum(facts.get("from_published", 0) for facts in shard_facts)
-    if embedded or from_published:
+    from_other_packs = sum(facts.get("from_other_packs", 0) for facts in shard_facts)
+    if embedded or from_published or from_other_packs:
         # The cache becomes exactly this pack's texts: new vectors in, vanished texts out.
         content_cache.save(step.cache_namespace, step.pack, table)
     derived = derived_section_vectors(sections, chunks, table)
@@ -201,6 +223,7 @@ def embeddings(
             "embedded": embedded,
             "cached": table.num_rows - embedded,
             "from_published": from_published,
+            "from_other_packs": from_other_packs,
             "section_vectors": "embedded" if step.embed_sections else "derived",
             "derived": derived.num_rows,
             "shards": SHARDS,

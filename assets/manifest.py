@@ -115,6 +115,8 @@ def build_manifest(
             # Vectors taken from the published version, having no cache of them (an installed
             # pack's first build: kpack.ingest.published_vectors).
             "from_published": embedded.get("from_published", 0),
+            # Vectors other packs of the same storage had computed for the same texts.
+            "from_other_packs": embedded.get("from_other_packs", 0),
             # The arithmetic every vector came from (they are cached per precision), and
             # where and how fast this build's were computed (None: all came from the cache).
             "precision": embedded["precision"],

@@ -65,6 +65,7 @@ import numpy as np  # noqa: E402
 from build_bench import child_build, machine, markdown_table  # noqa: E402
 from corpora import serve  # noqa: E402
 from harness import OFFLINE_ENV, OUT_DIR, RESULT_MARK, STAGES, emit, workspace_env  # noqa: E402
+from incremental_bench import change_pages  # noqa: E402
 
 os.environ.update(OFFLINE_ENV)
 
@@ -83,12 +84,30 @@ LIBRARIES = {
     "rust": ("rust-doc", "rust-doc/html"),
 }
 COMBINED = "ecosystem"
+# The page edited between the combined pack's rebuilds (a path under /usr/share/doc).
+EDITED_PAGE = "python-flask-doc/html/quickstart.html"
 SEED_HOST = "127.0.0.1:8765"  # the host and port the packs' seed lines name
 HEADING_QUESTIONS = 40  # questions made from a pack's headings, without --questions
 EMBED_SAMPLE = 600  # texts embedded by both precisions
 EMBED_SLICES = 6
 ROUNDS = 2  # rounds of the questions for p50/p95
 K = 10
+# Topic phrases an agent might send find_packs, each with the library whose pack should come
+# first among the libraries' packs. Written for this benchmark, from what each project's
+# documentation is known for; no question set's wording.
+TOPICS = {
+    "reshaping tables with pivot and melt": "pandas",
+    "reading CSV files into data frames": "pandas",
+    "gradient boosting and random forest estimators": "scikit-learn",
+    "hyperparameter search with cross-validation": "scikit-learn",
+    "solving ordinary differential equations numerically": "scipy",
+    "sparse matrices and eigenvalue solvers": "scipy",
+    "database models, querysets and migrations": "django",
+    "blueprints and the application factory": "flask",
+    "WSGI request and response objects, routing maps": "werkzeug",
+    "ownership, borrowing and lifetimes": "rust",
+    "asyncio event loops and coroutines": "python",
+}
 
 
 # --- Packs ---------------------------------------------------------------------------------
@@ -184,6 +203,80 @@ def build(pack: str, workspace: Path) -> dict[str, Any]:
         flush=True,
     )
     return {"process_s": done["process_s"], "manifest": manifest}
+
+
+# --- Rebuilds of the combined pack: nothing changed, then one page of one library ------------
+
+
+def served_root(workspace: Path, libraries: list[str]) -> Path:
+    """A folder served in place of /usr/share/doc: a link to each library's documentation
+    folder, so one page can be edited later (edit_one_page) without touching the system's."""
+    root = workspace / "served"
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    for lib in libraries:
+        folder = LIBRARIES[lib][1].split("/")[0]
+        if not (root / folder).exists():
+            (root / folder).symlink_to(DOC_ROOT / folder)
+    return root
+
+
+def edit_one_page(root: Path, page: str) -> Path:
+    """``page`` (a path under ``root``) becomes an edited copy, one sentence added to its
+    first paragraph (bench/incremental_bench.py's edit); the folders on its way become real
+    folders of links, so nothing outside ``root`` changes."""
+    parts = Path(page).parts
+    here = root
+    for part in parts[:-1]:
+        target = here / part
+        if target.is_symlink():
+            real = target.resolve()
+            target.unlink()
+            target.mkdir()
+            for child in real.iterdir():
+                (target / child.name).symlink_to(child)
+        here = target
+    edited = here / parts[-1]
+    source = edited.resolve()
+    edited.unlink()
+    shutil.copy2(source, edited)
+    if not change_pages([edited], 1.0):
+        raise SystemExit(f"{page}: no paragraph to edit")
+    return edited
+
+
+def rebuilds(workspace: Path, root: Path, page: str) -> dict[str, Any]:
+    """The combined pack rebuilt with nothing changed, then with ``page`` edited: time, texts
+    embedded, pages changed; and how many passages the edited page has."""
+    import pyarrow.parquet as pq
+
+    unchanged = build(COMBINED, workspace)
+    edit_one_page(root, page)
+    one_page = build(COMBINED, workspace)
+    chunks = pq.read_table(
+        workspace / "storage" / "chunks" / f"{COMBINED}.parquet",
+        columns=["article_url", "content_hash"],
+    ).to_pylist()
+    passages = {row["content_hash"] for row in chunks if row["article_url"].endswith(page)}
+
+    def facts(done: dict[str, Any]) -> dict[str, Any]:
+        manifest = done["manifest"]
+        return {
+            "process_s": done["process_s"],
+            "stage_seconds": manifest["stage_seconds"],
+            "embedded_this_build": manifest["embedding"]["embedded_this_build"],
+            "changed_urls": manifest["changes"]["changed_urls"],
+            "new_urls": len(manifest["changes"]["new_urls"]),
+            "removed_urls": len(manifest["changes"]["removed_urls"]),
+        }
+
+    return {
+        "edited_page": page,
+        "edited_page_chunks": len(passages),
+        "no_change": facts(unchanged),
+        "one_page": facts(one_page),
+    }
 
 
 # --- Embedding: int8 against fp32 ------------------------------------------------------------
@@ -373,28 +466,56 @@ def child_measure(folder: Path, questions: list[dict[str, Any]]) -> dict[str, An
     }
 
 
-def child_several(workspace: Path, libraries: list[str], questions: list[dict[str, Any]]) -> dict:
+def child_several(
+    workspace: Path, libraries: list[str], question_sets: dict[str, list[dict[str, Any]]]
+) -> dict:
     """The library packs asked together (retrieval.multipack) against the combined pack, on
-    the same questions: hit@5 of each; and whether find_packs (serving.resolve) ranks each
-    library's pack first for the library's name."""
+    the same questions, set by set: hit@5 of each and which pack the first result names; and
+    the pack find_packs (serving.resolve) ranks first, among the libraries' packs, for each
+    library's name and for each of TOPICS."""
     import retrieval
     from serving.resolve import resolve
 
     packs = workspace / "packs"
-    together = combined = 0
-    for row in questions:
-        merged = retrieval.search([packs / lib for lib in libraries], row["question"], k=5)
-        together += hit([h["url"] for h in merged], row["gold_pages"])
-        alone = retrieval.search(packs / COMBINED, row["question"], k=5)
-        combined += hit([h["url"] for h in alone], row["gold_pages"])
-    n = len(questions)
-    named = {lib: resolve(lib, packs)[0]["pack"] for lib in libraries}
+    sets = {}
+    for name, questions in question_sets.items():
+        together = combined = 0
+        first_packs: dict[str, int] = {}
+        for row in questions:
+            merged = retrieval.search([packs / lib for lib in libraries], row["question"], k=5)
+            together += hit([h["url"] for h in merged], row["gold_pages"])
+            if merged:
+                first_packs[merged[0]["pack"]] = first_packs.get(merged[0]["pack"], 0) + 1
+            alone = retrieval.search(packs / COMBINED, row["question"], k=5)
+            combined += hit([h["url"] for h in alone], row["gold_pages"])
+        n = len(questions)
+        sets[name] = {
+            "questions": n,
+            "libraries_together_hit_at_5": round(together / n, 4),
+            "combined_hit_at_5": round(combined / n, 4),
+            "first_result_pack": first_packs,
+        }
+
+    def first_library(request: str) -> str | None:
+        ranked = [row["pack"] for row in resolve(request, packs, limit=len(libraries) + 1)]
+        return next((pack for pack in ranked if pack in libraries), None)
+
     return {
-        "questions": n,
-        "libraries_together_hit_at_5": round(together / n, 4),
-        "combined_hit_at_5": round(combined / n, 4),
-        "find_packs_first_for_name": named,
+        "sets": sets,
+        "find_packs_first_for_name": {lib: first_library(lib) for lib in libraries},
+        "find_packs_first_for_topic": {
+            topic: {"wanted": lib, "first": first_library(topic)}
+            for topic, lib in TOPICS.items()
+            if lib in libraries
+        },
     }
+
+
+def joined_questions(workspace: Path, question_sets: dict[str, Path]) -> Path:
+    """One JSON-lines file of every set's questions."""
+    file = workspace / "joined.questions.jsonl"
+    file.write_text("".join(path.read_text() for path in question_sets.values()))
+    return file
 
 
 def drop_caches() -> bool:
@@ -438,7 +559,11 @@ def reader_figures(workspace: Path, pack: str, questions_file: Path | None) -> d
 
 
 def report(
-    builds: dict[str, dict], embedding: dict, readers: dict[str, dict], several: dict
+    builds: dict[str, dict],
+    embedding: dict,
+    readers: dict[str, dict],
+    several: dict,
+    rebuilt: dict[str, Any],
 ) -> str:
     build_rows = []
     for pack, done in builds.items():
@@ -532,14 +657,69 @@ def report(
         ),
     ]
     if several:
-        first = several["find_packs_first_for_name"]
+        parts += [
+            "\n### The libraries' packs asked together against the combined pack\n",
+            markdown_table(
+                ["questions", "n", "hit@5 together", "hit@5 combined", "first result's pack"],
+                [
+                    [
+                        name,
+                        row["questions"],
+                        row["libraries_together_hit_at_5"],
+                        row["combined_hit_at_5"],
+                        ", ".join(f"{p} {c}" for p, c in sorted(row["first_result_pack"].items())),
+                    ]
+                    for name, row in several["sets"].items()
+                ],
+            ),
+        ]
+        named = several["find_packs_first_for_name"]
+        topics = several["find_packs_first_for_topic"]
+        missed = [f"{t!r} -> {r['first']}" for t, r in topics.items() if r["first"] != r["wanted"]]
         parts.append(
-            f"\n### The libraries' packs together against the combined pack "
-            f"({several['questions']} questions)\n\n"
-            f"hit@5: libraries together {several['libraries_together_hit_at_5']}, combined pack "
-            f"{several['combined_hit_at_5']}; find_packs ranks the library's own pack first for "
-            f"{sum(lib == pack for lib, pack in first.items())} of {len(first)} library names"
+            f"\nfind_packs ranks the library's own pack first (among the libraries' packs) for "
+            f"{sum(lib == pack for lib, pack in named.items())} of {len(named)} library names and "
+            f"{len(topics) - len(missed)} of {len(topics)} topics"
+            + (f" (missed: {'; '.join(missed)})" if missed else "")
         )
+    if rebuilt:
+        rows = [
+            [
+                label,
+                run["process_s"],
+                round(sum(v or 0 for v in run["stage_seconds"].values()), 1),
+                round(run["stage_seconds"].get("fetched_pages") or 0, 1),
+                run["embedded_this_build"],
+                ", ".join(
+                    url.rsplit("/", 2)[-2] + "/" + url.rsplit("/", 1)[-1]
+                    for url in run["changed_urls"]
+                )
+                or "none",
+                run["new_urls"],
+                run["removed_urls"],
+            ]
+            for label, run in (
+                ("no change", rebuilt["no_change"]),
+                ("one page edited", rebuilt["one_page"]),
+            )
+        ]
+        parts += [
+            f"\n### Rebuilds of the combined pack (edited: {rebuilt['edited_page']}, "
+            f"{rebuilt['edited_page_chunks']} chunks after the edit)\n",
+            markdown_table(
+                [
+                    "rebuild",
+                    "process s",
+                    "stages s",
+                    "fetch s",
+                    "texts embedded",
+                    "pages changed",
+                    "new",
+                    "removed",
+                ],
+                rows,
+            ),
+        ]
     return "\n".join(parts)
 
 
@@ -553,6 +733,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workdir", type=Path, help="workspace (default: a new temporary one)")
     parser.add_argument("--questions", type=Path, help="JSON lines: question, gold_pages")
     parser.add_argument("--no-combined", action="store_true", help="skip the combined pack")
+    parser.add_argument(
+        "--several-questions",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="JSON-lines sets asked of the libraries' packs together and of the combined pack "
+        "(also the combined pack's reader questions); default its headings'",
+    )
+    parser.add_argument(
+        "--rebuilds",
+        action="store_true",
+        help=f"rebuild the combined pack unchanged, then with one page edited ({EDITED_PAGE})",
+    )
+    parser.add_argument(
+        "--measure", help="the packs whose readers are measured, joined by commas (default all)"
+    )
     parser.add_argument(
         "--keep-built",
         action="store_true",
@@ -582,12 +778,12 @@ def main(argv: list[str] | None = None) -> None:
         emit(child_first(Path(folder), question, what))
         return
     if args._child_several:
-        libraries, questions = args._child_several
+        libraries, question_sets = args._child_several
         emit(
             child_several(
                 args.workdir.resolve(),
                 libraries.split(","),
-                json.loads(Path(questions).read_text()),
+                json.loads(Path(question_sets).read_text()),
             )
         )
         return
@@ -609,7 +805,9 @@ def main(argv: list[str] | None = None) -> None:
     workspace.mkdir(parents=True, exist_ok=True)
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     packs = libraries + ([] if args.no_combined else [COMBINED])
-    with serve(DOC_ROOT) as base_url:
+    root = served_root(workspace, libraries)
+    rebuilt: dict[str, Any] = {}
+    with serve(root) as base_url:
         host = base_url.removeprefix("http://").rstrip("/")
         print(f"workspace {workspace}; /usr/share/doc served at {base_url}", flush=True)
         builds = {}
@@ -619,26 +817,48 @@ def main(argv: list[str] | None = None) -> None:
                 copy_pack(pack, libraries, workspace, host)
                 kept = build(pack, workspace)
             builds[pack] = kept
+        if args.rebuilds and not args.no_combined:
+            rebuilt = rebuilds(workspace, root, EDITED_PAGE)
+            print(f"rebuilds: {rebuilt}", flush=True)
     embedding = run_child(
         ["--_child-embed", packs[-1], "--workdir", str(workspace)], workspace_env(workspace)
     )
     print(f"embedding: {embedding['texts_per_second']} texts/s", flush=True)
-    readers = {pack: reader_figures(workspace, pack, args.questions) for pack in packs}
+    question_sets = {
+        path.stem if path.stem != "questions" else path.parent.name: path
+        for path in args.several_questions
+    }
+    measured = [p for p in packs if args.measure is None or p in args.measure.split(",")]
+    readers = {
+        pack: reader_figures(
+            workspace,
+            pack,
+            # The combined pack is asked real questions when there are some: the sets asked of
+            # the libraries together, one file of them all.
+            joined_questions(workspace, question_sets)
+            if pack == COMBINED and question_sets
+            else args.questions,
+        )
+        for pack in measured
+    }
     several = {}
     if not args.no_combined:
-        # The combined pack's questions (its headings', or --questions) to the libraries together.
+        # The sets given (else the combined pack's headings') to the libraries together.
+        sets = {
+            # A question no page answers (an out-of-domain one) has no hit to find.
+            name: [
+                q for q in pack_questions(workspace / "packs" / COMBINED, path) if q["gold_pages"]
+            ]
+            for name, path in question_sets.items()
+        } or {"headings": pack_questions(workspace / "packs" / COMBINED, args.questions)}
+        file = workspace / "several.questions.json"
+        file.write_text(json.dumps(sets))
         several = run_child(
-            [
-                "--_child-several",
-                ",".join(libraries),
-                str(workspace / f"{COMBINED}.questions.json"),
-                "--workdir",
-                str(workspace),
-            ],
+            ["--_child-several", ",".join(libraries), str(file), "--workdir", str(workspace)],
             workspace_env(workspace),
         )
         print(f"several packs: {several}", flush=True)
-    table = report(builds, embedding, readers, several)
+    table = report(builds, embedding, readers, several, rebuilt)
     print()
     print(table)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -653,6 +873,7 @@ def main(argv: list[str] | None = None) -> None:
         "embedding": embedding,
         "readers": readers,
         "several": several,
+        "rebuilds": rebuilt,
     }
     args.out.write_text(json.dumps(document, indent=2, default=str) + "\n")
     args.out.with_suffix(".md").write_text(table + "\n")

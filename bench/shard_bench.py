@@ -1,15 +1,16 @@
-"""Shard benchmark: in-process vs 2 Celery workers on one machine, and per-shard scaling.
+"""Shard benchmark: in-process vs 1 and 2 Celery workers on one machine, and per-shard scaling.
 
 One pack (tests/docsite.py's generated site, crawled from one seed line) is built twice, each
 build in a fresh process, offline extractor, default embedding model, KPACK_EMBED_SHARDS
 shards (default 4):
 
 1. in-process: `build_pack` as `kpack build` runs it;
-2. celery: `build_pack(executor=...)`, every step a task for two dagster-celery workers (one
-   process each) with a redis-server on 127.0.0.1 as broker and result backend
-   (tests/celery_cluster.py, the configuration of docs/deployment.md).
+2. celery, once per worker count (``--workers``, default 1 and 2): `build_pack(executor=...)`,
+   every step a task for dagster-celery workers (one process each) with a redis-server on
+   127.0.0.1 as broker and result backend (tests/celery_cluster.py, the configuration of
+   docs/deployment.md).
 
-The two packs must hold the same contents (bench/crawl_bench.py's pack_contents). On a 2-core
+The packs must all hold the same contents (bench/crawl_bench.py's pack_contents). On a 2-core
 machine two workers cannot be faster; the comparison shows the overhead (task dispatch, a
 model load per worker, Parquet through the store between steps). The per-shard figures of the
 in-process build (texts, seconds in the model) and the per-page time of the other stages give
@@ -20,6 +21,7 @@ Usage (from the project root)::
 
     .venv/bin/python bench/shard_bench.py                  # 4 chapters x 10 pages
     .venv/bin/python bench/shard_bench.py --chapters 2     # quick check
+    .venv/bin/python bench/shard_bench.py --workers 2      # in-process against 2 workers only
 
 Results: Markdown tables on stdout, JSON in bench/out/shard_bench.json.
 """
@@ -44,7 +46,6 @@ from tests.docsite import bench_site, serve
 
 HERE = Path(__file__).resolve()
 PACK = "shards"
-WORKERS = 2
 TARGET_PAGES = 10_000
 SERIAL_STAGES = (
     "fetched_pages",
@@ -114,37 +115,49 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chapters", type=int, default=4)
     parser.add_argument("--pages-per-chapter", type=int, default=10)
+    parser.add_argument(
+        "--workers", default="1,2", help="Celery worker counts, joined by commas (default 1,2)"
+    )
     parser.add_argument("--child", nargs=2, metavar=("WORKSPACE", "EXECUTOR"))
     args = parser.parse_args()
     if args.child:
         emit(child_build(Path(args.child[0]), json.loads(args.child[1])))
         return
 
+    worker_counts = [int(n) for n in args.workers.split(",") if n.strip()]
     with (
         tempfile.TemporaryDirectory(prefix="shard_bench_") as tmp,
         serve(bench_site(args.chapters, args.pages_per_chapter)) as site,
     ):
-        local, distributed = Path(tmp) / "local", Path(tmp) / "celery"
+        local = Path(tmp) / "local"
         write_pack(local, f"{site.base}/docs/")
-        write_pack(distributed, f"{site.base}/docs/")
         runs = {"in-process": run_child(HERE, ["--child", str(local), "null"])}
         print(f"in-process: {runs['in-process']['process_s']} s", flush=True)
-        env = {
-            "KPACK_PACKS_DIR": str(distributed / "packs"),
-            "KPACK_STORAGE": str(distributed / "storage"),
-            "DAGSTER_HOME": str(distributed / "dagster_home"),
-        }
-        os.environ.update(env)
         with redis_server(Path(tmp)) as redis_url:
-            executor = {"broker": f"{redis_url}/0", "backend": f"{redis_url}/1"}
-            with celery_workers(distributed, executor, env, WORKERS):
-                runs["celery"] = run_child(
-                    HERE, ["--child", str(distributed), json.dumps(executor)]
-                )
-        print(f"celery: {runs['celery']['process_s']} s", flush=True)
+            for database, workers in enumerate(worker_counts):
+                label = f"celery, {workers} worker{'s' if workers > 1 else ''}"
+                distributed = Path(tmp) / f"celery{workers}"
+                write_pack(distributed, f"{site.base}/docs/")
+                env = {
+                    "KPACK_PACKS_DIR": str(distributed / "packs"),
+                    "KPACK_STORAGE": str(distributed / "storage"),
+                    "DAGSTER_HOME": str(distributed / "dagster_home"),
+                }
+                os.environ.update(env)
+                # Each run its own broker and backend databases: no task of one meets another.
+                executor = {
+                    "broker": f"{redis_url}/{2 * database}",
+                    "backend": f"{redis_url}/{2 * database + 1}",
+                }
+                with celery_workers(distributed, executor, env, workers):
+                    runs[label] = run_child(
+                        HERE, ["--child", str(distributed), json.dumps(executor)]
+                    )
+                print(f"{label}: {runs[label]['process_s']} s", flush=True)
 
     pages = runs["in-process"]["stages"]["fetched_pages"]["crawl_pages"]
-    same = runs["in-process"]["contents"]["digest"] == runs["celery"]["contents"]["digest"]
+    digests = {run["contents"]["digest"] for run in runs.values() if run["contents"]}
+    same = len(digests) == 1 and all(run["contents"] for run in runs.values())
     lines = [
         f"Pack: {pages} pages, {runs['in-process']['contents']['counts']}",
         "",
@@ -157,11 +170,15 @@ def main() -> None:
             f"| {label} | {run['outcome']} | {run['process_s']} | {run['build_pack_s']} "
             f"| {', '.join(f'{t:.1f}' for t in shard_times)} |"
         )
-    overhead = runs["celery"]["process_s"] - runs["in-process"]["process_s"]
+    alone = runs["in-process"]["process_s"]
     lines += [
         "",
-        f"Same contents: {'yes' if same else 'NO'}; Celery overhead on this machine: "
-        f"{overhead:+.1f} s ({runs['celery']['process_s'] / runs['in-process']['process_s']:.2f}x)",
+        f"Same contents: {'yes' if same else 'NO'}; against in-process on this machine: "
+        + ", ".join(
+            f"{label} {run['process_s'] - alone:+.1f} s ({run['process_s'] / alone:.2f}x)"
+            for label, run in runs.items()
+            if label != "in-process"
+        ),
         "",
         "| shard | texts | embedded | model s | texts/s |",
         "|---|---|---|---|---|",

@@ -19,6 +19,7 @@ from dataclasses import asdict
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from dagster import (
     ConfigurableIOManagerFactory,
@@ -228,6 +229,41 @@ class ContentCacheResource(ConfigurableResource):
 
     def save(self, namespace: str, pack: str, table: pa.Table) -> None:
         self._store().write(table, *self._parts(namespace, pack))
+
+    def load_from_other_packs(
+        self, namespace: str, pack: str, columns: tuple[str, ...], wanted: set[str]
+    ) -> pa.Table | None:
+        """The rows of ``wanted`` content hashes that other packs' caches of ``namespace`` hold
+        (first one found wins), or None when none does. A value depends on the namespace and
+        the content only, so a pack built from pages other packs already read (a combined
+        pack of several libraries) reuses their results. A damaged or older file is skipped."""
+        *folder, own = self._parts(namespace, pack)
+        found: list[pa.Table] = []
+        remaining = set(wanted)
+        try:
+            files = sorted(self._store().path(*folder).glob("*.parquet"))
+        except OSError:
+            return None
+        for path in files:
+            if not remaining:
+                break
+            if path.name == own:
+                continue
+            try:
+                table = read_parquet(path)
+            except DamagedFile as exc:
+                log.warning("%s; not reused", exc)
+                continue
+            if table is None or not set(columns) <= set(table.column_names):
+                continue
+            hashes = table["content_hash"]
+            rows = table.select(list(columns)).filter(
+                pc.is_in(hashes, value_set=pa.array(sorted(remaining), type=hashes.type))
+            )
+            if rows.num_rows:
+                found.append(rows)
+                remaining -= set(rows["content_hash"].to_pylist())
+        return pa.concat_tables(found) if found else None
 
     def _record_path(self, namespace: str, pack: str, name: str) -> UPath:
         *folder, file = self._parts(namespace, pack)

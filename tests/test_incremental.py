@@ -266,3 +266,31 @@ def test_an_installed_pack_first_build_reuses_the_vectors_its_archive_carries(
     embedding = installed.manifest["embedding"]
     assert embedding["embedded_this_build"] == changed
     assert embedding["from_published"] == embedding["texts"] - changed
+
+
+def test_a_pack_of_pages_another_pack_read_embeds_only_its_new_pages(workspace, site):
+    """A combined pack of several libraries' pages, built where the libraries' packs were built,
+    takes their vectors and embeds only the pages none of them holds; its answers are the same
+    as if it had embedded everything."""
+    library = [site.url(p) for p in STATIC[:2]]
+    write_pack(workspace, "library", library, {"fetch": TEST_FETCH})
+    first = build(workspace, "library")
+    assert first.published, first.cause
+    write_pack(workspace, "combined", [*library, site.url(STATIC[2])], {"fetch": TEST_FETCH})
+    combined = build(workspace, "combined")
+    assert combined.published, combined.cause
+    embedding = combined.manifest["embedding"]
+    assert embedding["from_other_packs"] == first.manifest["embedding"]["texts"]
+    assert (
+        0 < embedding["embedded_this_build"] == embedding["texts"] - embedding["from_other_packs"]
+    )
+
+    # The same vectors as the library's own for the pages both hold.
+    def vectors(pack: str) -> dict[str, list[float]]:
+        table = pq.read_table(workspace / "storage" / "embeddings" / f"{pack}.parquet")
+        return dict(
+            zip(table["content_hash"].to_pylist(), table["embedding"].to_pylist(), strict=True)
+        )
+
+    ours, theirs = vectors("combined"), vectors("library")
+    assert theirs and all(ours[h] == v for h, v in theirs.items())
