@@ -136,6 +136,30 @@ def seed_lines(pack: str, libraries: list[str]) -> list[str]:
     return lines
 
 
+def content_pages(pack: str, libraries: list[str]) -> int:
+    """The HTML pages under the folders of the pack's seed lines that its crawl may keep: not
+    excluded by its crawl.exclude and not a redirect stub (what "90% of its content pages"
+    counts against; a page no link reaches counts too)."""
+    from fnmatch import fnmatchcase
+
+    from kpack.ingest.crawl import refresh_target
+
+    exclude = json.loads((REPO / "packs" / pack / "kg_config.json").read_text())["crawl"]["exclude"]
+    folders = {
+        line.split()[0].split(SEED_HOST + "/", 1)[1].rsplit("/", 1)[0]
+        for line in seed_lines(pack, libraries)
+    }
+    count = 0
+    for folder in sorted(folders):
+        for page in (DOC_ROOT / folder).rglob("*.html"):
+            url = f"http://{SEED_HOST}/{page.relative_to(DOC_ROOT).as_posix()}"
+            if any(fnmatchcase(url, pattern) for pattern in exclude):
+                continue
+            if refresh_target(page.read_text(errors="replace"), url) is None:
+                count += 1
+    return count
+
+
 def copy_pack(pack: str, libraries: list[str], workspace: Path, host: str) -> None:
     """The repository's pack folder in the workspace, its seed lines on ``host``."""
     folder = workspace / "packs" / pack
@@ -575,7 +599,8 @@ def report(
             [
                 pack,
                 manifest.get("documentation_version"),
-                f"{pages['found']} / {pages['kept']}",
+                f"{pages['found']} / {pages['kept']} / {done['content_pages']} "
+                f"({pages['kept'] / max(done['content_pages'], 1):.0%})",
                 f"{skipped['not_found']} / {skipped['excluded']} / {skipped['redirect_stubs']} / "
                 f"{skipped['duplicates']}",
                 pages["capped"],
@@ -592,7 +617,7 @@ def report(
             [
                 "pack",
                 "docs",
-                "pages found / kept",
+                "pages found / kept / content (kept share)",
                 "skipped 404 / excl. / stub / dup.",
                 "capped",
                 "chunks",
@@ -816,7 +841,7 @@ def main(argv: list[str] | None = None) -> None:
             if kept is None:
                 copy_pack(pack, libraries, workspace, host)
                 kept = build(pack, workspace)
-            builds[pack] = kept
+            builds[pack] = {**kept, "content_pages": content_pages(pack, libraries)}
         if args.rebuilds and not args.no_combined:
             rebuilt = rebuilds(workspace, root, EDITED_PAGE)
             print(f"rebuilds: {rebuilt}", flush=True)
