@@ -50,6 +50,9 @@ PARQUET_SCHEMAS: dict[str, pa.Schema] = {
             ("elapsed_ms", F64),
             ("title_hint", STR),
             ("body", STR),  # main content: cleaned HTML, or Markdown/plain text
+            # The hrefs a crawl follows from the page: its content's, then its navigation's
+            # (which the body leaves out), kept so a 304 leads where the page led before.
+            ("page_links", pa.list_(STR)),
             ("error", STR),
             *CRAWL_COLUMNS,
         ]

@@ -98,9 +98,9 @@ def test_a_seed_crawls_its_scope_once_per_page_and_records_depth_seed_and_state(
     # robots.txt refused the private page; it was never requested.
     assert report.robots_refused == [f"{docsite.base}/docs/private/secret.html"]
     assert "/docs/private/secret.html" not in docsite.hits
-    # Off-scope links (another folder, another host, a redirect to another folder) are not
-    # followed or kept, nor are navigation links.
-    assert report.off_scope == 3
+    # Off-scope links (another folder, another host, a redirect to another folder, the
+    # navigation's link out of the seed's folder) are not followed or kept.
+    assert report.off_scope == 4
     assert docsite.hits["/docs/moved.html"] == 1 and "/docs/moved.html" not in rows
     assert docsite.hits.get("/blog/post.html", 0) <= 1  # only as the redirect's target
     assert "/nav-only.html" not in docsite.hits
@@ -264,3 +264,42 @@ def test_the_build_summary_says_what_the_crawl_found_skipped_and_capped(
     assert rows["pages found / kept"] == "9 / 3"
     assert rows["skipped 404 / excluded / stub / duplicate"] == "1 / 1 / 1 / 1"
     assert rows["capped by crawl.max_pages"] == "2"
+
+
+def book_page(title: str, chapters: list[str], next_page: str | None) -> str:
+    """A page as mdBook writes one: the table of contents in a <nav> sidebar, the next
+    chapter in a <nav> of its own, and a body that links nowhere."""
+    toc = "".join(f'<li><a href="{c}">{c.removesuffix(".html")}</a></li>' for c in chapters)
+    after = f'<nav class="nav-wrapper"><a rel="next" href="{next_page}">Next</a></nav>'
+    return (
+        f"<html><head><title>{title}</title></head><body>"
+        f'<nav id="sidebar"><ol class="chapter">{toc}</ol></nav>'
+        f"<main><h1>{title}</h1><p>The {title.lower()} of the gearbox book, in prose that a "
+        f"reader reads from the top.</p></main>{after if next_page else ''}</body></html>"
+    )
+
+
+def test_a_book_whose_pages_link_only_through_their_navigation_is_crawled_whole(
+    workspace, tmp_path
+):
+    """A book site (mdBook, rustdoc) links its chapters from a table of contents in a <nav>
+    sidebar, which the pack's text leaves out; the crawl follows it, also when a rebuild's
+    pages answer 304, while the pack's link graph keeps the body's links only."""
+    site = tmp_path / "book"
+    site.mkdir()
+    chapters = [f"ch{n:02d}.html" for n in range(1, 6)]
+    (site / "index.html").write_text(book_page("Introduction", chapters, chapters[0]))
+    for n, chapter in enumerate(chapters):
+        following = chapters[n + 1] if n + 1 < len(chapters) else None
+        (site / chapter).write_text(book_page(f"Chapter {n + 1}", chapters, following))
+    handler = partial(QuietFiles, directory=str(site))
+    with LoopbackServer(handler) as server:  # type: ignore[arg-type]
+        write_pack(workspace, "book", [f"{server.base}/index.html depth=1"], {"fetch": TEST_FETCH})
+        first = build(workspace, "book")
+        assert first.published, first.cause
+        assert first.manifest["sources"]["pages"]["kept"] == 6
+        again = build(workspace, "book")
+        assert again.stage_metadata["fetched_pages"]["not_modified"] == 6
+        assert again.manifest["sources"]["pages"]["kept"] == 6
+    with opened(current_version(workspace / "packs" / "book") / "pack.db", read_only=True) as db:
+        assert db.execute("MATCH ()-[l:LINKS_TO]->() RETURN count(l)").get_all() == [[0]]

@@ -62,7 +62,6 @@ from selectolax.lexbor import LexborHTMLParser
 from kpack.config import CrawlConfig
 from kpack.ingest.content import page_format
 from kpack.ingest.fetch import Fetcher, FetchResponse
-from kpack.ingest.html import page_links
 from kpack.ingest.pages import page_row, validators
 from kpack.ingest.sitemaps import SitemapError, parse_sitemap
 from kpack.packs import Source, normalize_url, page_key
@@ -326,9 +325,10 @@ class Crawl:
         return Page(url, parent.line_no, seed, depth, limit or 0, scope)
 
     def _links(self, page: Page, row: dict) -> list[str]:
-        """The crawlable URLs a fetched page links to, in document order, fragments dropped."""
+        """The crawlable URLs a fetched page links to (its content, then its navigation),
+        fragments dropped."""
         urls = []
-        for href, _text in page_links(row["format"], row["body"]):
+        for href in row["page_links"]:
             href = href.strip()
             if not href or href.startswith(("#", "mailto:", "javascript:", "data:", "tel:")):
                 continue

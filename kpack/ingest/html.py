@@ -349,6 +349,22 @@ def defuse_citations(text: str) -> str:
     return CITATION_LOOKALIKE.sub(r"(\1)", text) if "[" in text else text
 
 
+# Where a page's navigation links are: its <nav> elements (a book's table of contents, as
+# mdBook and rustdoc write it in every page's sidebar) and its next and previous pages.
+NAVIGATION_LINKS = "nav a[href], a[rel~=next][href], a[rel~=prev][href], link[rel~=next][href]"
+
+
+def navigation_hrefs(html: str) -> list[str]:
+    """The hrefs of a whole HTML page's navigation (NAVIGATION_LINKS), in document order.
+    main_content leaves navigation out of the body, yet on some sites (mdBook's books) it is
+    the only way from one page to the next."""
+    return [
+        href
+        for node in LexborHTMLParser(html).css(NAVIGATION_LINKS)
+        if (href := (node.attributes.get("href") or "").strip())
+    ]
+
+
 def page_links(fmt: str, body: str) -> list[tuple[str, str]]:
     """(href, anchor text) of every link in the content."""
     if fmt in HTML_FORMATS:

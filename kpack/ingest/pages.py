@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from kpack.contracts import PARQUET_SCHEMAS, content_hash
 from kpack.ingest.fetch import FetchResponse, Validators
-from kpack.ingest.html import HTML_FORMATS, main_content
+from kpack.ingest.html import HTML_FORMATS, main_content, navigation_hrefs, page_links
 from kpack.packs import Source
 
 CHANGE_KINDS = ("new", "changed", "unchanged", "failed")
@@ -55,6 +55,7 @@ def page_row(
     """The fetched_pages row of one URL (``before``: its stored row from the previous fetch)."""
     reused = before if response.not_modified and before else {}
     title_hint, body, fmt = None, response.text, response.format
+    navigation: list[str] = []
     error = response.error
     if response.not_modified:
         if before is None:
@@ -62,10 +63,17 @@ def page_row(
         else:
             title_hint, body, fmt = before["title_hint"], before["body"], before["format"]
     elif body is not None and fmt in HTML_FORMATS:
+        navigation = navigation_hrefs(body)
         title_hint, body = main_content(body)
     if body is not None and not body.strip() and error is None:
         error = "no text content found (the page is empty)"
     ok = error is None
+    if not ok:
+        links = None
+    elif response.not_modified:
+        links = before.get("page_links")
+    else:
+        links = [href for href, _text in page_links(fmt, body)] + navigation
     digest = content_hash(body) if ok else None
     return {
         "url": source.url,
@@ -84,5 +92,6 @@ def page_row(
         "elapsed_ms": response.elapsed_ms,
         "title_hint": title_hint,
         "body": body if ok else None,
+        "page_links": links,
         "error": error,
     }
