@@ -303,3 +303,38 @@ def test_a_book_whose_pages_link_only_through_their_navigation_is_crawled_whole(
         assert again.manifest["sources"]["pages"]["kept"] == 6
     with opened(current_version(workspace / "packs" / "book") / "pack.db", read_only=True) as db:
         assert db.execute("MATCH ()-[l:LINKS_TO]->() RETURN count(l)").get_all() == [[0]]
+
+
+def test_a_page_outside_one_seeds_folder_is_still_crawled_from_the_seed_whose_folder_holds_it(
+    tmp_path,
+):
+    """Two seed lines (a library's API and its book): the API's pages link into the book's
+    folder, out of their own seed's scope. The book's seed still crawls those pages."""
+    for folder, links in (("api", ["../book/ch02.html"]), ("book", ["ch01.html", "ch02.html"])):
+        (tmp_path / folder).mkdir()
+        anchors = "".join(f'<a href="{link}">{link}</a>' for link in links)
+        (tmp_path / folder / "index.html").write_text(
+            f"<html><body><main><p>The {folder} begins here.</p>{anchors}</main></body></html>"
+        )
+    for chapter in ("ch01", "ch02"):
+        (tmp_path / "book" / f"{chapter}.html").write_text(
+            f"<html><body><main><p>Chapter {chapter} of the book.</p></main></body></html>"
+        )
+    handler = partial(QuietFiles, directory=str(tmp_path))
+    with LoopbackServer(handler) as server:  # type: ignore[arg-type]
+        sources, problems = parse_urls(
+            f"{server.base}/api/index.html depth=1\n{server.base}/book/index.html depth=1\n",
+            Path("."),
+        )
+        assert problems == []
+        with Fetcher(FETCH) as fetcher:
+            rows, report = crawl(sources, fetcher, CrawlConfig(), {}, datetime.now(UTC))
+    paths = {r["url"].removeprefix(server.base): r["seed"] for r in rows}
+    book = f"{server.base}/book/index.html"
+    assert paths == {
+        "/api/index.html": f"{server.base}/api/index.html",
+        "/book/index.html": book,
+        "/book/ch01.html": book,
+        "/book/ch02.html": book,
+    }
+    assert report.off_scope == 1  # the API's link into the book, counted once

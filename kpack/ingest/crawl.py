@@ -262,6 +262,9 @@ class Crawl:
         self.report = CrawlReport()
         self.rows: list[dict] = []
         self.claimed: set[str] = set()  # page keys fetched, queued or refused
+        # Page keys outside the scope of a seed that linked to them, counted once; another
+        # seed whose scope holds one may still take it.
+        self.out_of_scope: set[str] = set()
         self.queued = 0  # crawled pages waiting to be fetched (for the cap)
         self.robots: dict[str, Protego | None] = {}  # by origin; None: could not be read
         self.agent = product_token(fetcher.session.headers["User-Agent"])
@@ -301,7 +304,9 @@ class Crawl:
     def _admit(self, url: str, parent: Page | Source, depth: int, scope: Scope) -> Page | None:
         """The page to queue for a discovered URL, or None (seen, off scope, refused, capped)."""
         if not scope.allows(url):
-            if self._claim(url):
+            key = page_key(url)
+            if key not in self.out_of_scope:
+                self.out_of_scope.add(key)
                 if scope.excludes(url) and scope.within(url):
                     self.report.excluded += 1
                 else:
