@@ -4,7 +4,7 @@ packages served on 127.0.0.1, and what a reader of each costs.
 
 1. The sites: Debian's python3.11-doc, python-pandas-doc, python-sklearn-doc, python-scipy-doc,
    python-django-doc, python-flask-doc, python-werkzeug-doc and rust-doc (the Rust standard
-   library, book and reference) (``apt-get install`` them;
+   library, the book, the reference and six more books: packs/rust/urls.txt) (``apt-get install`` them;
    ``dpkg -L`` shows their HTML under /usr/share/doc), served from /usr/share/doc on 127.0.0.1
    as a user would (``python3 -m http.server``). The packs' seed lines name port 8765; the
    benchmark serves on a free port and writes that port into its copies of the packs.
