@@ -41,10 +41,12 @@ from typing import Any
 from crawl_bench import FETCH, pack_contents
 from harness import OUT_DIR, build_here, emit, run_child
 
+from kpack.ingest.shards import SHARDS_VARIABLE
 from tests.celery_cluster import celery_workers, redis_server
 from tests.docsite import bench_site, serve
 
 HERE = Path(__file__).resolve()
+DEFAULT_SHARDS = 4  # embedding shards, unless KPACK_EMBED_SHARDS says otherwise
 PACK = "shards"
 TARGET_PAGES = 10_000
 SERIAL_STAGES = (
@@ -125,6 +127,8 @@ def main() -> None:
         return
 
     worker_counts = [int(n) for n in args.workers.split(",") if n.strip()]
+    # Shards for the workers to share (the builds, children and workers, inherit it).
+    os.environ.setdefault(SHARDS_VARIABLE, str(DEFAULT_SHARDS))
     with (
         tempfile.TemporaryDirectory(prefix="shard_bench_") as tmp,
         serve(bench_site(args.chapters, args.pages_per_chapter)) as site,
@@ -165,10 +169,11 @@ def main() -> None:
         "|---|---|---|---|---|",
     ]
     for label, run in runs.items():
-        shard_times = [run["stages"][name]["duration_s"] for name in shard_names(run["stages"])]
+        # A step a worker ran may come back without its timing: "-".
+        shard_times = [run["stages"][name].get("duration_s") for name in shard_names(run["stages"])]
         lines.append(
             f"| {label} | {run['outcome']} | {run['process_s']} | {run['build_pack_s']} "
-            f"| {', '.join(f'{t:.1f}' for t in shard_times)} |"
+            f"| {', '.join('-' if t is None else f'{t:.1f}' for t in shard_times)} |"
         )
     alone = runs["in-process"]["process_s"]
     lines += [

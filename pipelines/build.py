@@ -114,14 +114,16 @@ def build_pack(
 
         result = execute_distributed(instance, executor, run_config, {**tags, PARTITION_TAG: pack})
     summary = record_outcome(instance, instance.get_run_by_id(result.run_id), packs_dir)
+    # An asset's materialization wins over its observations (an embedding shard's progress
+    # reports); an asset observed only (an unchanged one) keeps its observation.
     stage_metadata = {
         event.asset_key.path[-1]: {k: getattr(v, "value", v) for k, v in metadata.items()}
         for event, metadata in [
-            *((e, e.materialization.metadata) for e in result.get_asset_materialization_events()),
             *(
                 (e, e.asset_observation_data.asset_observation.metadata)
                 for e in result.get_asset_observation_events()
             ),
+            *((e, e.materialization.metadata) for e in result.get_asset_materialization_events()),
         ]
     }
     return BuildResult(

@@ -284,6 +284,9 @@ def test_a_pack_of_pages_another_pack_read_embeds_only_its_new_pages(workspace, 
     assert (
         0 < embedding["embedded_this_build"] == embedding["texts"] - embedding["from_other_packs"]
     )
+    # The build's figures per stage are its materializations', not the shard's progress reports.
+    shard = combined.stage_metadata["embeddings_shard_0"]
+    assert shard["from_other_packs"] == embedding["from_other_packs"]
 
     # The same vectors as the library's own for the pages both hold.
     def vectors(pack: str) -> dict[str, list[float]]:
