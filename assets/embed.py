@@ -128,15 +128,11 @@ def shard_asset(index: int) -> AssetsDefinition:
             step.cache_namespace, step.pack, CACHE_COLUMNS, set(texts) - known
         )
         if from_other_packs is not None:
+            own = cached.select(list(CACHE_COLUMNS)) if cached is not None else None
             cached = (
                 from_other_packs
-                if cached is None
-                else pa.concat_tables(
-                    [
-                        cached.select(list(CACHE_COLUMNS)),
-                        from_other_packs.cast(cached.select(list(CACHE_COLUMNS)).schema),
-                    ]
-                )
+                if own is None
+                else pa.concat_tables([own, from_other_packs.cast(own.schema)])
             )
         # The model is loaded on first use: a shard served from the cache never loads it.
         result = embed_shard(

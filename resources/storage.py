@@ -71,13 +71,14 @@ class ParquetStore:
         return str(path)
 
 
-def read_parquet(path: UPath) -> pa.Table | None:
-    """The table at ``path``, or None when there is no file; DamagedFile when it cannot be read."""
+def read_parquet(path: UPath, columns: tuple[str, ...] | None = None) -> pa.Table | None:
+    """The table at ``path`` (only ``columns``, when given), or None when there is no file;
+    DamagedFile when it cannot be read."""
     try:
         with path.open("rb") as handle:
             # ParquetFile, not pq.read_table: that one imports pyarrow.dataset (~0.7 s a
             # process) to read a single file.
-            return pq.ParquetFile(handle).read()
+            return pq.ParquetFile(handle).read(columns=list(columns) if columns else None)
     except FileNotFoundError:
         return None
     except (pa.ArrowException, OSError) as exc:
@@ -236,7 +237,8 @@ class ContentCacheResource(ConfigurableResource):
         """The rows of ``wanted`` content hashes that other packs' caches of ``namespace`` hold
         (first one found wins), or None when none does. A value depends on the namespace and
         the content only, so a pack built from pages other packs already read (a combined
-        pack of several libraries) reuses their results. A damaged or older file is skipped."""
+        pack of several libraries) reuses their results. A file's hashes are read first, its
+        values only when it holds one wanted; a damaged or older file is skipped."""
         *folder, own = self._parts(namespace, pack)
         found: list[pa.Table] = []
         remaining = set(wanted)
@@ -250,19 +252,22 @@ class ContentCacheResource(ConfigurableResource):
             if path.name == own:
                 continue
             try:
-                table = read_parquet(path)
+                hashes = read_parquet(path, ("content_hash",))
+                if hashes is None:
+                    continue
+                column = hashes["content_hash"]
+                asked = pa.array(sorted(remaining), type=column.type)
+                if not pc.any(pc.is_in(column, value_set=asked)).as_py():
+                    continue
+                table = read_parquet(path, columns)
             except DamagedFile as exc:
                 log.warning("%s; not reused", exc)
                 continue
-            if table is None or not set(columns) <= set(table.column_names):
+            if table is None:
                 continue
-            hashes = table["content_hash"]
-            rows = table.select(list(columns)).filter(
-                pc.is_in(hashes, value_set=pa.array(sorted(remaining), type=hashes.type))
-            )
-            if rows.num_rows:
-                found.append(rows)
-                remaining -= set(rows["content_hash"].to_pylist())
+            rows = table.filter(pc.is_in(table["content_hash"], value_set=asked))
+            found.append(rows)
+            remaining -= set(rows["content_hash"].to_pylist())
         return pa.concat_tables(found) if found else None
 
     def _record_path(self, namespace: str, pack: str, name: str) -> UPath:
