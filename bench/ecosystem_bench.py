@@ -93,6 +93,8 @@ COMBINED = "ecosystem"
 EDITED_PAGE = "python-flask-doc/html/quickstart.html"
 SEED_HOST = "127.0.0.1:8765"  # the host and port the packs' seed lines name
 HEADING_QUESTIONS = 40  # questions made from a pack's headings, without --questions
+HEADING_PROBE_QUESTIONS = 300  # ... and for ANN recall by probed lists
+PROBES_COMPARED = (32, 64, 96, 128)  # probed lists of the chunk ANN index, recall compared
 EMBED_SAMPLE = 600  # texts embedded by both precisions
 EMBED_SLICES = 6
 ROUNDS = 2  # rounds of the questions for p50/p95
@@ -374,7 +376,9 @@ def smaps() -> dict[str, Any]:
     }
 
 
-def pack_questions(folder: Path, questions_file: Path | None) -> list[dict[str, Any]]:
+def pack_questions(
+    folder: Path, questions_file: Path | None, heading_questions: int = HEADING_QUESTIONS
+) -> list[dict[str, Any]]:
     """The questions asked of a pack, each with the page paths that answer it."""
     if questions_file is not None:
         rows = [
@@ -389,7 +393,7 @@ def pack_questions(folder: Path, questions_file: Path | None) -> list[dict[str, 
     sections = {
         s.title: s.article_url for s in reader.sections.values() if len(s.title.split()) >= 2
     }
-    titles = sorted(sections)[:: max(1, len(sections) // HEADING_QUESTIONS)][:HEADING_QUESTIONS]
+    titles = sorted(sections)[:: max(1, len(sections) // heading_questions)][:heading_questions]
     return [
         {
             "question": f"What does the documentation say about {title}?",
@@ -448,20 +452,36 @@ def child_measure(folder: Path, questions: list[dict[str, Any]]) -> dict[str, An
                     c.get("pagerank") is not None for c in answered["trace"]["candidates"]
                 )
     reader = open_pack(folder)
-    recall: dict[str, float | None] = {}
-    for label, vectors, ann in (
-        ("chunk", reader.chunk_vectors, reader.ann),
-        ("section", reader.section_vectors, reader.section_ann),
-    ):
+
+    def ann_recall(vectors: np.ndarray, ann: Any, questions: list[str]) -> float | None:
+        """The share of the exact top K the ANN index finds for the questions."""
         found_rows = total = 0
         if ann is not None:
-            for question in asked:
-                vector = reader.embed([question])[0]
+            for vector in reader.embed(questions):
                 approximate, _ = nearest_rows(vectors, vector, K, ann)
                 exact, _ = nearest_rows(vectors, vector, K)
                 found_rows += len(set(approximate.tolist()) & set(exact.tolist()))
                 total += len(exact)
-        recall[label] = round(found_rows / total, 4) if total else None
+        return round(found_rows / total, 4) if total else None
+
+    recall = {
+        "chunk": ann_recall(reader.chunk_vectors, reader.ann, asked),
+        "section": ann_recall(reader.section_vectors, reader.section_ann, asked),
+    }
+    # Chunk recall by probed lists, on questions made from the pack's headings (where
+    # IVF_PROBES was chosen) and on the questions measured here.
+    by_probes: dict[str, dict[int, float | None]] = {}
+    if reader.ann is not None:
+        made = [q["question"] for q in pack_questions(folder, None, HEADING_PROBE_QUESTIONS)]
+        chosen = reader.ann.nprobe
+        for label, questions_asked in (("headings", made), ("measured", asked)):
+            by_probes[label] = {}
+            for probes in PROBES_COMPARED:
+                reader.ann.nprobe = probes
+                by_probes[label][probes] = ann_recall(
+                    reader.chunk_vectors, reader.ann, questions_asked
+                )
+        reader.ann.nprobe = chosen
 
     def keyword_hits() -> int:
         count = 0
@@ -491,6 +511,8 @@ def child_measure(folder: Path, questions: list[dict[str, Any]]) -> dict[str, An
         "memory": smaps(),
         "ann": reader.ann is not None,
         "ann_recall_at_10": recall,
+        "ann_probes": reader.ann.nprobe if reader.ann is not None else None,
+        "chunk_recall_by_probes": by_probes,
         "keyword_hit_at_10": {"capped": round(capped / n, 4), "uncapped": round(uncapped / n, 4)},
         "reached_pagerank": pagerank,
         "reached_second_hop": second_hop,
@@ -688,6 +710,13 @@ def report(
             reader_rows,
         ),
     ]
+    for pack, r in readers.items():
+        for label, recalls in r.get("chunk_recall_by_probes", {}).items():
+            parts.append(
+                f"\n{pack}: chunk ANN recall@{K} by probed lists ({label} questions, "
+                f"{r['ann_probes']} probed by default): "
+                + ", ".join(f"{probes}: {value}" for probes, value in recalls.items())
+            )
     if several:
         parts += [
             "\n### The libraries' packs asked together against the combined pack\n",

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kpack.entity_graph_files import write_entity_graph
+from kpack.identifier_index import write_identifier_index
 from kpack.index_files import (
     ANN_FILES,
     ARTICLE_ENTITIES,
@@ -114,6 +115,7 @@ def write_indexes(
     np.save(out / LINK_TARGETS, targets)
     for name, array in keyword_postings(strings(chunks["content"])).items():
         np.save(out / name, array)
+    write_identifier_index(out, strings(chunks["content"]))
     write_entity_graph(out, chunks, articles, entities, mentions, links, relations)
 
 

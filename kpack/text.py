@@ -318,6 +318,18 @@ def code_names(text: str) -> list[str]:
     return CODE_NAME.findall(text.lower())
 
 
+def written_identifiers(texts: Iterable[str]) -> frozenset[str]:
+    """The identifiers the texts write, lower case: every dotted name as written and each of
+    its leading parts ("os.path.join", "os.path"; not "path.join", so "self.requests.get" is
+    no "requests.get"), and every underscored word."""
+    found: set[str] = set()
+    for text in texts:
+        for name in code_names(text):
+            parts = name.split(".")
+            found.update(".".join(parts[:n]) for n in range(1, len(parts) + 1))
+    return frozenset(found)
+
+
 @lru_cache(maxsize=1 << 16)  # a pack names the same entities again and again
 def normalize_entity(name: str) -> str:
     """The dedup key of an entity, so aliases meet: case, accents, quotes, punctuation, a

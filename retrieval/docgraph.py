@@ -131,6 +131,12 @@ def _closest_chunks(
 ) -> list[tuple[int, Route]]:
     """For each linked section (its first chunk row, its number of chunks, the route), the
     chunk row of its passage closest to the question: one similarity pass over them all."""
+    # Many seeds link to the same sections (a module's index page, a class every page names):
+    # each is scored once, with the first route to it, as reached_passages keeps it.
+    first_routes: dict[int, tuple[int, int, Route]] = {}
+    for section in sections:
+        first_routes.setdefault(section[0], section)
+    sections = list(first_routes.values())
     if not sections:
         return []
     rows = np.concatenate([np.arange(first, first + count) for first, count, _ in sections])

@@ -25,7 +25,7 @@ the pack says. The steps, each in a module of its own:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container
 
 from retrieval.answer_type import answer_kind
 from retrieval.meaning import WordVectors
@@ -51,7 +51,7 @@ def extractive_answer(
     passages: list[ContextSection],
     idf: Callable[[str], float] | None = None,
     meaning: WordVectors | None = None,
-    known_identifiers: frozenset[str] | None = None,
+    known_identifiers: Container[str] | None = None,
 ) -> tuple[str, list[ContextSection]]:
     """The quoted answer, each passage's units followed by one [Source: title], and the
     passages quoted; a plain statement that the passages do not answer, and no passage, when

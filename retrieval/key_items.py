@@ -10,9 +10,8 @@ it cites (retrieval.citations).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 
-from kpack.text import DOTTED_NAME, SIGNATURE_KINDS, code_names
+from kpack.text import DOTTED_NAME, SIGNATURE_KINDS
 
 # A number as written: "3.11", "50,000"; not the digits of a word ("v0001") or a version tail.
 NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?!\w)")
@@ -78,15 +77,3 @@ def same_name(defined: str, asked: str) -> bool:
     """True when a defined name is the one asked about, written in full or without the
     module or class before it ("shelf.restore" and "restore"; "list.sort", "sort")."""
     return defined == asked or defined.endswith(f".{asked}") or asked.endswith(f".{defined}")
-
-
-def written_identifiers(texts: Iterable[str]) -> frozenset[str]:
-    """The identifiers the texts write, lower case: every dotted name as written and each of
-    its leading parts ("os.path.join", "os.path"; not "path.join", so "self.requests.get" is
-    no "requests.get"), and every underscored word."""
-    found: set[str] = set()
-    for text in texts:
-        for name in code_names(text):
-            parts = name.split(".")
-            found.update(".".join(parts[:n]) for n in range(1, len(parts) + 1))
-    return frozenset(found)

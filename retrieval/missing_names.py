@@ -12,11 +12,12 @@ word (:func:`misspelled`), and one the passages write as two words is mentioned
 from __future__ import annotations
 
 import re
+from collections.abc import Container
 from functools import lru_cache
 from itertools import pairwise
 
-from kpack.text import fold_word, stem, words
-from retrieval.key_items import QUESTION_IDENTIFIER, QUESTION_NAME, RELEASE, written_identifiers
+from kpack.text import fold_word, stem, words, written_identifiers
+from retrieval.key_items import QUESTION_IDENTIFIER, QUESTION_NAME, RELEASE
 from retrieval.query import ContextSection
 
 # Every offline answer that declines starts so (the benchmarks count them by it).
@@ -79,11 +80,11 @@ def written_apart(name: str, passages: list[ContextSection]) -> bool:
 
 
 def missing_names(
-    question: str, passages: list[ContextSection], known: frozenset[str] | None = None
+    question: str, passages: list[ContextSection], known: Container[str] | None = None
 ) -> list[str]:
     """The names the question asks about that none of the passages mentions, and the
-    identifiers ("requests.get") that the pack (``known``: written_identifiers of all its
-    passages; else of the passages) never writes. A name has no paraphrase (a question about
+    identifiers ("requests.get") that the pack never writes (``known``: the identifiers all
+    its passages write; without it, those the given passages write). A name has no paraphrase (a question about
     Neo4j is not answered by a passage about Kuzu), so a passage that does not name it does
     not answer the question, however close its words are; a name one typing slip away from
     a passage's word is taken for that word (:func:`misspelled`), and one the passages write as

@@ -31,7 +31,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -261,8 +261,7 @@ class PackReader:
     def memo(self, make: Callable[[PackReader], T]) -> T:
         """What ``make(reader)`` gives for this version, made on first use and then kept with
         the reader (one value per function): how a stage keeps what it loads or learns of a
-        version (retrieval.entity_graph's entity graph, the identifiers the passages write, which
-        passages open inside code) without the reader knowing the stage. Made once even when
+        version (retrieval.entity_graph's entity graph, which passages open inside code) without the reader knowing the stage. Made once even when
         queries ask for it at the same time."""
         with self._memo_lock:
             if make not in self._memos:
@@ -291,6 +290,17 @@ class PackReader:
         from kpack.docgraph import load_doc_graph
 
         return load_doc_graph(self.version_dir / INDEX_DIR)
+
+    @cached_property
+    def identifiers(self) -> Container[str]:
+        """The identifiers the version's passages write, lower case (kpack.identifier_index):
+        where an identifier a question names is looked up. A version built before that index
+        reads its passages once instead."""
+        from kpack.identifier_index import load_identifier_index
+        from kpack.text import written_identifiers
+
+        index = load_identifier_index(self.version_dir / INDEX_DIR)
+        return index if index is not None else written_identifiers(self.chunk_text.values())
 
     @cached_property
     def word_vectors(self) -> WordVectors | None:

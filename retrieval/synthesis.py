@@ -34,7 +34,6 @@ from retrieval.citations import (
 from retrieval.docgraph import MOVED_DOWN
 from retrieval.extractive import NO_SENTENCE_ANSWER, extractive_answer
 from retrieval.gate import pack_vocabulary
-from retrieval.key_items import written_identifiers
 from retrieval.passage_context import passage_in_context
 from retrieval.query import ContextSection, Query, stage
 from retrieval.reader import PackReader
@@ -110,13 +109,6 @@ def api_failure_note(error: LLMError) -> str:
     return f"The Claude API did not answer ({error}); offline answer below:"
 
 
-def pack_identifiers(reader: PackReader) -> frozenset[str]:
-    """The identifiers the version's passages write (written_identifiers, in
-    retrieval.key_items), kept with the version (``reader.memo``): where an identifier a
-    question names is looked up."""
-    return written_identifiers(reader.chunk_text.values())
-
-
 def code_starts(reader: PackReader) -> dict[str, bool]:
     """Which passages begin inside a code block, by passage id: learnt as offline answers read
     passages with their neighbours (retrieval.passage_context.passage_in_context), kept with
@@ -140,7 +132,7 @@ def synthesize(query: Query) -> None:
             passages,
             pack_vocabulary(query.reader).idf,
             query.reader.word_vectors,
-            query.reader.memo(pack_identifiers),
+            query.reader.identifiers,
         )
         return validated(query, answer, passages, embedded=False)
 

@@ -10,15 +10,20 @@ the middle, and a lead-in whose code block falls into the next passage.
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
+from kpack.index_files import IDENTIFIERS
+from kpack.packs import INDEX_DIR
+from kpack.store import seal_version
 from retrieval.agent import KnowledgeGraphAgent
 from retrieval.answer_units import units_of
 from retrieval.missing_names import DECLINED
 from retrieval.passage_context import passage_in_context
-from retrieval.registry import open_pack
+from retrieval.reader import PackReader
+from retrieval.registry import open_pack, reading
 from tests.conftest import build, write_pack
 
 
@@ -215,6 +220,29 @@ def test_a_release_the_passages_never_name_is_declined(docs):
     # A number that is no release is no reason to decline.
     decimal = docs.query("Can jsonlite.dump pretty-print with an indent of 2.5?")["answer"]
     assert not decimal.startswith(DECLINED)
+
+
+def test_an_identifier_no_passage_writes_is_declined_from_the_built_index(docs, tmp_path):
+    # jsonlite.dumps is one letter from jsonlite.dump, which the passages found do write.
+    question = "How do I pretty-print with jsonlite.dumps?"
+    declined = docs.query(question)["answer"]
+    assert declined.startswith(DECLINED) and "jsonlite.dumps" in declined
+    assert not docs.query("How do I pretty-print with jsonlite.dump?")["answer"].startswith(
+        DECLINED
+    )
+    with reading(docs.source) as reader:
+        # The build saved the identifiers every passage writes, so no reader reads them all.
+        assert (reader.version_dir / INDEX_DIR / IDENTIFIERS).is_file()
+        assert "jsonlite.dump" in reader.identifiers and "palettes" in reader.identifiers
+        assert "jsonlite.dumps" not in reader.identifiers
+        # A version built before that index reads its passages instead, and declines alike.
+        older = tmp_path / "apidocs" / "versions" / reader.version_dir.name
+        shutil.copytree(reader.version_dir, older)
+    (older / INDEX_DIR / IDENTIFIERS).unlink()
+    seal_version(older)
+    with PackReader(older.parent.parent, older) as old_reader:
+        assert "jsonlite.dumps" not in old_reader.identifiers
+        assert docs.query(question, reader=old_reader)["answer"] == declined
 
 
 def test_a_sentence_deep_in_a_long_entry_keeps_its_definition_line(archives):

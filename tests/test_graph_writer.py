@@ -123,6 +123,9 @@ def test_ctrl_c_while_waiting_ends_the_writer(tmp_path):
     nodes, rels = held_tables()
     timer = threading.Timer(1.0, _thread.interrupt_main)
     child = None
+    # Python's own Ctrl-C handler, which interrupt_main needs: a test run started in the
+    # background of a script inherits SIGINT ignored, and the interrupt would never come.
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with (
             pytest.raises(KeyboardInterrupt),
@@ -133,6 +136,7 @@ def test_ctrl_c_while_waiting_ends_the_writer(tmp_path):
         assert gone(child)
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, handler)
         if child is not None and not gone(child, 0):
             child.kill()  # the writer the fix did not end
 

@@ -115,6 +115,8 @@ def _check(folder: Path, manifest: dict) -> None:
         array(files.DOC_LINK_OFFSETS, INTEGER, None if sections is None else sections + 1)
     if (folder / files.DEFINITION_VECTORS).is_file():
         array(files.DEFINITION_VECTORS, VECTORS, tables.get(files.DEFINITIONS), dim)
+    if (folder / files.IDENTIFIERS).is_file():
+        array(files.IDENTIFIERS, INTEGER, None)
 
 
 def _last(offsets: np.ndarray) -> int | None:
