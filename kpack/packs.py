@@ -12,6 +12,7 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -74,6 +75,9 @@ TRACKING_PARAMETER = re.compile(
 REPEATED_SLASHES = re.compile(r"/{2,}")
 
 
+# A crawl resolves every link of every page, and a site's pages share most of theirs (a
+# sidebar, a table of contents): Django's 534 pages hold 49,505 links, a few thousand distinct.
+@lru_cache(maxsize=1 << 17)
 def normalize_url(url: str) -> str:
     """The form used to match URLs, w3lib's canonical one: percent-encoding normalised
     (``%7E`` is ``~``), dot segments resolved, the host IDNA-encoded and lower-cased, query
@@ -102,6 +106,7 @@ def normalize_url(url: str) -> str:
 INDEX_PAGES = ("index.html", "index.htm")
 
 
+@lru_cache(maxsize=1 << 17)
 def page_key(url: str) -> str:
     """The identity of a page: URLs with one key are one page. Beyond normalize_url, a web
     page's trailing slash and final index.html are ignored (``guide/``, ``guide`` and

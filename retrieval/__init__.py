@@ -25,7 +25,7 @@ from retrieval.multipack import (
     answered_by,
     is_several,
     merge_searches,
-    packs_by_similarity,
+    packs_by_relevance,
     readers_of,
 )
 from retrieval.profiles import PROFILES
@@ -84,11 +84,11 @@ def query(
     """The answer with its sources; ``on_text(piece)`` streams the answer as it is written
     (see KnowledgeGraphAgent.query). A PackReader as ``pack`` answers from that version; its
     ``version`` key says which version answered. Several packs (a list, or names joined by
-    commas) answer from the one whose passages are the most similar to the question
-    (retrieval.multipack): the result names its ``pack`` and lists every pack asked."""
+    commas) answer from the one most relevant to the question (retrieval.multipack): the
+    result names its ``pack`` and lists every pack asked."""
     if is_several(pack):
         with readers_of(pack) as readers:  # type: ignore[arg-type]
-            ranked = packs_by_similarity(_each(readers, question, max_results, profile, options))
+            ranked = packs_by_relevance(_each(readers, question, max_results, profile, options))
             best = ranked[0]["pack"]
             result = query(
                 readers[best], question, profile, use_llm, max_results, on_text, **options
@@ -112,9 +112,9 @@ def search(
     their ``version`` attribute is the version that answered, ``gate`` whether the gate would
     refuse the question. With ``tokens``, the passages of those k that fit in that many tokens,
     each its whole section when that fits (context for an agent). Several packs (a list, or
-    names joined by commas) give the k passages most similar to the question over all of them,
-    each naming its ``pack`` (retrieval.multipack); ``version`` and ``gate`` are then each
-    pack's, by name."""
+    names joined by commas) give the k best passages over all of them, merged on their pack's
+    relevance and their place in its ranking, each naming its ``pack`` (retrieval.multipack);
+    ``version`` and ``gate`` are then each pack's, by name."""
     if is_several(pack):
         with readers_of(pack) as readers:  # type: ignore[arg-type]
             found = _each(readers, question, k, profile, options, tokens)

@@ -18,6 +18,8 @@ import retrieval
 from cli.main import main
 from kpack.errors import PackError
 from kpack.ingest.doc_version import documentation_title, documentation_version
+from retrieval.multipack import merge_searches, pack_relevance
+from retrieval.results import SearchResults
 from serving.http import create_app
 from serving.resolve import resolve
 from tests.conftest import build, write_pack
@@ -111,20 +113,43 @@ def in_packs(packs, monkeypatch) -> Path:
     return packs
 
 
-def test_search_merges_packs_on_cosine_and_names_each_pack(packs):
+def test_search_merges_packs_by_relevance_keeping_each_packs_order(packs):
     folders = [packs / "brewlib", packs / "boillib"]
     merged = retrieval.search(folders, TEA_QUESTION, k=6)
     assert merged[0]["pack"] == "brewlib" and "Oolong" in merged[0]["text"]
     assert {hit["pack"] for hit in merged} == {"brewlib", "boillib"}
-    similarities = [hit["similarity"] for hit in merged]
-    assert similarities == sorted(similarities, reverse=True)
+    scores = [hit["merge_score"] for hit in merged]
+    assert scores == sorted(scores, reverse=True)
     assert merged.version == {"brewlib": 1, "boillib": 1}
-    # Each passage keeps the cosine its own pack gave it: the merge re-ranks, never rescales.
-    alone = retrieval.search(packs / "boillib", TEA_QUESTION, k=6)
-    kept = {(h["passage_id"], h["similarity"]) for h in merged if h["pack"] == "boillib"}
-    assert kept and kept <= {(h["passage_id"], h["similarity"]) for h in alone}
+    for name in ("brewlib", "boillib"):
+        # Each pack's passages come in the pack's own order, with the cosine it gave them.
+        alone = [
+            (h["passage_id"], h["similarity"])
+            for h in retrieval.search(packs / name, TEA_QUESTION, k=6)
+        ]
+        kept = [(h["passage_id"], h["similarity"]) for h in merged if h["pack"] == name]
+        assert kept == alone[: len(kept)]
+    assert "brewlib #1, pack relevance" in merged[0]["why"]
     kettle = retrieval.search(folders, KETTLE_QUESTION, k=3)
     assert kettle[0]["pack"] == "boillib" and "altitude" in kettle[0]["text"]
+
+
+def test_a_pack_is_as_relevant_as_its_best_passages_not_its_single_closest():
+    def found(*similarities: float) -> SearchResults:
+        return SearchResults({"passage_id": str(s), "similarity": s} for s in similarities)
+
+    # One passage that happens to be close against three that answer: the three win, the
+    # lone passage comes after the answering pack's.
+    lone, answering = found(0.60, 0.20, 0.18), found(0.55, 0.52, 0.50, 0.49)
+    assert pack_relevance(answering) > pack_relevance(lone)
+    merged = merge_searches({"lone": lone, "answering": answering}, k=5)
+    assert [hit["pack"] for hit in merged] == ["answering"] * 4 + ["lone"]
+    assert [hit["similarity"] for hit in merged] == [0.55, 0.52, 0.50, 0.49, 0.60]
+    # A pack nearly as relevant as the first has its best passages among the first's.
+    first, second = found(0.50, 0.49, 0.48, 0.47), found(0.49, 0.48, 0.47)
+    merged = merge_searches({"first": first, "second": second}, k=5)
+    assert [hit["pack"] for hit in merged] == ["first", "second", "first", "second", "first"]
+    assert pack_relevance(found()) == 0.0
 
 
 def test_query_answers_from_the_pack_that_holds_the_answer(packs):
@@ -132,7 +157,7 @@ def test_query_answers_from_the_pack_that_holds_the_answer(packs):
     assert result["pack"] == "boillib" and "300 metres" in result["answer"]
     assert result["citations"] and {c["pack"] for c in result["citations"]} == {"boillib"}
     assert [row["pack"] for row in result["packs"]] == ["boillib", "brewlib"]
-    assert result["packs"][0]["similarity"] > result["packs"][1]["similarity"]
+    assert result["packs"][0]["relevance"] > result["packs"][1]["relevance"]
 
 
 def test_the_cli_takes_packs_joined_by_commas(in_packs, capsys):
