@@ -4,7 +4,9 @@ The process keeps at most one reader (retrieval.reader.PackReader) per pack: the
 its current version. When a newer version is published, the next :func:`checkout` of that pack
 opens it, warms it (the functions in ``WARMERS`` run on it: retrieval registers a one-passage
 search, so the first query's lazy work is done before any query uses it), and only then makes
-it current and retires the old reader. A reader is reference counted
+it current and retires the old reader. A pack's first version in a process is not warmed: no
+query waits on an older one, and its first query does that lazy work itself (warming first
+made a fresh process's first search run two searches). A reader is reference counted
 (:meth:`PackReader.acquire` / :meth:`PackReader.release`, or :func:`reading`): a retired one
 is closed when its last user releases it, never while a query holds it, so a long-lived
 process does not keep superseded or pruned versions open and never pulls one from under a
@@ -97,12 +99,13 @@ def _slot(folder: Path) -> _PackSlot:
         return _slots.setdefault(folder, _PackSlot())
 
 
-def open_warm(folder: Path, version: Path) -> PackReader:
-    """A new reader of ``version``, with every warmer run on it (closed again if one fails)."""
+def open_reader(folder: Path, version: Path, warm: bool) -> PackReader:
+    """A new reader of ``version``; with ``warm``, every warmer run on it (closed again if one
+    fails)."""
     reader = PackReader(folder, version)
     try:
-        for warm in WARMERS:
-            warm(reader)
+        for warmer in WARMERS if warm else ():
+            warmer(reader)
     except BaseException:
         reader.close()
         raise
@@ -162,15 +165,16 @@ def checkout(pack: str | Path | PackReader) -> PackReader:
                 reader.acquire()  # another thread opens the new version: answer from this one
                 return reader
             slot.changed.wait()
-    fresh = _open_into(slot, folder, version)
+    fresh = _open_into(slot, folder, version, warm=serving)
     fresh.acquire()
     return fresh
 
 
-def _open_into(slot: _PackSlot, folder: Path, version: Path) -> PackReader:
-    """Open and warm ``version``, make it the slot's reader and retire the one it replaces."""
+def _open_into(slot: _PackSlot, folder: Path, version: Path, warm: bool = True) -> PackReader:
+    """Open ``version`` (and warm it, when it replaces a version that answers meanwhile), make
+    it the slot's reader and retire the one it replaces."""
     try:
-        fresh = open_warm(folder, version)
+        fresh = open_reader(folder, version, warm)
     except BaseException:
         with slot.changed:
             slot.opening, slot.failed = None, version

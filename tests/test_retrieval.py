@@ -19,7 +19,7 @@ from kpack.contracts import section_of_chunk
 from kpack.errors import PackNotReady
 from kpack.gate import FROM_MODEL, model_threshold
 from kpack.packs import PackError
-from retrieval import kuzu_session
+from retrieval import kuzu_session, registry
 from retrieval.agent import KnowledgeGraphAgent
 from retrieval.fewshot import FewShotManager
 from retrieval.multidoc import MultiDocSynthesizer
@@ -610,7 +610,21 @@ print("ok")
 """
 
 
-def test_queries_in_other_processes_keep_answering_during_a_rebuild(pack, site, no_key):
+def test_a_pack_opened_first_is_not_warmed_before_its_first_search(pack, monkeypatch):
+    warmed: list[int] = []
+    monkeypatch.setattr(registry, "WARMERS", [lambda reader: warmed.append(reader.version)])
+    retrieval.close_all()
+    # No older version answers meanwhile, so a warm-up search would only be a second search.
+    assert retrieval.search(pack, IN_DOMAIN, k=3) and warmed == []
+
+
+def test_queries_in_other_processes_keep_answering_during_a_rebuild(
+    pack, site, no_key, monkeypatch
+):
+    warmed: list[int] = []
+    monkeypatch.setattr(
+        registry, "WARMERS", [*registry.WARMERS, lambda r: warmed.append(r.version)]
+    )
     old = checkout(pack)  # a query in flight holds the version it started on
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     readers = [
@@ -630,6 +644,7 @@ def test_queries_in_other_processes_keep_answering_during_a_rebuild(pack, site, 
     for reader, (out, err) in zip(readers, outputs, strict=True):
         assert reader.returncode == 0 and out.strip() == "ok", err[-2000:]
     assert np.isclose(retrieval.query(pack, IN_DOMAIN)["trace"]["max_similarity"], 0.0) is np.False_
+    assert warmed == [2]  # the new version was warmed before it replaced the one answering
 
     # This process now reads v0002; the v0001 reader stays open for its query in flight...
     current = retrieval.open_pack(pack)
