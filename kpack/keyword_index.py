@@ -37,6 +37,7 @@ from kpack.text import search_terms, words
 # Keyword search takes at most this many passages per question term, the term's heaviest
 # (KeywordIndex.search): every passage of every term of a pack of up to this size.
 KEYWORD_TERM_CANDIDATES = 20_000
+TERMS_REMEMBERED = 1 << 16  # terms whose vocabulary position a reader keeps (number_of)
 K1 = 1.2  # BM25 as Lucene and Kuzu compute it
 B = 0.75
 
@@ -125,6 +126,9 @@ class KeywordIndex:
         self._weights = weights
         self.passages = passages
         self.frequency: Mapping[str, int] = _Frequency(self)
+        # A query looks its terms up again and again (the search, the gate's coverage of each
+        # passage, the answer's sentence scores): about 200 bisections a question, 20 terms.
+        self._numbers: dict[str, int | None] = {}
 
     @classmethod
     def load(cls, folder: Path) -> KeywordIndex:
@@ -156,7 +160,16 @@ class KeywordIndex:
         return bytes(self._vocabulary[start:end]).decode()
 
     def number_of(self, term: str) -> int | None:
-        """The term's position in the sorted vocabulary (bisection on its UTF-8 bytes)."""
+        """The term's position in the sorted vocabulary: a bisection on its UTF-8 bytes, once
+        per term (up to TERMS_REMEMBERED terms are remembered, then forgotten at once)."""
+        if term in self._numbers:
+            return self._numbers[term]
+        if len(self._numbers) >= TERMS_REMEMBERED:
+            self._numbers.clear()
+        number = self._numbers[term] = self._bisect(term)
+        return number
+
+    def _bisect(self, term: str) -> int | None:
         wanted = term.encode()
         low, high = 0, self.terms
         while low < high:
