@@ -283,14 +283,15 @@ class StaticHandler(SimpleHTTPRequestHandler):
 
 
 @contextmanager
-def serve(folder: Path) -> Iterator[str]:
-    """Serve ``folder`` on 127.0.0.1 (ephemeral port) in a daemon thread; yield the base URL.
+def serve(folder: Path, port: int = 0) -> Iterator[str]:
+    """Serve ``folder`` on 127.0.0.1 in a daemon thread; yield the base URL. ``port`` 0: an
+    ephemeral one (a workspace whose packs an earlier run built names that run's port).
 
     A threading server because the fetcher fetches several pages at once; binding loopback
     only keeps the corpus off the machine's network.
     """
     handler = partial(StaticHandler, directory=str(folder))
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
     httpd.daemon_threads = True
     thread = threading.Thread(target=httpd.serve_forever, name=f"serve {folder}", daemon=True)
     thread.start()

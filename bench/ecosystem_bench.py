@@ -220,6 +220,14 @@ def kept_build(pack: str, libraries: list[str], workspace: Path, host: str) -> d
     return {"process_s": None, "manifest": json.loads(manifest.read_text())}
 
 
+def earlier_port(workspace: Path) -> int:
+    """The port the combined pack's seed lines name in the workspace (the run that built it
+    served there), 0 when there is none."""
+    urls = workspace / "packs" / COMBINED / "urls.txt"
+    found = re.search(r"127\.0\.0\.1:(\d+)", urls.read_text()) if urls.is_file() else None
+    return int(found.group(1)) if found else 0
+
+
 def build(pack: str, workspace: Path) -> dict[str, Any]:
     print(f"[{pack}] building ...", flush=True)
     done = run_child(
@@ -868,7 +876,8 @@ def main(argv: list[str] | None = None) -> None:
     packs = libraries + ([] if args.no_combined else [COMBINED])
     root = served_root(workspace, libraries)
     rebuilt: dict[str, Any] = {}
-    with serve(root) as base_url:
+    # Kept packs are rebuilt from the port their seed lines name: another port is other URLs.
+    with serve(root, earlier_port(workspace) if args.keep_built else 0) as base_url:
         host = base_url.removeprefix("http://").rstrip("/")
         print(f"workspace {workspace}; /usr/share/doc served at {base_url}", flush=True)
         builds = {}
