@@ -265,8 +265,8 @@ def served_root(workspace: Path, libraries: list[str]) -> Path:
 
 def edit_one_page(root: Path, page: str) -> Path:
     """``page`` (a path under ``root``) becomes an edited copy, one sentence added to its
-    first paragraph (bench/incremental_bench.py's edit); the folders on its way become real
-    folders of links, so nothing outside ``root`` changes."""
+    first paragraph (bench/incremental_bench.py's edit, naming the time); the folders on its
+    way become real folders of links, so nothing outside ``root`` changes."""
     parts = Path(page).parts
     here = root
     for part in parts[:-1]:
@@ -282,7 +282,8 @@ def edit_one_page(root: Path, page: str) -> Path:
     source = edited.resolve()
     edited.unlink()
     shutil.copy2(source, edited)
-    if not change_pages([edited], 1.0):
+    # A sentence of this run: the page a run before edited may be what the pack holds.
+    if not change_pages([edited], 1.0, f"Ecosystem benchmark edit {time.time():.0f}"):
         raise SystemExit(f"{page}: no paragraph to edit")
     return edited
 

@@ -116,7 +116,9 @@ def copy_pages(source_root: Path, pages: list[Path], corpus: Path) -> list[Path]
     return copied
 
 
-def change_pages(pages: list[Path], share: float) -> list[Path]:
+def change_pages(
+    pages: list[Path], share: float, sentence: str = "Incremental benchmark edit"
+) -> list[Path]:
     """Add a sentence to the first paragraph of every (1/share)-th page; return those pages."""
     step = max(1, round(1 / share))
     changed = []
@@ -134,7 +136,7 @@ def change_pages(pages: list[Path], share: float) -> list[Path]:
         )
         if paragraph is not None:
             at = paragraph.end(2)
-            edited = f"{html[:at]} Incremental benchmark edit {index}.{html[at:]}"
+            edited = f"{html[:at]} {sentence} {index}.{html[at:]}"
             page.write_text(edited, encoding="utf-8")
             stat = page.stat()  # a later mtime, whatever the file system's resolution
             os.utime(page, (stat.st_atime, stat.st_mtime + 2))
