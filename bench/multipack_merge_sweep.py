@@ -93,7 +93,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("questions", nargs="+", type=Path)
     parser.add_argument("--workdir", type=Path, required=True)
-    parser.add_argument("--k", type=int, default=5, help="passages asked of each pack")
+    parser.add_argument(
+        "--k",
+        type=int,
+        default=10,
+        help="passages asked of each pack (the merge asks retrieval.multipack.PACK_SEARCH_DEPTH)",
+    )
     args = parser.parse_args()
     rows = searched(args.workdir.resolve(), args.questions, args.k)
     rules: dict[str, Callable] = {"combined pack": None, "each passage's similarity": by_similarity}  # type: ignore[dict-item]

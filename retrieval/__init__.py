@@ -27,6 +27,7 @@ from retrieval.multipack import (
     merge_searches,
     packs_by_relevance,
     readers_of,
+    search_depth,
 )
 from retrieval.profiles import PROFILES
 from retrieval.reader import PackReader
@@ -88,7 +89,8 @@ def query(
     result names its ``pack`` and lists every pack asked."""
     if is_several(pack):
         with readers_of(pack) as readers:  # type: ignore[arg-type]
-            ranked = packs_by_relevance(_each(readers, question, max_results, profile, options))
+            found = _each(readers, question, search_depth(max_results), profile, options)
+            ranked = packs_by_relevance(found)
             best = ranked[0]["pack"]
             result = query(
                 readers[best], question, profile, use_llm, max_results, on_text, **options
@@ -117,7 +119,7 @@ def search(
     ``version`` and ``gate`` are then each pack's, by name."""
     if is_several(pack):
         with readers_of(pack) as readers:  # type: ignore[arg-type]
-            found = _each(readers, question, k, profile, options, tokens)
+            found = _each(readers, question, search_depth(k), profile, options, tokens)
             return merge_searches(found, k, tokens)
     pinned = pack if isinstance(pack, PackReader) else None
     return agent(pack, profile, use_llm=False, **options).search(  # type: ignore[arg-type]

@@ -31,13 +31,23 @@ from retrieval.results import QueryResult, SearchResults
 
 PACK_SEPARATOR = ","  # "pandas,python" names two packs (the CLI's, HTTP's and MCP's form)
 # The merge (module docstring), chosen on the development half (even lines) of conala_dev and
-# python_docs_qa asked of the ten library packs of bench/ecosystem_bench.py; hit@5 there
-# 0.493 and 0.889 against 0.384 and 0.889 for merging on each passage's similarity (the
-# other half and DS-1000 are reported in bench/RESULTS.md). The best passage alone (0.288 on
-# conala's half) or all ten (0.479) judged a pack worse than its best three; steps of 0.01
-# and 0.04 gave 0.452 each.
+# python_docs_qa asked of the ten library packs of bench/ecosystem_bench.py
+# (bench/multipack_merge_sweep.py --k 10); hit@5 there 0.493 and 0.889 against 0.384 and
+# 0.889 for merging on each passage's similarity (the other half and DS-1000 are reported in
+# bench/RESULTS.md). The best passage alone (0.438 with the same step) or all ten (0.479)
+# judged a pack worse than its best three; steps of 0.01 and 0.04 gave 0.479 and 0.452.
 PACK_EVIDENCE_PASSAGES = 3
 PACK_RANK_STEP = 0.02
+# Each pack is searched for at least this many passages, whatever k the merge keeps: a
+# pack's own ranking of ten is better evidence than of five (bench/multipack_merge_sweep.py
+# --k 5 against --k 10, development halves: 0.425 against 0.493 on conala_dev, 0.833 against
+# 0.889 on python_docs_qa with the rule above).
+PACK_SEARCH_DEPTH = 10
+
+
+def search_depth(k: int) -> int:
+    """How many passages each pack is asked for when the merge keeps ``k``."""
+    return max(k, PACK_SEARCH_DEPTH)
 
 
 def pack_names(packs: str | Sequence[str | Path]) -> list[str | Path]:
