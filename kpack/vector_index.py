@@ -31,9 +31,13 @@ if TYPE_CHECKING:
     import faiss
 
 ANN_MIN_VECTORS_ENV = "KPACK_ANN_MIN_VECTORS"
-# Below this many chunks the exact scan answers faster than the ANN index plus re-scoring (measured by
-# bench/scale_bench.py: on one thread the exact scan of 20,000 vectors takes about 2 ms).
-DEFAULT_ANN_MIN_VECTORS = 50_000
+# Below this many rows the exact scan answers about as fast as the ANN index plus re-scoring.
+# On one thread, with IVF_PROBES probed lists, over real chunk vectors of the ten-site pack of
+# bench/ecosystem_bench.py sampled to N rows (questions made from its section titles): 5,000
+# rows 0.23 ms exact against 0.38 ms, 10,000 rows 1.28 against 0.53, 20,000 rows 4.3 against
+# 0.95 (0.985 of the exact top 10), 30,000 rows 5.4 against 0.98 (0.981); its 39,115 sections
+# 6.3 ms against 1.0 (0.981). 20,000 leaves every pack of a few thousand pages exact.
+DEFAULT_ANN_MIN_VECTORS = 20_000
 # The IVF index (see the module docstring): 4 sqrt(N) lists, chosen on the Python docs pack's
 # real vectors replicated to 100,000 (bench/scale_bench.py). Training on 64 vectors per list,
 # or for more rounds, took twice as long and found no more. Probed lists: replicas make the
