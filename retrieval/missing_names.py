@@ -84,11 +84,11 @@ def missing_names(
 ) -> list[str]:
     """The names the question asks about that none of the passages mentions, and the
     identifiers ("requests.get") that the pack never writes (``known``: the identifiers all
-    its passages write; without it, those the given passages write). A name has no paraphrase (a question about
-    Neo4j is not answered by a passage about Kuzu), so a passage that does not name it does
-    not answer the question, however close its words are; a name one typing slip away from
-    a passage's word is taken for that word (:func:`misspelled`), and one the passages write as
-    two words is mentioned (:func:`written_apart`)."""
+    its passages write; without it, those the given passages write). A name has no
+    paraphrase (a question about Neo4j is not answered by a passage about Kuzu), so a passage
+    that does not name it does not answer the question, however close its words are; a name
+    one typing slip away from a passage's word is taken for that word (:func:`misspelled`),
+    and one the passages write as two words is mentioned (:func:`written_apart`)."""
     mentioned = frozenset().union(*(word_stems(p.text) for p in passages))
     names = dict.fromkeys(m.group(0) for m in QUESTION_NAME.finditer(question))
     missing = [
