@@ -338,3 +338,31 @@ def test_a_page_outside_one_seeds_folder_is_still_crawled_from_the_seed_whose_fo
         "/book/ch02.html": book,
     }
     assert report.off_scope == 1  # the API's link into the book, counted once
+
+
+def test_pages_of_one_folder_that_share_a_query_link_each_reach_their_own_page(tmp_path):
+    """Links are resolved once per folder, except those that mean the page itself: a
+    paginated listing's "?page=2" leads from each listing to its own second page."""
+    (tmp_path / "docs").mkdir()
+    for name in ("news", "events"):
+        (tmp_path / "docs" / f"{name}.html").write_text(
+            f"<html><body><main><p>The {name} listing.</p>"
+            '<a href="?page=2">next</a> <a href="http://">broken</a></main></body></html>'
+        )
+    (tmp_path / "docs" / "index.html").write_text(
+        '<html><body><main><p>Start.</p><a href="news.html">news</a>'
+        '<a href="events.html">events</a></main></body></html>'
+    )
+    handler = partial(QuietFiles, directory=str(tmp_path))
+    with LoopbackServer(handler) as server:  # type: ignore[arg-type]
+        sources, problems = parse_urls(f"{server.base}/docs/index.html depth=2\n", Path("."))
+        assert problems == []
+        with Fetcher(FETCH) as fetcher:
+            rows, _ = crawl(sources, fetcher, CrawlConfig(), {}, datetime.now(UTC))
+    assert {r["url"].removeprefix(server.base) for r in rows} == {
+        "/docs/index.html",
+        "/docs/news.html",
+        "/docs/events.html",
+        "/docs/news.html?page=2",
+        "/docs/events.html?page=2",
+    }
