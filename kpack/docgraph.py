@@ -18,7 +18,9 @@ beside the other retrieval indexes (kpack.index_files), in the version's ``index
   writes its name, else the section's first passage), its section row and its name as written.
 - ``definition_vectors.npy``: per row of definitions.arrow, the unit vector of the identifier's
   entry text (its name, signature line and first line of description,
-  kpack.ingest.definitions), so a question finds a definition by meaning.
+  kpack.ingest.definitions), so a question finds a definition by meaning; above the ANN
+  crossover (kpack.vector_index) with its IVF index, ``definition_vectors.faiss``, as the
+  chunk and section vectors have theirs.
 
 A query (retrieval.docgraph) reads the rows of the few sections it expands, by offset and by
 bisection, from the memory-mapped files.
@@ -36,6 +38,7 @@ import pyarrow.compute as pc
 
 from kpack.contracts import section_of_chunk
 from kpack.index_files import (
+    DEFINITION_ANN,
     DEFINITION_VECTORS,
     DEFINITIONS,
     DOC_GRAPH_FILES,
@@ -52,6 +55,7 @@ from kpack.mapped_tables import (
     write_arrow,
 )
 from kpack.text import normalize_entity
+from kpack.vector_index import ann_min_vectors, load_ann, nearest_rows, write_ann
 
 LINK_SCHEMA = pa.schema(
     [
@@ -211,7 +215,10 @@ def write_doc_graph(
     np.save(folder / DOC_LINK_OFFSETS, offsets)
     write_arrow(folder / DOC_LINKS, table)
     write_arrow(folder / DEFINITIONS, definitions)
-    np.save(folder / DEFINITION_VECTORS, definition_vectors(entries, entry_vectors, dim))
+    vectors = definition_vectors(entries, entry_vectors, dim)
+    np.save(folder / DEFINITION_VECTORS, vectors)
+    if len(vectors) >= ann_min_vectors():  # the crossover of the chunk and section vectors
+        write_ann(folder / DEFINITION_ANN, vectors)
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -250,7 +257,7 @@ class Definition:
 class DocGraph:
     """A version's documentation graph, its files memory-mapped (see the module docstring)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, threads: int = 1) -> None:
         self.offsets = load_array(folder, DOC_LINK_OFFSETS)
         links = load_table(folder, DOC_LINKS)
         self._links = {
@@ -269,6 +276,7 @@ class DocGraph:
         self.vectors: np.ndarray | None = (
             load_array(folder, DEFINITION_VECTORS) if vectors.is_file() else None
         )
+        self.ann = load_ann(folder, DEFINITION_ANN, threads)  # None below the ANN crossover
         self._last_parts: dict[str, list[int]] | None = None
 
     def links(self, section_row: int) -> Links:
@@ -291,14 +299,14 @@ class DocGraph:
 
     def nearest(self, vector: np.ndarray, k: int) -> list[tuple[Definition, float]]:
         """The k definitions whose entry texts are nearest a unit ``vector``, with their
-        cosine similarity, best first; [] in a version without entry vectors."""
+        cosine similarity, best first, ties by row (through the ANN index where the version
+        has one, kpack.vector_index.nearest_rows); [] in a version without entry vectors."""
         if self.vectors is None or not len(self.vectors):
             return []
-        similarity = self.vectors @ vector
-        k = min(k, len(similarity))
-        top = np.argpartition(-similarity, k - 1)[:k]
-        top = top[np.argsort(-similarity[top], kind="stable")]
-        return [(self._definition(int(at)), float(similarity[at])) for at in top]
+        rows, similarity = nearest_rows(self.vectors, vector, k, self.ann)
+        return [
+            (self._definition(int(at)), float(s)) for at, s in zip(rows, similarity, strict=True)
+        ]
 
     def definitions_named(self, last: str) -> list[Definition]:
         """Where an identifier whose last part is ``last`` (lower case) is defined, whatever
@@ -326,8 +334,9 @@ class DocGraph:
         return self._last_parts
 
 
-def load_doc_graph(folder: Path) -> DocGraph | None:
-    """The documentation graph of a version's index folder; None for one built without it."""
+def load_doc_graph(folder: Path, threads: int = 1) -> DocGraph | None:
+    """The documentation graph of a version's index folder (its ANN index searched on
+    ``threads``); None for one built without it."""
     if not all((folder / name).is_file() for name in DOC_GRAPH_FILES):
         return None
-    return DocGraph(folder)
+    return DocGraph(folder, threads)

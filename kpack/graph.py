@@ -412,6 +412,12 @@ class SortedGroups(Mapping[int, np.ndarray]):
     def __contains__(self, key: object) -> bool:
         return self._at(key) >= 0
 
+    def of_each(self, keys: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+        """The ``keys`` that have a group, in their order, and each one's group: one search
+        for all of them."""
+        at, found = sorted_lookup(self.keys, keys)
+        return keys[found], [self.values[self.offsets[i] : self.offsets[i + 1]] for i in at[found]]
+
     def __getitem__(self, key: int) -> np.ndarray:
         at = self._at(key)
         if at < 0:
@@ -445,15 +451,13 @@ def second_hop(graph: EntityGraph, passage: int) -> Bridges:
     articles displace the right passage, and on HotpotQA they add nothing the titles do not."""
     own = graph.article_of[passage]
     named = graph.neighbours(passage)
-    titles = [
-        int(entity)
-        for entity in named[(named >= len(graph.passages)) & (named != graph.title_entity[own])]
-        if int(entity) in graph.about
-    ]
-    if not titles:
+    titles, groups = graph.about.of_each(
+        named[(named >= len(graph.passages)) & (named != graph.title_entity[own])]
+    )
+    if not len(titles):
         return Bridges(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-    passages = np.concatenate([graph.about[entity] for entity in titles])
-    entities = np.repeat(titles, [len(graph.about[entity]) for entity in titles])
+    passages = np.concatenate(groups)
+    entities = np.repeat(titles.astype(np.int64), [len(group) for group in groups])
     elsewhere = graph.article_of[passages] != own
     passages, entities = passages[elsewhere], entities[elsewhere]
     first = np.sort(np.unique(passages, return_index=True)[1])

@@ -19,7 +19,8 @@ table row by row:
 - ``keyword_*.npy``: the BM25 keyword index (kpack.keyword_index);
 - ``graph_*.npy``: the entity-passage graph as CSR arrays (kpack.entity_graph_files);
 - ``doc_links.arrow``, ``doc_link_offsets.npy``, ``definitions.arrow``,
-  ``definition_vectors.npy``: the documentation graph (kpack.docgraph);
+  ``definition_vectors.npy`` (and its ``.faiss`` index in a large pack): the documentation
+  graph (kpack.docgraph);
 - ``identifiers.npy``: the identifiers the passages write (kpack.identifier_index).
 
 Several processes opening the same version share these pages (read-only maps of one file).
@@ -90,6 +91,7 @@ DOC_GRAPH_FILES = (DOC_LINKS, DOC_LINK_OFFSETS, DEFINITIONS)
 # Per definitions.arrow row, the unit vector of its entry text (kpack.ingest.definitions);
 # optional: a version built before it has none, and its definitions are found by name only.
 DEFINITION_VECTORS = "definition_vectors.npy"
+DEFINITION_ANN = "definition_vectors.faiss"  # their IVF index, above the ANN crossover
 # The sorted key hashes of the identifiers the passages write (kpack.identifier_index);
 # optional: a version built before it has none, and a reader reads the passages instead.
 IDENTIFIERS = "identifiers.npy"
@@ -112,5 +114,6 @@ INDEX_FILES = (
     *KEYWORD_FILES,
     *DOC_GRAPH_FILES,
     DEFINITION_VECTORS,
+    DEFINITION_ANN,
     IDENTIFIERS,
 )

@@ -75,16 +75,20 @@ class Column(Sequence[Any]):
         if isinstance(column, pa.ChunkedArray):
             column = single_chunk(column)
         self._column = column
-        self._text: tuple[np.ndarray, memoryview] | None = None
-        self._numbers: np.ndarray | None = None
-        # Values are read from the column's buffers: Arrow's scalar access costs ~10 us a
-        # value, which a binary search over a million keys pays 40 times.
+        self._text: tuple[memoryview, memoryview] | None = None
+        self._numbers: memoryview | None = None
+        # Values are read from the column's buffers, through memoryviews (whose items are
+        # Python ints and floats): Arrow's scalar access costs ~10 us a value, which a binary
+        # search over a million keys pays 40 times, and a numpy scalar costs a conversion.
         if pa.types.is_string(column.type) and column.null_count == 0:
             _, offsets, data = column.buffers()
             starts = np.frombuffer(offsets, dtype=np.int32)[column.offset :]
-            self._text = (starts, memoryview(data) if data is not None else memoryview(b""))
-        else:
-            self._numbers = column_array(column)
+            self._text = (
+                memoryview(starts),
+                memoryview(data) if data is not None else memoryview(b""),
+            )
+        elif (numbers := column_array(column)) is not None:
+            self._numbers = memoryview(numbers)
 
     def __len__(self) -> int:
         return len(self._column)
@@ -94,10 +98,9 @@ class Column(Sequence[Any]):
             return [self[i] for i in range(*index.indices(len(self)))]
         if self._text is not None:
             starts, data = self._text
-            at = int(index)
-            return str(data[starts[at] : starts[at + 1]], "utf-8")
+            return str(data[starts[index] : starts[index + 1]], "utf-8")
         if self._numbers is not None:
-            return self._numbers[int(index)].item()
+            return self._numbers[index]
         return self._column[int(index)].as_py()
 
     def __iter__(self) -> Iterator[Any]:
@@ -251,7 +254,7 @@ class RowMap(_TableLookup[Any]):
     def record(self, row: int) -> Any:
         if self._columns is None:  # made at first use: a table only iterated needs none
             self._columns = [Column(column) for column in self.table.columns]
-        return self._make(*(column[row] for column in self._columns))
+        return self._make(*[column[row] for column in self._columns])
 
     def found(self, key: str) -> Any:
         row = self.row(key)

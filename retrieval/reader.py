@@ -289,7 +289,7 @@ class PackReader:
         without one."""
         from kpack.docgraph import load_doc_graph
 
-        return load_doc_graph(self.version_dir / INDEX_DIR)
+        return load_doc_graph(self.version_dir / INDEX_DIR, self.threads)
 
     @cached_property
     def identifiers(self) -> Container[str]:

@@ -93,15 +93,19 @@ def page_rows() -> list[dict]:
     ]
 
 
-@pytest.fixture(scope="module")
-def pack(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("docgraph")
+def built_widgets(root: Path) -> Path:
+    """The pack of PAGES, built in the workspace ``root``."""
     folder = write_pack(root, "widgets", [f"file:pages/{name}" for name in PAGES], {})
     (folder / "pages").mkdir()
     for name, text in PAGES.items():
         (folder / "pages" / name).write_text(text)
     assert build(root, "widgets").success
     return folder
+
+
+@pytest.fixture(scope="module")
+def pack(tmp_path_factory) -> Path:
+    return built_widgets(tmp_path_factory.mktemp("docgraph"))
 
 
 def headings(hits) -> list[str]:
@@ -224,6 +228,24 @@ def test_the_reference_passage_comes_in_through_the_tutorials_link(pack):
     assert headings(hits) == ["Keeping settings between runs", "Functions"]
     assert LINK_PATH in hits[1]["why"]
     assert "in place of a second passage of 'The Widget Tutorial'" in hits[1]["why"]
+
+
+def test_definitions_above_the_ann_crossover_are_found_through_their_index_as_exactly(
+    tmp_path, monkeypatch
+):
+    """A pack with more entries than the ANN crossover searches their vectors through an IVF
+    index (as its chunks' and sections'), and finds what the exact scan finds."""
+    monkeypatch.setenv("KPACK_ANN_MIN_VECTORS", "2")
+    folder = built_widgets(tmp_path)
+    close_all()
+    with reading(folder) as reader:
+        graph = reader.doc_graph
+        assert graph is not None and graph.ann is not None
+        vector = reader.embed([QUESTION])[0]
+        through_index = graph.nearest(vector, 2)
+        assert sorted(d.name for d, _ in through_index) == ["prefs.fetch", "prefs.store"]
+        graph.ann = None
+        assert graph.nearest(vector, 2) == through_index
 
 
 def test_a_question_writing_an_identifier_reaches_its_definition(pack):
