@@ -55,7 +55,7 @@ from kpack.mapped_tables import (
     write_arrow,
 )
 from kpack.text import normalize_entity
-from kpack.vector_index import ann_min_vectors, load_vectors, nearest_rows, write_ann
+from kpack.vector_index import ann_min_vectors, load_ann, nearest_rows, write_ann
 
 LINK_SCHEMA = pa.schema(
     [
@@ -271,14 +271,12 @@ class DocGraph:
         self._sections = column_array(definitions["section"])
         self._names = Column(definitions["name"])
         self._key_column = definitions["entity_id"]
-        # Unit vectors of the entries, row for row, and their ANN index (None below the ANN
-        # crossover); no vectors in a version built before them.
-        self.vectors: np.ndarray | None = None
-        self.ann = None
-        if (folder / DEFINITION_VECTORS).is_file():
-            self.vectors, self.ann = load_vectors(
-                folder, DEFINITION_VECTORS, DEFINITION_ANN, threads
-            )
+        vectors = folder / DEFINITION_VECTORS
+        # Unit vectors of the entries, row for row; None in a version built before them.
+        self.vectors: np.ndarray | None = (
+            load_array(folder, DEFINITION_VECTORS) if vectors.is_file() else None
+        )
+        self.ann = load_ann(folder, DEFINITION_ANN, threads)  # None below the ANN crossover
         self._last_parts: dict[str, list[int]] | None = None
 
     def links(self, section_row: int) -> Links:

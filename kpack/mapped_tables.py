@@ -10,7 +10,6 @@ table row by row. The writers here are the two halves of that format a build nee
 from __future__ import annotations
 
 import bisect
-import mmap
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from hashlib import blake2b
@@ -25,16 +24,11 @@ from kpack.index_files import KEY_HASHES
 STRING_BLOCK = 10_000  # texts converted to Python strings at a time
 
 
-def load_array(folder: Path, name: str, random_access: bool = False) -> np.ndarray:
+def load_array(folder: Path, name: str) -> np.ndarray:
     """A saved array, memory-mapped read-only, as a plain ndarray over the map (np.memmap's
     Python-level indexing cost ~10 us per element read, which a query pays thousands of
-    times). ``random_access``: the reader reads scattered rows, so the kernel is told not to
-    read ahead around each (madvise MADV_RANDOM)."""
-    mapped = np.load(folder / name, mmap_mode="r", allow_pickle=False)
-    advice = getattr(mmap, "MADV_RANDOM", None)  # not on Windows
-    if random_access and advice is not None and mapped._mmap is not None:  # None: empty
-        mapped._mmap.madvise(advice)
-    return np.asarray(mapped)
+    times)."""
+    return np.asarray(np.load(folder / name, mmap_mode="r", allow_pickle=False))
 
 
 def load_table(folder: Path, name: str) -> pa.Table:

@@ -27,8 +27,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kpack.mapped_tables import load_array
-
 if TYPE_CHECKING:
     import faiss
 
@@ -120,18 +118,6 @@ def load_ann(folder: Path, name: str, threads: int = 1) -> faiss.Index | None:
     index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC)
     index.nprobe = IVF_PROBES
     return index
-
-
-def load_vectors(
-    folder: Path, vectors: str, ann: str, threads: int = 1
-) -> tuple[np.ndarray, faiss.Index | None]:
-    """A table's mapped unit vectors and its ANN index (None below the crossover). With an
-    index, a search reads the few hundred rows it re-scores, scattered over the file: the map
-    is advised random-access, since read-ahead around each row read 128 KiB for 1.5 and made
-    a cold first search of a 100,000-passage pack 0.3 s slower. An exact scan reads the file
-    whole, which read-ahead speeds up."""
-    index = load_ann(folder, ann, threads)
-    return load_array(folder, vectors, random_access=index is not None), index
 
 
 def best_rows(scores: np.ndarray, k: int, rows: np.ndarray | None = None) -> np.ndarray:

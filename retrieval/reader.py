@@ -212,7 +212,7 @@ class PackReader:
         from kpack import index_files as ix
         from kpack import mapped_tables as mt
         from kpack.keyword_index import KeywordIndex
-        from kpack.vector_index import load_vectors
+        from kpack.vector_index import load_ann
 
         folder = self.version_dir / INDEX_DIR
         articles = mt.load_table(folder, ix.ARTICLES)
@@ -249,13 +249,11 @@ class PackReader:
         self.section_facts: Mapping[str, list[str]] = mt.GroupMap(
             mt.load_table(folder, ix.FACTS), lambda content: content
         )
+        self.chunk_vectors = mt.load_array(folder, ix.CHUNK_VECTORS)
+        self.section_vectors = mt.load_array(folder, ix.SECTION_VECTORS)
         # faiss IVF indexes, None for a table below the ANN crossover (kpack.vector_index).
-        self.chunk_vectors, self.ann = load_vectors(
-            folder, ix.CHUNK_VECTORS, ix.CHUNK_ANN, self.threads
-        )
-        self.section_vectors, self.section_ann = load_vectors(
-            folder, ix.SECTION_VECTORS, ix.SECTION_ANN, self.threads
-        )
+        self.ann = load_ann(folder, ix.CHUNK_ANN, self.threads)
+        self.section_ann = load_ann(folder, ix.SECTION_ANN, self.threads)
         self.keywords: KeywordIndex = KeywordIndex.load(folder)
 
     # -- reading ---------------------------------------------------------------------------

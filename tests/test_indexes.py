@@ -68,27 +68,6 @@ def test_a_pack_above_the_ann_crossover_answers_as_the_exact_scan_does(
         assert reader._kuzu.connection is None  # nothing a search does opens Kuzu
         assert isinstance(reader.chunk_vectors.base, np.memmap)  # mapped, not copied
         assert not hasattr(reader, "cache")
-        # Searched through the index, the vectors are read a row here and there: the kernel
-        # reads no pages ahead of them.
-        assert "rr" in mapping_flags(reader.version_dir / "indexes" / "chunk_vectors.npy")
-
-
-def test_vectors_without_an_ann_index_are_read_ahead_for_the_exact_scan(built):
-    with retrieval.reading(built / "widgets") as reader:
-        assert reader.ann is None
-        assert "rr" not in mapping_flags(reader.version_dir / "indexes" / "chunk_vectors.npy")
-
-
-def mapping_flags(path: Path) -> set[str]:
-    """The kernel's flags of this process's memory map of ``path`` (/proc/self/smaps)."""
-    lines = Path("/proc/self/smaps").read_text().splitlines()
-    mapped = False
-    for line in lines:
-        if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
-            mapped = line.endswith(str(path))
-        elif mapped and line.startswith("VmFlags:"):
-            return set(line.split()[1:])
-    raise AssertionError(f"{path} is not mapped")
 
 
 def test_stages_hold_their_indexes_through_typed_reader_attributes():
