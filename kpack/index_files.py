@@ -30,7 +30,6 @@ CHUNK_VECTORS = "chunk_vectors.npy"
 SECTION_VECTORS = "section_vectors.npy"
 CHUNK_ANN = "chunk_vectors.faiss"
 SECTION_ANN = "section_vectors.faiss"
-ANN_FILES = {CHUNK_VECTORS: CHUNK_ANN, SECTION_VECTORS: SECTION_ANN}  # vectors -> their index
 CHUNKS = "chunks.arrow"
 SECTIONS = "sections.arrow"
 SECTIONS_BY_ARTICLE = "sections_by_article.npy"
@@ -92,6 +91,13 @@ DOC_GRAPH_FILES = (DOC_LINKS, DOC_LINK_OFFSETS, DEFINITIONS)
 # optional: a version built before it has none, and its definitions are found by name only.
 DEFINITION_VECTORS = "definition_vectors.npy"
 DEFINITION_ANN = "definition_vectors.faiss"  # their IVF index, above the ANN crossover
+# Vectors -> their ANN index, written only above the crossover (kpack.vector_index): the chunk
+# and section indexes by kpack.index_writer, the definitions' by kpack.docgraph.
+ANN_FILES = {
+    CHUNK_VECTORS: CHUNK_ANN,
+    SECTION_VECTORS: SECTION_ANN,
+    DEFINITION_VECTORS: DEFINITION_ANN,
+}
 # The sorted key hashes of the identifiers the passages write (kpack.identifier_index);
 # optional: a version built before it has none, and a reader reads the passages instead.
 IDENTIFIERS = "identifiers.npy"
@@ -114,6 +120,5 @@ INDEX_FILES = (
     *KEYWORD_FILES,
     *DOC_GRAPH_FILES,
     DEFINITION_VECTORS,
-    DEFINITION_ANN,
     IDENTIFIERS,
 )

@@ -57,9 +57,9 @@ def write_indexes(
     section_order = pc.sort_indices(sections["section_id"])
     save_vectors(out / CHUNK_VECTORS, chunks["embedding"], chunk_order, dim)
     save_vectors(out / SECTION_VECTORS, sections["embedding"], section_order, dim)
-    for vectors, ann in ANN_FILES.items():
+    for vectors in (CHUNK_VECTORS, SECTION_VECTORS):  # the definitions': kpack.docgraph
         if len(load_array(out, vectors)) >= ann_min_vectors():
-            write_ann(out / ann, load_array(out, vectors))
+            write_ann(out / ANN_FILES[vectors], load_array(out, vectors))
     chunks = chunks.select(["chunk_id", "article_url", "content"]).take(chunk_order)
     sections = sections.select(
         ["section_id", "article_url", "heading_path", "title", "content", "word_count", "anchor"]

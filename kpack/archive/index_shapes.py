@@ -84,10 +84,7 @@ def _check(folder: Path, manifest: dict) -> None:
         probe = np.zeros(dim, dtype=np.float32)
         probe[0] = 1.0
         nearest_rows(vectors, probe, 1)
-        ann = load_ann(folder, files.ANN_FILES[name])
-        if ann is not None:
-            _equal(f"{INDEX_DIR}/{files.ANN_FILES[name]}", "dimensions", ann.d, dim)
-            _equal(f"{INDEX_DIR}/{files.ANN_FILES[name]}", "vectors", ann.ntotal, rows)
+        _ann_shape(folder, name, rows, dim)
 
     array(files.SECTIONS_BY_ARTICLE, INTEGER, sections)
     offsets = array(files.LINK_OFFSETS, INTEGER, None if articles is None else articles + 1)
@@ -114,7 +111,9 @@ def _check(folder: Path, manifest: dict) -> None:
     if (folder / files.DOC_LINK_OFFSETS).is_file():
         array(files.DOC_LINK_OFFSETS, INTEGER, None if sections is None else sections + 1)
     if (folder / files.DEFINITION_VECTORS).is_file():
-        array(files.DEFINITION_VECTORS, VECTORS, tables.get(files.DEFINITIONS), dim)
+        definitions = tables.get(files.DEFINITIONS)
+        array(files.DEFINITION_VECTORS, VECTORS, definitions, dim)
+        _ann_shape(folder, files.DEFINITION_VECTORS, definitions, dim)
     if (folder / files.IDENTIFIERS).is_file():
         array(files.IDENTIFIERS, INTEGER, None)
 
@@ -122,6 +121,16 @@ def _check(folder: Path, manifest: dict) -> None:
 def _last(offsets: np.ndarray) -> int | None:
     """The length offsets end at (their last value), for the array they index."""
     return int(offsets[-1]) if len(offsets) else None
+
+
+def _ann_shape(folder: Path, vectors: str, rows: int | None, dim: int | None) -> None:
+    """The ANN index of a vectors file, where the version has one, indexes as many vectors of
+    as many dimensions."""
+    ann_name = files.ANN_FILES[vectors]
+    ann = load_ann(folder, ann_name)
+    if ann is not None:
+        _equal(f"{INDEX_DIR}/{ann_name}", "dimensions", ann.d, dim)
+        _equal(f"{INDEX_DIR}/{ann_name}", "vectors", ann.ntotal, rows)
 
 
 def _equal(name: str, what: str, actual: int, wanted: int | None) -> None:
