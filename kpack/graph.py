@@ -19,10 +19,10 @@ reader maps.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -94,7 +94,7 @@ class EntityGraph:
     transition: Csr  # column-stochastic: transition @ r spreads r one step
     passages_of_entity: np.ndarray  # per entity: how many passages name it
     about: SortedGroups  # title entity node -> the passages of its articles
-    entity_index: Mapping[str, int]
+    entity_index: EntityIndex
     longest_name: int  # in words
 
     @property
@@ -102,8 +102,12 @@ class EntityGraph:
         return len(self.passages) + len(self.entities)
 
     def entity_node(self, key: str) -> int | None:
-        index = self.entity_index.get(key)
-        return None if index is None else len(self.passages) + index
+        return self.entity_nodes([key]).get(key)
+
+    def entity_nodes(self, keys: Collection[str]) -> dict[str, int]:
+        """The entity node of each key the graph has (the others are left out)."""
+        offset = len(self.passages)
+        return {key: offset + row for key, row in self.entity_index.found_many(keys).items()}
 
     def name_of(self, node: int) -> str:
         """How the pack writes an entity node's name."""
@@ -376,11 +380,25 @@ def sorted_lookup(sorted_values: np.ndarray, values: np.ndarray) -> tuple[np.nda
     return at, sorted_values[at] == values
 
 
+class EntityIndex(Protocol):
+    """Entity key -> its row: KeyIndex in a build, kpack.mapped_tables.RowOf in a reader."""
+
+    def found_many(self, keys: Collection[str]) -> dict[str, int]: ...
+
+
 class KeyIndex(Mapping[str, int]):
     """Key -> its row in an Arrow string array (a hash lookup per key, no Python dict)."""
 
     def __init__(self, keys: pa.Array) -> None:
         self.keys = keys
+
+    def found_many(self, keys: Collection[str]) -> dict[str, int]:
+        """The row of each key the array holds (the others are left out): one lookup for all."""
+        import pyarrow as pa
+
+        wanted = list(keys)
+        rows = rows_of(pa.array(wanted, pa.string()), self.keys).tolist()
+        return {key: row for key, row in zip(wanted, rows, strict=True) if row >= 0}
 
     def __getitem__(self, key: str) -> int:
         import pyarrow as pa
@@ -553,13 +571,20 @@ def linked_entities(graph: EntityGraph, text: str) -> list[tuple[int, str]]:
     at each position, each entity once. Names are compared normalised (see
     kpack.text.normalize_entity), so case, accents and plurals don't matter."""
     words = folded_words(text)
+    phrases = [  # per position, (length, phrase) longest first
+        [
+            (length, " ".join(words[at : at + length]))
+            for length in range(min(graph.longest_name, len(words) - at), 0, -1)
+        ]
+        for at in range(len(words))
+    ]
+    named = graph.entity_nodes({phrase for here in phrases for _, phrase in here})
     found: dict[int, str] = {}
     at = 0
     while at < len(words):
         step = 1
-        for length in range(min(graph.longest_name, len(words) - at), 0, -1):
-            phrase = " ".join(words[at : at + length])
-            node = graph.entity_node(phrase)
+        for length, phrase in phrases[at]:
+            node = named.get(phrase)
             if node is not None:
                 found.setdefault(node, phrase)
                 step = length

@@ -10,7 +10,7 @@ table row by row. The writers here are the two halves of that format a build nee
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from hashlib import blake2b
 from pathlib import Path
@@ -75,33 +75,32 @@ class Column(Sequence[Any]):
         if isinstance(column, pa.ChunkedArray):
             column = single_chunk(column)
         self._column = column
-        self._text: tuple[memoryview, memoryview] | None = None
-        self._numbers: memoryview | None = None
-        # Values are read from the column's buffers, through memoryviews (whose items are
-        # Python ints and floats): Arrow's scalar access costs ~10 us a value, which a binary
-        # search over a million keys pays 40 times, and a numpy scalar costs a conversion.
+        # ``value(row)`` reads one value from the column's buffers, through memoryviews (whose
+        # items are Python ints and floats): Arrow's scalar access costs ~10 us a value, which
+        # a binary search over a million keys pays 40 times, and a numpy scalar costs a
+        # conversion. Chosen once here, so a read is one call (a record reads several).
+        self.value: Callable[[int], Any]
         if pa.types.is_string(column.type) and column.null_count == 0:
             _, offsets, data = column.buffers()
-            starts = np.frombuffer(offsets, dtype=np.int32)[column.offset :]
-            self._text = (
-                memoryview(starts),
-                memoryview(data) if data is not None else memoryview(b""),
-            )
+            starts = memoryview(np.frombuffer(offsets, dtype=np.int32)[column.offset :])
+            text = memoryview(data) if data is not None else memoryview(b"")
+
+            def text_at(row: int) -> str:
+                return str(text[starts[row] : starts[row + 1]], "utf-8")
+
+            self.value = text_at
         elif (numbers := column_array(column)) is not None:
-            self._numbers = memoryview(numbers)
+            self.value = memoryview(numbers).__getitem__
+        else:
+            self.value = lambda row: column[int(row)].as_py()
 
     def __len__(self) -> int:
         return len(self._column)
 
     def __getitem__(self, index: Any) -> Any:  # type: ignore[override]
         if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if self._text is not None:
-            starts, data = self._text
-            return str(data[starts[index] : starts[index + 1]], "utf-8")
-        if self._numbers is not None:
-            return self._numbers[index]
-        return self._column[int(index)].as_py()
+            return [self.value(i) for i in range(*index.indices(len(self)))]
+        return self.value(index)
 
     def __iter__(self) -> Iterator[Any]:
         for value in self._column:
@@ -171,6 +170,7 @@ class SortedKeys:
         self.values = Column(column)
         self.order = order
         self._hashes = None
+        self._hash_array = None if hashes is None else hashes[0]
         if hashes is not None:  # memoryviews: bisect reads them as Python ints, no numpy call
             self._hashes = (memoryview(hashes[0]), memoryview(hashes[1]))
 
@@ -205,6 +205,27 @@ class SortedKeys:
             return None
         return at if self.order is None else int(self.order[at])
 
+    def rows_of_many(self, keys: Collection[str]) -> dict[str, int]:
+        """The first row of each key the table holds (absent keys are left out): with key
+        hashes, one vectorised search for them all, where ``row`` costs a bisection each (a
+        question's every phrase of up to eight words, looked up as a possible entity name)."""
+        if self._hashes is None or self._hash_array is None:
+            return {key: row for key in keys if (row := self.row(key)) is not None}
+        wanted = list(keys)
+        hashes = np.fromiter((key_hash(key) for key in wanted), np.uint64, len(wanted))
+        starts = np.searchsorted(self._hash_array, hashes)
+        ends = np.searchsorted(self._hash_array, hashes, side="right")
+        _, rows = self._hashes
+        found: dict[str, int] = {}
+        for at in np.flatnonzero(ends > starts).tolist():  # the keys whose hash is there
+            key = wanted[at]
+            # Another key may share the hash: the key column says which row is this key's.
+            for position in range(int(starts[at]), int(ends[at])):
+                if self.values[rows[position]] == key:
+                    found[key] = rows[position]
+                    break
+        return found
+
 
 @dataclass(frozen=True)
 class _KeyView(Sequence[Any]):
@@ -227,11 +248,19 @@ class Lookup(Mapping[str, V]):
     def found(self, key: str) -> V | None:
         raise NotImplementedError
 
+    def found_many(self, keys: Collection[str]) -> dict[str, V]:
+        """The keys present, with their values."""
+        return {key: value for key in keys if (value := self.found(key)) is not None}
+
     def __getitem__(self, key: str) -> V:
         value = self.found(key)
         if value is None:
             raise KeyError(key)
         return value
+
+    def get(self, key: str, default: Any = None) -> Any:  # one lookup, no KeyError raised
+        value = self.found(key)
+        return default if value is None else value
 
 
 class _TableLookup(Lookup[V]):
@@ -242,7 +271,7 @@ class _TableLookup(Lookup[V]):
         self.table = table
         self.keys = keys or SortedKeys(table.column(0))
         self._make = make
-        self._columns: list[Column] | None = None
+        self._values: list[Callable[[int], Any]] | None = None  # each column's reader
 
 
 class RowMap(_TableLookup[Any]):
@@ -252,9 +281,9 @@ class RowMap(_TableLookup[Any]):
         return self.keys.row(key)
 
     def record(self, row: int) -> Any:
-        if self._columns is None:  # made at first use: a table only iterated needs none
-            self._columns = [Column(column) for column in self.table.columns]
-        return self._make(*[column[row] for column in self._columns])
+        if self._values is None:  # made at first use: a table only iterated needs none
+            self._values = [Column(column).value for column in self.table.columns]
+        return self._make(*[value(row) for value in self._values])
 
     def found(self, key: str) -> Any:
         row = self.row(key)
@@ -293,6 +322,9 @@ class RowOf(Lookup[int]):
 
     def found(self, key: str) -> int | None:
         return self.keys.row(key)
+
+    def found_many(self, keys: Collection[str]) -> dict[str, int]:
+        return self.keys.rows_of_many(keys)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.keys.values)

@@ -99,25 +99,26 @@ def reached_passages(query: Query, graph: DocGraph, seeds: list[Candidate]) -> d
     for key in question_identifiers(query.text):
         for definition in graph.definitions(key):
             reached.setdefault(definition.chunk, Route("question", definition.name))
-    closest: list[tuple[int, int, Route]] = []  # a linked section's chunk rows, and the route
+    # A linked section's first chunk row -> (its number of chunks, the first route to it):
+    # many seeds link to the same sections (a module's index page, a class every page names),
+    # and each is scored once. A route is made only for a row not reached before (a seed
+    # has dozens of links, most of them to rows already reached).
+    closest: dict[int, tuple[int, Route]] = {}
     for seed in seeds:
         here = reader.section_row.get(seed.section_id)
         if here is None:
             continue
         links = graph.links(here)
-        for i in range(len(links)):
-            defined = int(links.defined[i])
-            route = Route(
-                "link",
-                links.anchor(i) if defined >= 0 else "",
-                here,
-                int(links.targets[i]),
-                bool(links.incoming[i]),
-            )
+        targets, incoming = links.targets.tolist(), links.incoming.tolist()
+        chunks = links.chunks.tolist()
+        for i, (defined, first) in enumerate(
+            zip(links.defined.tolist(), links.first_chunk.tolist(), strict=True)
+        ):
             if defined >= 0:
-                reached.setdefault(defined, route)
-            elif links.chunks[i] > 0:
-                closest.append((int(links.first_chunk[i]), int(links.chunks[i]), route))
+                if defined not in reached:
+                    reached[defined] = Route("link", links.anchor(i), here, targets[i], incoming[i])
+            elif chunks[i] > 0 and first not in closest:
+                closest[first] = (chunks[i], Route("link", "", here, targets[i], incoming[i]))
         for key in dict.fromkeys(code_names(seed.text)):
             for definition in graph.definitions(key):
                 reached.setdefault(definition.chunk, Route("written", definition.name, here))
@@ -127,22 +128,18 @@ def reached_passages(query: Query, graph: DocGraph, seeds: list[Candidate]) -> d
 
 
 def _closest_chunks(
-    query: Query, sections: list[tuple[int, int, Route]]
+    query: Query, sections: dict[int, tuple[int, Route]]
 ) -> list[tuple[int, Route]]:
-    """For each linked section (its first chunk row, its number of chunks, the route), the
-    chunk row of its passage closest to the question: one similarity pass over them all."""
-    # Many seeds link to the same sections (a module's index page, a class every page names):
-    # each is scored once, with the first route to it, as reached_passages keeps it.
-    first_routes: dict[int, tuple[int, int, Route]] = {}
-    for section in sections:
-        first_routes.setdefault(section[0], section)
-    sections = list(first_routes.values())
+    """For each linked section (its first chunk row -> its number of chunks and the route),
+    the chunk row of its passage closest to the question: one similarity pass over them all."""
     if not sections:
         return []
-    rows = np.concatenate([np.arange(first, first + count) for first, count, _ in sections])
+    rows = np.concatenate(
+        [np.arange(first, first + count) for first, (count, _) in sections.items()]
+    )
     similarity = query.passage_similarity(rows)
     found, at = [], 0
-    for first, count, route in sections:
+    for first, (count, route) in sections.items():
         found.append((first + int(np.argmax(similarity[at : at + count])), route))
         at += count
     return found

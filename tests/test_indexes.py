@@ -128,11 +128,17 @@ def test_keys_found_by_their_hashes_are_the_rows_bisection_finds(tmp_path, monke
     hashed = ix.keys_of(tmp_path, CHUNKS, ix.load_table(tmp_path, CHUNKS))
     bisected = ix.SortedKeys(table["chunk_id"])
     assert hashed._hashes is not None and bisected._hashes is None
-    for key in [*keys, "https://example.org/absent.html", "", "ünïcode"]:
+    asked = [*keys, "https://example.org/absent.html", "", "ünïcode"]
+    for key in asked:
         assert hashed.row(key) == bisected.row(key)
+    # Looked up all at once (one vectorised search), the same rows; absent keys left out.
+    assert hashed.rows_of_many(asked) == bisected.rows_of_many(asked) == {
+        key: row for row, key in enumerate(keys)
+    }
     # Keys that share a hash are told apart by the key itself, not taken for each other.
     monkeypatch.setattr(ix, "key_hash", lambda key: len(key) % 3)
     ix.write_keyed(tmp_path, CHUNKS, table)
     colliding = ix.keys_of(tmp_path, CHUNKS, ix.load_table(tmp_path, CHUNKS))
     assert [colliding.row(key) for key in keys] == list(range(len(keys)))
     assert colliding.row("https://example.org/absent.html") is None
+    assert colliding.rows_of_many(asked) == {key: row for row, key in enumerate(keys)}
