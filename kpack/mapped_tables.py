@@ -265,12 +265,21 @@ class Lookup(Mapping[str, V]):
 
 class _TableLookup(Lookup[V]):
     """A lookup over a table sorted by its first column (``keys``, by default found by
-    bisection); ``make`` builds the values."""
+    bisection); ``make`` builds the values from ``columns`` (default all, in table order),
+    so a lookup decodes only what its values hold (not a section's whole text to read its
+    heading)."""
 
-    def __init__(self, table: pa.Table, make: Any, keys: SortedKeys | None = None) -> None:
+    def __init__(
+        self,
+        table: pa.Table,
+        make: Any,
+        keys: SortedKeys | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> None:
         self.table = table
         self.keys = keys or SortedKeys(table.column(0))
         self._make = make
+        self._columns = list(columns or table.column_names)
         self._values: list[Callable[[int], Any]] | None = None  # each column's reader
 
 
@@ -282,7 +291,7 @@ class RowMap(_TableLookup[Any]):
 
     def record(self, row: int) -> Any:
         if self._values is None:  # made at first use: a table only iterated needs none
-            self._values = [Column(column).value for column in self.table.columns]
+            self._values = [Column(self.table[name]).value for name in self._columns]
         return self._make(*[value(row) for value in self._values])
 
     def found(self, key: str) -> Any:

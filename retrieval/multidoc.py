@@ -77,7 +77,7 @@ class MultiDocSynthesizer:
                     url,
                     article.title,
                     section.heading,
-                    section.content,
+                    reader.section_text[section.section_id],
                     float(similarities[position]),
                     article.pagerank,
                     via,

@@ -75,9 +75,19 @@ class SectionInfo:
     article_url: str
     heading: str
     title: str
-    content: str
     word_count: int
     anchor: str | None = None  # its deep link's fragment (None: a version built without)
+
+
+# What a SectionInfo holds, in its order; the text is reader.section_text's.
+SECTION_INFO_COLUMNS = (
+    "section_id",
+    "article_url",
+    "heading_path",
+    "title",
+    "word_count",
+    "anchor",
+)
 
 
 def reader_threads() -> int:
@@ -222,7 +232,10 @@ class PackReader:
         section_keys = mt.keys_of(folder, ix.SECTIONS, sections)
         chunk_keys = mt.keys_of(folder, ix.CHUNKS, chunks)
         self.articles: Mapping[str, Article] = mt.RowMap(articles, Article, article_keys)
-        self.sections: Mapping[str, SectionInfo] = mt.RowMap(sections, SectionInfo, section_keys)
+        self.sections: Mapping[str, SectionInfo] = mt.RowMap(
+            sections, SectionInfo, section_keys, SECTION_INFO_COLUMNS
+        )
+        self.section_text: Mapping[str, str] = mt.RowMap(sections, str, section_keys, ["content"])
         self.section_ids: Sequence[str] = section_keys.values
         self.section_row: Mapping[str, int] = mt.RowOf(section_keys)
         self.sections_of: Mapping[str, list[int]] = mt.RowsOf(
@@ -230,9 +243,7 @@ class PackReader:
         )
         self.chunk_ids: Sequence[str] = chunk_keys.values  # row -> chunk id
         self.chunk_row: Mapping[str, int] = mt.RowOf(chunk_keys)
-        self.chunk_text: Mapping[str, str] = mt.RowMap(
-            chunks, lambda _, content: content, chunk_keys
-        )
+        self.chunk_text: Mapping[str, str] = mt.RowMap(chunks, str, chunk_keys, ["content"])
         self.neighbors: Mapping[str, list[str]] = mt.Neighbours(  # LINKS_TO, both directions
             article_keys,
             mt.load_array(folder, ix.LINK_OFFSETS),

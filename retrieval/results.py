@@ -312,8 +312,8 @@ def within_budget(query: Query, hits: list[dict], tokens: int) -> list[dict]:
     for hit, candidate in zip(hits, query.candidates, strict=True):
         if candidate.section_id in sections:
             continue  # already given whole
-        section = query.reader.sections.get(candidate.section_id)
-        for text, whole in ((section.content if section else "", True), (hit["text"], False)):
+        section = query.reader.section_text.get(candidate.section_id, "")
+        for text, whole in ((section, True), (hit["text"], False)):
             size = estimate_tokens(text)
             if text and size <= left:
                 kept.append({**hit, "text": text, "tokens": size, "whole_section": whole})

@@ -327,6 +327,26 @@ def test_a_trickling_server_is_cut_off_at_the_fetch_deadline(fetcher, hostile, p
     assert elapsed < 3.0
 
 
+def test_many_fetches_share_one_deadline_watchdog_that_still_cuts_off_a_trickle(
+    fetcher, hostile, site
+):
+    import threading
+
+    config = FetchConfig(**{**CONFIG.__dict__, "deadline_s": 1.5, "max_workers": 4})
+    pages = fetcher.fetch_all(
+        [site.url(f"/docs/index.html?copy={i}") for i in range(40)], config, []
+    )
+    assert all(page.text for page in pages), [page.error for page in pages if not page.text]
+    # Forty finished fetches left their deadlines with one watchdog, not a thread each; a
+    # fetch after them, from a server that trickles, is still cut off at its own deadline.
+    started = time.perf_counter()
+    response = fetch_one(fetcher, hostile.url("/trickle-body.html"), config)
+    assert response.error == "timed out: no complete answer within the fetch deadline of 1.5 s"
+    assert time.perf_counter() - started < 3.0
+    watchdogs = [t for t in threading.enumerate() if t.name == "kpack-fetch-deadlines"]
+    assert len(watchdogs) == 1
+
+
 def test_the_default_deadline_is_the_timeout_of_every_attempt(fetcher, hostile):
     config = FetchConfig(**{**CONFIG.__dict__, "timeout_s": 0.5, "retries": 1})
     started = time.perf_counter()

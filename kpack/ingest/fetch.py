@@ -31,7 +31,6 @@ from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
 
 import requests
-from requests.utils import get_environ_proxies, select_proxy
 
 from kpack.config import FetchConfig
 from kpack.ingest.content import FILE_TYPES, GZIP_MAGIC, Decoded, decode, gunzip, page_format
@@ -251,7 +250,7 @@ class Fetcher:
 
     def _proxied(self, url: str) -> bool:
         """Whether requests will send this URL through a proxy from the environment."""
-        return self.session.trust_env and select_proxy(url, get_environ_proxies(url)) is not None
+        return self.session.proxy_for(url) is not None
 
     def _read(
         self,

@@ -70,7 +70,7 @@ def candidate_sections(
 ) -> list[tuple[str, str, str]]:
     """(url, heading, text) of the sections long enough to ask about."""
     return [
-        (s.article_url, s.heading, s.content)
+        (s.article_url, s.heading, reader.section_text[s.section_id])
         for s in reader.sections.values()
         if s.word_count >= min_words
     ]
