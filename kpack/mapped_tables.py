@@ -267,7 +267,8 @@ class _TableLookup(Lookup[V]):
     """A lookup over a table sorted by its first column (``keys``, by default found by
     bisection); ``make`` builds the values from ``columns`` (default all, in table order),
     so a lookup decodes only what its values hold (not a section's whole text to read its
-    heading)."""
+    heading). A column the table lacks is left out, for ``make``'s default to fill in (a
+    version built before the column existed)."""
 
     def __init__(
         self,
@@ -279,7 +280,7 @@ class _TableLookup(Lookup[V]):
         self.table = table
         self.keys = keys or SortedKeys(table.column(0))
         self._make = make
-        self._columns = list(columns or table.column_names)
+        self._columns = [c for c in columns or table.column_names if c in table.column_names]
         self._values: list[Callable[[int], Any]] | None = None  # each column's reader
 
 

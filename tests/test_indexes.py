@@ -132,9 +132,11 @@ def test_keys_found_by_their_hashes_are_the_rows_bisection_finds(tmp_path, monke
     for key in asked:
         assert hashed.row(key) == bisected.row(key)
     # Looked up all at once (one vectorised search), the same rows; absent keys left out.
-    assert hashed.rows_of_many(asked) == bisected.rows_of_many(asked) == {
-        key: row for row, key in enumerate(keys)
-    }
+    assert (
+        hashed.rows_of_many(asked)
+        == bisected.rows_of_many(asked)
+        == {key: row for row, key in enumerate(keys)}
+    )
     # Keys that share a hash are told apart by the key itself, not taken for each other.
     monkeypatch.setattr(ix, "key_hash", lambda key: len(key) % 3)
     ix.write_keyed(tmp_path, CHUNKS, table)
@@ -142,3 +144,23 @@ def test_keys_found_by_their_hashes_are_the_rows_bisection_finds(tmp_path, monke
     assert [colliding.row(key) for key in keys] == list(range(len(keys)))
     assert colliding.row("https://example.org/absent.html") is None
     assert colliding.rows_of_many(asked) == {key: row for row, key in enumerate(keys)}
+
+
+def test_a_record_lookup_reads_only_its_columns_and_defaults_one_an_older_table_lacks():
+    import dataclasses
+
+    import pyarrow as pa
+
+    from kpack import mapped_tables as ix
+
+    @dataclasses.dataclass
+    class Entry:
+        key: str
+        title: str
+        anchor: str | None = None  # a column later versions added
+
+    old = pa.table({"key": ["a", "b"], "title": ["Alpha", "Beta"], "text": ["x" * 50, "y"]})
+    entries = ix.RowMap(old, Entry, columns=["key", "title", "anchor"])
+    assert entries["b"] == Entry("b", "Beta") and entries.get("c") is None
+    texts = ix.RowMap(old, str, columns=["text"])
+    assert texts["a"] == "x" * 50
