@@ -285,7 +285,7 @@ class Crawl:
         # Sphinx pages link to ~190 URLs each, mostly the same sidebar: a link already seen
         # within a scope cannot add a page, and an href means the same from every page of a
         # folder. Both are decided once (a no-change crawl of 11,000 pages follows 2 million).
-        self.decided: set[tuple[Scope, str]] = set()
+        self.decided: dict[Scope, set[str]] = {}  # the URLs decided, by scope
         self.resolved: dict[tuple[str, str], str | None] = {}  # (folder, href): URL
 
     def run(self, sources: Iterable[Source]) -> list[dict]:
@@ -322,9 +322,10 @@ class Crawl:
     def _admit(self, url: str, parent: Page | Source, depth: int, scope: Scope) -> Page | None:
         """The page to queue for a discovered URL, or None (seen, off scope, refused, capped).
         A second call with the same URL and scope changes nothing and returns None."""
-        if (scope, url) in self.decided:
+        decided = self.decided.setdefault(scope, set())
+        if url in decided:
             return None
-        self.decided.add((scope, url))
+        decided.add(url)
         if not scope.allows(url):
             key = page_key(url)
             if key not in self.out_of_scope:
@@ -353,16 +354,17 @@ class Crawl:
 
     def _links(self, page: Page, row: dict) -> list[str]:
         """The crawlable URLs a fetched page links to (its content, then its navigation),
-        fragments dropped."""
+        fragments dropped: before resolving, so ``api.html#a`` and ``api.html#b`` are one
+        reference (an API page's links are mostly anchors of a few pages)."""
         base = row["final_url"]
         parts = urlsplit(base)
         folder = urlunsplit(
             (parts.scheme, parts.netloc, parts.path[: parts.path.rfind("/") + 1], "", "")
         )
         urls = []
-        for href in row["page_links"]:
-            href = href.strip()
-            if not href or href.startswith(("#", "mailto:", "javascript:", "data:", "tel:")):
+        for href in dict.fromkeys(row["page_links"]):  # a sidebar repeats the page's links
+            href = href.strip().partition("#")[0]
+            if not href or href.startswith(("mailto:", "javascript:", "data:", "tel:")):
                 continue
             key = (folder, href)
             if key not in self.resolved:
@@ -453,7 +455,9 @@ class Crawl:
         if not expands:
             return []
         scope = page.scope or Scope.of(page.url, self.config)
-        found = [self._admit(url, page, page.depth + 1, scope) for url in self._links(page, row)]
+        decided = self.decided.get(scope, set())  # a page's links are mostly decided already
+        links = [url for url in dict.fromkeys(self._links(page, row)) if url not in decided]
+        found = [self._admit(url, page, page.depth + 1, scope) for url in links]
         if page.scope is None:  # a seed line: its host's sitemaps may name pages no link reaches
             found += [self._admit(url, page, 1, scope) for url in self._robots_sitemap_urls(page)]
         return [p for p in found if p is not None]
