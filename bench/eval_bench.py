@@ -240,7 +240,7 @@ def context_text(agent: KnowledgeGraphAgent, result: dict) -> str:
     used = {(c["title"], c["section"]) for c in result["citations"]}
     pack = open_pack(agent.source)
     texts = [
-        s.content
+        pack.section_text[s.section_id]
         for s in pack.sections.values()
         if (pack.articles[s.article_url].title, s.heading) in used
     ]
