@@ -401,10 +401,8 @@ class KeyIndex(Mapping[str, int]):
         return {key: row for key, row in zip(wanted, rows, strict=True) if row >= 0}
 
     def __getitem__(self, key: str) -> int:
-        import pyarrow as pa
-
-        row = int(rows_of(pa.array([key], pa.string()), self.keys)[0])
-        if row < 0:
+        row = self.found_many([key]).get(key)
+        if row is None:
             raise KeyError(key)
         return row
 

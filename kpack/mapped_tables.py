@@ -209,13 +209,13 @@ class SortedKeys:
         """The first row of each key the table holds (absent keys are left out): with key
         hashes, one vectorised search for them all, where ``row`` costs a bisection each (a
         question's every phrase of up to eight words, looked up as a possible entity name)."""
-        if self._hashes is None or self._hash_array is None:
+        if self._hash_array is None:
             return {key: row for key in keys if (row := self.row(key)) is not None}
         wanted = list(keys)
         hashes = np.fromiter((key_hash(key) for key in wanted), np.uint64, len(wanted))
         starts = np.searchsorted(self._hash_array, hashes)
         ends = np.searchsorted(self._hash_array, hashes, side="right")
-        _, rows = self._hashes
+        _, rows = self._hashes  # set with _hash_array
         found: dict[str, int] = {}
         for at in np.flatnonzero(ends > starts).tolist():  # the keys whose hash is there
             key = wanted[at]

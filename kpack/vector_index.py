@@ -7,13 +7,13 @@ of the mapped matrix (:func:`nearest_rows`). A table of at least :func:`ann_min_
 ``section_vectors.faiss``: a faiss ``IndexIVFFlat`` over inner product (the cosine of unit
 vectors), its ~4 sqrt(N) lists trained by spherical k-means on a seeded sample. A reader maps
 it (:func:`load_ann`, zero copy), probes the ``IVF_PROBES`` lists nearest the question and
-re-scores its best candidates (``ANN_RESCORED_PER_HIT`` per row asked for) exactly against the
-mapped float32 matrix, so an ANN hit has the exact scan's score and order. An IVF, not a graph (HNSW): on a pack with
-many near-duplicate passages (versioned pages, or the scale benchmark's copies) usearch's HNSW
-found 0.43 of the exact top 10 at a million vectors and took 10 to 17 minutes to build on two
-cores; near-duplicates share an inverted list, and a flat list is scanned exactly. faiss
-replaced a hand-written numpy k-means with the same lists: a maintained library, its k-means,
-list storage and scan in C++.
+re-scores its best candidates (``ANN_RESCORED_PER_HIT`` per row asked for) exactly against
+the mapped float32 matrix, so an ANN hit has the exact scan's score and order. An IVF, not a
+graph (HNSW): on a pack with many near-duplicate passages (versioned pages, or the scale
+benchmark's copies) usearch's HNSW found 0.43 of the exact top 10 at a million vectors and
+took 10 to 17 minutes to build on two cores; near-duplicates share an inverted list, and a
+flat list is scanned exactly. faiss replaced a hand-written numpy k-means with the same lists:
+a maintained library, its k-means, list storage and scan in C++.
 """
 
 from __future__ import annotations
