@@ -28,7 +28,7 @@ from dagster import (
 )
 
 from assets.partitions import build_stage, pack_check, packs_partitions
-from kpack.graph_evidence import GRAPH_TOGGLES, write_evidence
+from kpack.graph_evidence import CROWDING, GRAPH_TOGGLES, write_evidence
 from resources.pack_store import PackStore
 from retrieval.eval import (
     COMPARED_PROFILES,
@@ -57,7 +57,8 @@ GATE_WARNING_SHARE = 0.4  # seed 001: above this the pack does not cover the que
 @build_stage(
     group_name="publish",
     deps=["pack_manifest"],
-    description="Which graph stages the published version runs by default, on its own evidence.",
+    description="Which graph stages and page crowding the published version runs by default, on "
+    "its own evidence.",
 )
 def graph_evidence(context: AssetExecutionContext, pack_store: PackStore) -> MaterializeResult:
     pack = context.partition_key
@@ -72,6 +73,7 @@ def graph_evidence(context: AssetExecutionContext, pack_store: PackStore) -> Mat
             "source": "nothing",
             "questions": 0,
             **dict.fromkeys(GRAPH_TOGGLES, False),
+            CROWDING: 0,
             "chosen": "baseline",
             "why": f"the measurement failed ({type(exc).__name__}: {exc})",
             "configurations": {},
@@ -83,6 +85,7 @@ def graph_evidence(context: AssetExecutionContext, pack_store: PackStore) -> Mat
             "why": record["why"],
             "source": record["source"],
             **{toggle: record[toggle] for toggle in GRAPH_TOGGLES},
+            CROWDING: record[CROWDING],
             "configurations": MetadataValue.json(record["configurations"]),
         }
     )

@@ -216,7 +216,7 @@ class QueryConfig(_Settings):
         None,
         ge=0,
         description="page crowding: passages of one page ranked before every other page's "
-        "best; 0: no limit (None: the profile's)",
+        "best; 0: no limit (None: what the version's own evidence chose, else the profile's)",
     )
     cross_encoder_model: str = Field(
         "cross-encoder/ms-marco-MiniLM-L-12-v2", description="CrossEncoderReranker's model"

@@ -19,7 +19,7 @@ from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 from kpack.config import load_config
 from kpack.errors import PackError, PackNotReady
 from kpack.gate import threshold_in_force
-from kpack.graph_evidence import GRAPH_TOGGLES, read_choice
+from kpack.graph_evidence import CROWDING, GRAPH_TOGGLES, read_choice
 from kpack.packs import pack_dir, read_manifest, time_ago
 from kpack.store import PackStore, build_running, verify_version, version_number
 from pipelines.instance import open_instance
@@ -78,13 +78,15 @@ def pack_status(name: str) -> dict:
 
 
 def graph_status(version: Path, manifest: dict) -> dict:
-    """Which graph stages the version's default profile runs, and why: its own evidence
-    (kpack.graph_evidence), unless the kg_config.json it was built with sets a toggle."""
+    """Which graph stages the version's default profile runs, whether it crowds pages, and
+    why: its own evidence (kpack.graph_evidence), unless the kg_config.json it was built with
+    sets one."""
     choice = read_choice(version)
     configured = (manifest.get("config") or {}).get("query") or {}
-    set_by_config = {t: configured[t] for t in GRAPH_TOGGLES if configured.get(t) is not None}
+    decided = (*GRAPH_TOGGLES, CROWDING)
+    set_by_config = {t: configured[t] for t in decided if configured.get(t) is not None}
     return {
-        "toggles": {**choice.toggles, **set_by_config},
+        "toggles": {**choice.toggles, **choice.settings, **set_by_config},
         "why": choice.summary(),
         "set_in_config": set_by_config,
     }

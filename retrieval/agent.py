@@ -73,7 +73,7 @@ class KnowledgeGraphAgent:
                     self.options,
                     reader.manifest,
                     None if constant is None else (constant, type(self).__name__),
-                    choice.toggles,
+                    choice,
                 ),
             )
             self._plans = cached

@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     # pydantic is imported on first use, which keeps `import retrieval` fast.
     from kpack.config import QueryConfig
     from kpack.gate import GateThreshold
+    from kpack.graph_evidence import GraphChoice
 
 TOGGLES = (
     "use_enhancements",
@@ -108,11 +109,13 @@ BALANCED_SETTINGS = {
     "graph_weight": 1.0,
     "graph_expand": 3,
     "graph_bridge_threshold": 0.3,
-    # Fusion weights and page crowding, chosen on the development halves of conala_dev and
-    # ds1000_pandas_dev (their odd lines; bench/external_bench.py reports the even lines).
+    # Fusion weights, chosen on the development halves of conala_dev and ds1000_pandas_dev
+    # (their odd lines; bench/external_bench.py reports the even lines).
     "keyword_weight": 1.0,
     "api_weight": 0.5,
     "definition_weight": 1.5,
+    # Page crowding is off unless the version's own evidence keeps it (kpack.graph_evidence):
+    # it costs a pack of a few long articles what it gains a documentation site.
     "passages_per_page": 0,
 }
 
@@ -299,15 +302,15 @@ def plan(
     options: dict[str, Any],
     manifest: Mapping,
     agent_constant: tuple[float, str] | None = None,
-    graph: dict[str, bool] | None = None,
+    evidence: GraphChoice | None = None,
 ) -> Plan:
     """Combine the profile's settings, the pack's (those its version recorded as set) and the
     call's options; the gate's threshold is kpack.gate's choice (threshold_in_force: the
     option, kg_config.json's, ``agent_constant``, the build's calibration, the model's
-    default) for the version of ``manifest``. ``graph``: the graph toggles
-    the version's own evidence chose (kpack.graph_evidence), which switch off the profile's
-    graph stages the evidence did not keep (they never add one to a profile without it); the
-    pack's settings and the options win over them."""
+    default) for the version of ``manifest``. ``evidence``: what the version's own evidence
+    chose (kpack.graph_evidence): its graph toggles switch off the profile's graph stages the
+    evidence did not keep (they never add one to a profile without it), and its settings (page
+    crowding) replace the profile's; the pack's settings and the options win over both."""
     from kpack.config import parse_config
     from kpack.gate import threshold_in_force
 
@@ -319,12 +322,10 @@ def plan(
         k: v for k, v in pack_settings.model_dump().items() if v is not None and k != "profile"
     }
     listed = graph_defaults(chosen, None)
-    evidence = {
-        toggle: False
-        for toggle, on in graph_defaults(chosen, graph).items()
-        if listed[toggle] and not on
-    }
-    values = {**chosen.settings, **evidence, **pack_values, **options}
+    kept = graph_defaults(chosen, evidence.toggles if evidence else None)
+    switched_off = {toggle: False for toggle, on in kept.items() if listed[toggle] and not on}
+    measured = evidence.settings if evidence else {}
+    values = {**chosen.settings, **measured, **switched_off, **pack_values, **options}
     toggles = {t: values.pop(t) for t in TOGGLES if values.get(t) is not None}
     for toggle in TOGGLES:
         values.pop(toggle, None)

@@ -27,7 +27,7 @@ from retrieval.agent import KnowledgeGraphAgent
 from retrieval.candidates import embed_question
 from retrieval.docgraph import reached_passages
 from retrieval.eval import OFFLINE_MARK, evaluate, load_questions
-from retrieval.eval.evidence import BASELINE, choose
+from retrieval.eval.evidence import BASELINE, choose, choose_crowding
 from retrieval.eval.questions import Question
 from retrieval.query import Query
 from retrieval.registry import close_all, reading
@@ -288,8 +288,11 @@ def test_the_build_records_its_graph_evidence_and_status_says_why(
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
     assert main(["status", pack.name]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "entity graph off, documentation graph off (measured on a self-check" in out
-    assert "too few to show that a graph stage does not lose to baseline" in out
+    assert (
+        "entity graph off, documentation graph off, page crowding off (measured on a self-check"
+        in out
+    )
+    assert "too few to show that a graph stage or page crowding does not lose to baseline" in out
     # Evidence that keeps the documentation graph turns it on in balanced, never in baseline.
     (version / EVIDENCE_FILE).write_text(json.dumps(record | {"enable_doc_graph": True}))
     close_all()
@@ -300,6 +303,48 @@ def test_the_build_records_its_graph_evidence_and_status_says_why(
     finally:
         (version / EVIDENCE_FILE).write_text(json.dumps(record))
         close_all()
+
+
+def test_evidence_that_keeps_page_crowding_crowds_the_ranking_and_an_option_still_wins(pack):
+    """A version whose evidence kept page crowding ranks one passage of a page before every
+    other page's best; a record from before crowding was measured, and a caller's option of
+    0, leave the ranking uncrowded."""
+    version = (pack / ".versions" / "current").resolve()
+    record = json.loads((version / EVIDENCE_FILE).read_text())
+    question = "How does the widget tutorial open windows and keep settings?"
+
+    def pages_ranked(**options) -> list[str]:
+        close_all()  # a reader keeps the evidence it read
+        hits = retrieval.search(pack, question, k=4, profile="baseline", **options)
+        return [hit["url"].rsplit("/", 1)[-1].split("#")[0] for hit in hits]
+
+    assert "passages_per_page" not in {k for k in record if record[k]}
+    uncrowded = pages_ranked()
+    assert uncrowded[:2] == ["tutorial.html", "tutorial.html"], uncrowded
+    try:
+        (version / EVIDENCE_FILE).write_text(json.dumps(record | {"passages_per_page": 1}))
+        crowded = pages_ranked()
+        assert crowded[0] == "tutorial.html" and crowded[1] != "tutorial.html", crowded
+        assert len(set(crowded)) > len(set(uncrowded)), (crowded, uncrowded)
+        assert KnowledgeGraphAgent(pack, profile="balanced").settings["passages_per_page"] == 1
+        assert "page crowding on (1 per page)" in read_choice(version).summary()
+        assert pages_ranked(passages_per_page=0) == uncrowded
+    finally:
+        (version / EVIDENCE_FILE).write_text(json.dumps(record))
+        close_all()
+
+
+def test_page_crowding_is_kept_only_when_it_loses_nothing_and_gains():
+    uncrowded = row(0.7, 0.8, 0.70, 0.5)
+    assert choose_crowding(row(0.7, 0.9, 0.72, 0.5), uncrowded) == (
+        1,
+        "page crowding on: hit@5 0.800 -> 0.900, mrr 0.700 -> 0.720",
+    )
+    assert choose_crowding(row(0.6, 0.9, 0.72, 0.6), uncrowded) == (
+        0,
+        "page crowding off: it loses on hit@1",
+    )
+    assert choose_crowding(uncrowded, uncrowded) == (0, "page crowding off: it is no better")
 
 
 def row(hit1: float, hit5: float, mrr: float, all5: float | None) -> dict:

@@ -1,4 +1,5 @@
-"""The pack's own evidence for its graph stages (issue 23): which of them run by default.
+"""The pack's own evidence for its graph stages (issue 23) and page crowding (issue 32): which
+of them run by default.
 
 The graph stages help on some packs and cost on others (the entity graph lifts multi-hop
 Wikipedia questions and cost documentation packs hit@5; the documentation graph needs section
@@ -12,6 +13,12 @@ that loses to baseline on none of hit@1, hit@5 and, for questions with several g
 share with all of them in the top 5; best by that share, then hit@5, then MRR, then hit@1, the
 cheaper one on a tie.
 
+Page crowding (retrieval.crowding: one passage of a page before every other page's best) is
+then measured the same way with the chosen toggles: it helps where a question's answer may lie
+on any of many pages, and costs where one page holds every passage a question needs (a pack of
+a few long articles, whose self-check has too few questions to measure anything and so keeps
+it off). It runs by default when it loses on none of those measures and is better by them.
+
 The build records the result beside the version it measured (kpack.graph_evidence, written by
 assets.evaluate.graph_evidence); queries take its toggles as the pack's defaults,
 ``kpack status`` says which graph is on and why, and ``kpack eval`` shows the same comparison
@@ -24,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kpack.graph_evidence import GRAPH_TOGGLES
+from kpack.graph_evidence import CROWDING, GRAPH_TOGGLES
 from retrieval.agent import KnowledgeGraphAgent
 from retrieval.eval.generate import offline_questions
 from retrieval.eval.metrics import all_gold_rank, first_hit_rank, hit_at, mean_reciprocal_rank
@@ -44,12 +51,14 @@ CONFIGURATIONS: dict[str, dict[str, bool]] = {
     BOTH: {"enable_graph": True, "enable_doc_graph": True},
 }
 COMPARED = ("hit@1", "hit@5", "all_gold@5")  # a configuration may lose on none of these
+CROWDED = 1  # passages of one page before every other page's best, where crowding is kept
+UNCROWDED = {CROWDING: 0}
 
 
-def score(reader: PackReader, questions: list[Question], toggles: dict[str, bool]) -> dict:
+def score(reader: PackReader, questions: list[Question], settings: dict[str, Any]) -> dict:
     """hit@1, hit@5, MRR and (over questions with several gold pages) all_gold@5 of the
-    balanced profile's search with these toggles, no LLM."""
-    agent = KnowledgeGraphAgent(reader, profile=PROFILE, use_llm=False, **toggles)
+    balanced profile's search with these toggles and settings, no LLM."""
+    agent = KnowledgeGraphAgent(reader, profile=PROFILE, use_llm=False, **settings)
     ranks, complete = [], []
     for question in questions:
         found = agent.search(question.question, k=DEPTH)
@@ -69,32 +78,46 @@ def _loses(row: dict, baseline: dict) -> list[str]:
     return [m for m in COMPARED if (row[m] or 0.0) < (baseline[m] or 0.0)]
 
 
+def _merit(row: dict) -> tuple:
+    """What "best" means between configurations that lose on nothing, most important first."""
+    return (row["all_gold@5"] or 0.0, row["hit@5"], row["mrr"], row["hit@1"])
+
+
+def _gains(row: dict, before: dict) -> str:
+    return ", ".join(
+        f"{m} {before[m]:.3f} -> {row[m]:.3f}"
+        for m in ("all_gold@5", "hit@5", "mrr", "hit@1")
+        if row[m] is not None and row[m] != before[m]
+    )
+
+
 def choose(rows: dict[str, dict]) -> tuple[str, str]:
     """(the configuration chosen, why), from each configuration's scores."""
     baseline = rows[BASELINE]
-
-    def rank(name: str) -> tuple:
-        row = rows[name]
-        return (row["all_gold@5"] or 0.0, row["hit@5"], row["mrr"], row["hit@1"])
-
     allowed = [name for name in rows if not _loses(rows[name], baseline)]
-    best = max(allowed, key=lambda name: (rank(name), -list(rows).index(name)))
+    best = max(allowed, key=lambda name: (_merit(rows[name]), -list(rows).index(name)))
     losers = {name: _loses(rows[name], baseline) for name in rows if name not in allowed}
     lost = "; ".join(f"{name} loses on {', '.join(ms)}" for name, ms in losers.items())
     if best == BASELINE:
         why = "no graph configuration beats baseline" + (f" ({lost})" if lost else "")
     else:
-        row = rows[best]
-        gains = ", ".join(
-            f"{m} {baseline[m]:.3f} -> {row[m]:.3f}"
-            for m in ("all_gold@5", "hit@5", "mrr", "hit@1")
-            if row[m] is not None and row[m] != baseline[m]
-        )
+        gains = _gains(rows[best], baseline)
         why = f"{best} loses to baseline on none of {', '.join(COMPARED)} and is best" + (
             f" ({gains})" if gains else ""
         )
         why += f"; {lost}" if lost else ""
     return best, why
+
+
+def choose_crowding(crowded: dict, uncrowded: dict) -> tuple[int, str]:
+    """(passages per page, why) from the chosen configuration's scores with page crowding and
+    without: kept when it loses on none of COMPARED and is better (off on a tie: cheaper)."""
+    lost = _loses(crowded, uncrowded)
+    if lost:
+        return 0, f"page crowding off: it loses on {', '.join(lost)}"
+    if _merit(crowded) <= _merit(uncrowded):
+        return 0, "page crowding off: it is no better"
+    return CROWDED, f"page crowding on: {_gains(crowded, uncrowded)}"
 
 
 def graph_evidence(reader: PackReader, questions: list[Question], source: str) -> dict[str, Any]:
@@ -106,9 +129,11 @@ def graph_evidence(reader: PackReader, questions: list[Question], source: str) -
             "source": source,
             "questions": len(asked),
             **dict.fromkeys(GRAPH_TOGGLES, False),
+            **UNCROWDED,
             "chosen": BASELINE,
             "why": f"{len(asked)} questions with gold pages are too few to show that a graph "
-            f"stage does not lose to baseline (at least {MIN_QUESTIONS} are needed)",
+            f"stage or page crowding does not lose to baseline (at least {MIN_QUESTIONS} are "
+            "needed)",
             "configurations": {},
         }
     started = time.perf_counter()
@@ -117,15 +142,19 @@ def graph_evidence(reader: PackReader, questions: list[Question], source: str) -
         # Both graphs only when neither alone loses: the pair is the dearest to measure and
         # to run.
         if name != BOTH or not any(_loses(row, rows[BASELINE]) for row in rows.values()):
-            rows[name] = score(reader, asked, toggles)
+            rows[name] = score(reader, asked, toggles | UNCROWDED)
     chosen, why = choose(rows)
+    crowded = score(reader, asked, CONFIGURATIONS[chosen] | {CROWDING: CROWDED})
+    per_page, crowding_why = choose_crowding(crowded, rows[chosen])
     return {
         "source": source,
         "questions": len(asked),
         **CONFIGURATIONS[chosen],
+        CROWDING: per_page,
         "chosen": chosen,
-        "why": why,
+        "why": f"{why}; {crowding_why}",
         "configurations": rows,
+        "crowded": crowded,
         "seconds": round(time.perf_counter() - started, 3),
     }
 
