@@ -556,8 +556,12 @@ def personalized_pagerank(
         degree = np.bincount(source, weights=edge, minlength=len(active))
         np.add.at(residual, targets, damping * mass[source] * edge / degree[source])
         work += len(targets)
-        active = np.unique(np.concatenate([targets, seed_nodes if stranded else targets[:0]]))
-        touched.append(active)
+        touched.append(targets)
+        # Only a node whose residual now reaches its threshold is pushed next: filtered before
+        # the sort that makes them unique, which was most of a push's time.
+        receivers = np.concatenate([targets, seed_nodes if stranded else targets[:0]])
+        edges = adjacency.indptr[receivers + 1] - adjacency.indptr[receivers]
+        active = np.unique(receivers[residual[receivers] >= epsilon * np.maximum(edges, 1)])
     nodes = np.unique(np.concatenate(touched))
     scores = estimate[nodes] + residual[nodes]  # what was not pushed counts where it is
     reached = scores > 0

@@ -134,12 +134,17 @@ def best_rows(scores: np.ndarray, k: int, rows: np.ndarray | None = None) -> np.
 
 
 def nearest_rows(
-    vectors: np.ndarray, vector: np.ndarray, k: int, ann: faiss.Index | None = None
+    vectors: np.ndarray,
+    vector: np.ndarray,
+    k: int,
+    ann: faiss.Index | None = None,
+    scanned: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` rows of ``vectors`` nearest a unit ``vector`` and their cosine similarities,
     best first, ties by row. With an ``ann`` index, its best candidates (see
     ANN_RESCORED_PER_HIT) are re-scored against ``vectors``; without, every row is scanned, as
-    it is when the probed lists hold fewer than ``k`` rows."""
+    it is when the probed lists hold fewer than ``k`` rows, unless the caller has that scan
+    (``scanned``: ``vectors @ vector``)."""
     if ann is not None:
         query = np.ascontiguousarray(vector, dtype=np.float32).reshape(1, -1)
         wanted = max(ANN_RESCORED_PER_HIT * k, ANN_RESCORED_LEAST)
@@ -149,6 +154,6 @@ def nearest_rows(
             similarity = vectors[candidates] @ vector
             best = best_rows(similarity, k)
             return candidates[best], similarity[best]
-    similarity = vectors @ vector
+    similarity = vectors @ vector if scanned is None else scanned
     rows = best_rows(similarity, k)
     return rows, similarity[rows]

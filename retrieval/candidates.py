@@ -50,8 +50,10 @@ def nearest_passages(
     vector: np.ndarray,
     k: int,
     labels: tuple[str, ...] = ("Chunk", "Section"),
+    scanned_chunks: np.ndarray | None = None,
 ) -> list[Candidate]:
-    """The k nearest vectors per table as passages, best cosine similarity first.
+    """The k nearest vectors per table as passages, best cosine similarity first
+    (``scanned_chunks``: the vector's similarity with every chunk, when the caller has it).
 
     A section-level hit stands for the section's first chunk: the model embedded the section
     truncated to its first ~256 tokens, which is that chunk. Results stay passages (not one hit
@@ -60,7 +62,7 @@ def nearest_passages(
     """
     found = []
     for label in labels:
-        nearest = reader.nearest(label, vector, k)
+        nearest = reader.nearest(label, vector, k, scanned_chunks if label == "Chunk" else None)
         for rank, (node_id, similarity) in enumerate(nearest, start=1):
             if label == "Section":
                 section_id, passage_id = node_id, chunk_id(node_id, 0)
@@ -164,9 +166,18 @@ def embed_question(query: Query) -> None:
 @stage("vector_search", "retrieve")
 def vector_search(query: Query) -> None:
     assert query.vectors is not None, "embed_question must run before vector_search"
-    for phrasing, vector in zip(query.phrasings, query.vectors, strict=True):
+    for position, (phrasing, vector) in enumerate(zip(query.phrasings, query.vectors, strict=True)):
+        # The question as asked (the first phrasing) is scanned once for every stage.
+        scanned = (
+            query.all_passage_similarity() if position == 0 and query.reader.ann is None else None
+        )
         query.rankings.append(
-            ("vector", nearest_passages(query.reader, phrasing, vector, query.depth))
+            (
+                "vector",
+                nearest_passages(
+                    query.reader, phrasing, vector, query.depth, scanned_chunks=scanned
+                ),
+            )
         )
 
 

@@ -351,19 +351,22 @@ class PackReader:
         vectors = self.chunk_vectors if label == "Chunk" else self.section_vectors
         return (vectors if rows is None else vectors[rows]) @ vector
 
-    def nearest(self, label: str, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
+    def nearest(
+        self, label: str, vector: np.ndarray, k: int, scanned: np.ndarray | None = None
+    ) -> list[tuple[str, float]]:
         """The ``k`` nodes of a table ("Chunk" or "Section") nearest a unit ``vector``: (id,
         cosine similarity), best first, ties by table order.
 
         A table with an ANN index (a pack above the ANN crossover) is searched there, and the
         candidates re-scored exactly; otherwise by an exact scan (kpack.vector_index.nearest_rows),
-        on the reader's BLAS threads (set when it opened)."""
+        on the reader's BLAS threads (set when it opened), or from ``scanned``, the vector's
+        similarities with the whole table when the caller has them."""
         ids, vectors, ann = (
             (self.chunk_ids, self.chunk_vectors, self.ann)
             if label == "Chunk"
             else (self.section_ids, self.section_vectors, self.section_ann)
         )
-        rows, similarity = nearest_rows(vectors, vector, k, ann)
+        rows, similarity = nearest_rows(vectors, vector, k, ann, scanned)
         return [(ids[int(row)], float(s)) for row, s in zip(rows, similarity, strict=True)]
 
     def query(self, cypher: str, params: dict | None = None) -> list[list]:
