@@ -168,9 +168,7 @@ def vector_search(query: Query) -> None:
     assert query.vectors is not None, "embed_question must run before vector_search"
     for position, (phrasing, vector) in enumerate(zip(query.phrasings, query.vectors, strict=True)):
         # The question as asked (the first phrasing) is scanned once for every stage.
-        scanned = (
-            query.all_passage_similarity() if position == 0 and query.reader.ann is None else None
-        )
+        scanned = query.all_passage_similarity() if position == 0 else None
         query.rankings.append(
             (
                 "vector",

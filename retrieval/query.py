@@ -230,14 +230,15 @@ class Query:
         scan's 1 ms. A pack with an ANN index computes only the rows asked, never every
         passage."""
         rows = np.atleast_1d(rows)
-        if self.reader.ann is not None:
+        every = self.all_passage_similarity()
+        if every is None:
             return self.reader.similarities("Chunk", self.vector, rows)
-        return self.all_passage_similarity()[rows]
+        return every[rows]
 
-    def all_passage_similarity(self) -> np.ndarray:
-        """The question's similarity with every passage (computed once); for a pack without
-        an ANN index."""
-        if self.chunk_similarity is None:
+    def all_passage_similarity(self) -> np.ndarray | None:
+        """The question's similarity with every passage, computed once, where the pack's
+        passages are scanned exactly; None for a pack with an ANN index."""
+        if self.chunk_similarity is None and self.reader.ann is None:
             self.chunk_similarity = self.reader.similarities("Chunk", self.vector)
         return self.chunk_similarity
 

@@ -78,15 +78,18 @@ def _loses(row: dict, baseline: dict) -> list[str]:
     return [m for m in COMPARED if (row[m] or 0.0) < (baseline[m] or 0.0)]
 
 
+# What "best" means between configurations that lose on nothing, most important first.
+MERIT = ("all_gold@5", "hit@5", "mrr", "hit@1")
+
+
 def _merit(row: dict) -> tuple:
-    """What "best" means between configurations that lose on nothing, most important first."""
-    return (row["all_gold@5"] or 0.0, row["hit@5"], row["mrr"], row["hit@1"])
+    return tuple(row[m] or 0.0 for m in MERIT)
 
 
 def _gains(row: dict, before: dict) -> str:
     return ", ".join(
         f"{m} {before[m]:.3f} -> {row[m]:.3f}"
-        for m in ("all_gold@5", "hit@5", "mrr", "hit@1")
+        for m in MERIT
         if row[m] is not None and row[m] != before[m]
     )
 
