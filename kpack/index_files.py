@@ -6,12 +6,12 @@ kpack.store.verify_version checks them as it checks pack.db; an archive carries 
 table row by row:
 
 - ``chunk_vectors.npy`` / ``section_vectors.npy``: float32 unit vectors, one row per chunk
-  (section) in id order, opened with ``np.load(mmap_mode="r")``;
+  (section) in id order, mapped by kpack.mapped_tables.load_array;
 - ``chunk_vectors.faiss`` / ``section_vectors.faiss``: the approximate-nearest-neighbour
   index over the vectors of a large table (kpack.vector_index);
 - ``chunks.arrow``, ``sections.arrow``, ``articles.arrow``, ``article_entities.arrow``,
   ``facts.arrow``, ``entities.arrow``: Arrow IPC files sorted by their key, opened with
-  ``pa.memory_map`` (zero copy) and looked up by binary search on the key column
+  kpack.mapped_tables.load_table (zero copy) and looked up by binary search on the key column
   (kpack.mapped_tables), so a query reads the rows of its top k only; ``*_key_hashes.npy``
   make that search one over integers; ``sections_by_article.npy`` orders the sections by
   article for the same search, and ``links_offsets.npy`` / ``links_targets.npy`` hold the

@@ -59,7 +59,7 @@ def write_indexes(
     save_vectors(out / SECTION_VECTORS, sections["embedding"], section_order, dim)
     for vectors in (CHUNK_VECTORS, SECTION_VECTORS):  # the definitions': kpack.docgraph
         if len(load_array(out, vectors)) >= ann_min_vectors():
-            write_ann(out / ANN_FILES[vectors], load_array(out, vectors))
+            write_ann(out / ANN_FILES[vectors], load_array(out, vectors, whole=True))
     chunks = chunks.select(["chunk_id", "article_url", "content"]).take(chunk_order)
     sections = sections.select(
         ["section_id", "article_url", "heading_path", "title", "content", "word_count", "anchor"]

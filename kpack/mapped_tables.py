@@ -10,7 +10,10 @@ table row by row. The writers here are the two halves of that format a build nee
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+import math
+import mmap
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from hashlib import blake2b
 from pathlib import Path
@@ -24,16 +27,57 @@ from kpack.index_files import KEY_HASHES
 STRING_BLOCK = 10_000  # texts converted to Python strings at a time
 
 
-def load_array(folder: Path, name: str) -> np.ndarray:
-    """A saved array, memory-mapped read-only, as a plain ndarray over the map (np.memmap's
-    Python-level indexing cost ~10 us per element read, which a query pays thousands of
-    times)."""
-    return np.asarray(np.load(folder / name, mmap_mode="r", allow_pickle=False))
+def map_file(path: Path, whole: bool = False) -> mmap.mmap:
+    """``path`` mapped read-only. For scattered reads (the default: a query's) it is advised
+    MADV_RANDOM, so that a page fault reads its own page: with the kernel's read-around, the
+    first search of a cold pack read whole index files for a few rows of each (80 random rows
+    of the 156 MB chunk matrix read all of it, bench/HISTORY.md stop 42), and once
+    :func:`read_into_cache` has run the advice costs nothing. ``whole``: the caller reads all
+    of it (a build reusing a version's vectors), and the kernel's read-ahead stays on."""
+    with path.open("rb") as file:
+        mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+    if not whole:
+        with suppress(AttributeError, OSError):  # no madvise on this platform: the default
+            mapped.madvise(mmap.MADV_RANDOM)
+    return mapped
 
 
-def load_table(folder: Path, name: str) -> pa.Table:
-    """An Arrow IPC file, memory-mapped (zero copy)."""
-    return pa.ipc.open_file(pa.memory_map(str(folder / name), "r")).read_all()
+def load_array(folder: Path, name: str, whole: bool = False) -> np.ndarray:
+    """A saved array, memory-mapped read-only (:func:`map_file`, ``whole`` as there), as a
+    plain ndarray over the map (np.memmap's Python-level indexing cost ~10 us per element read, which a query pays
+    thousands of times)."""
+    path = folder / name
+    with path.open("rb") as file:
+        version = np.lib.format.read_magic(file)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(file)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(file)
+        else:
+            raise ValueError(f"{path}: .npy format version {version} is not one kpack writes")
+        offset = file.tell()
+    if dtype.hasobject:
+        raise ValueError(f"{path}: holds Python objects, which are not read from pack files")
+    count = math.prod(shape)
+    data = np.frombuffer(map_file(path, whole), dtype=dtype, count=count, offset=offset)
+    return data.reshape(shape, order="F" if fortran else "C")
+
+
+def load_table(folder: Path, name: str, whole: bool = False) -> pa.Table:
+    """An Arrow IPC file, memory-mapped (:func:`map_file`, ``whole`` as there; zero copy)."""
+    return pa.ipc.open_file(pa.py_buffer(map_file(folder / name, whole))).read_all()
+
+
+def read_into_cache(paths: Iterable[Path], block: int = 1 << 20) -> None:
+    """Read every file of ``paths`` once, so that their pages are in the page cache and later
+    faults on their maps read nothing: what a reader does in the background after its first
+    search (maps are read a page at a time, :func:`map_file`). Read, not
+    ``POSIX_FADV_WILLNEED``, which the kernel may cap at its read-ahead window."""
+    buffer = bytearray(block)
+    for path in paths:
+        with suppress(OSError), path.open("rb", buffering=0) as file:
+            while file.readinto(buffer):
+                pass
 
 
 def single_chunk(column: pa.ChunkedArray) -> pa.Array:

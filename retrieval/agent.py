@@ -136,6 +136,7 @@ class KnowledgeGraphAgent:
             )
             run(query, self._plan(reader).stages)
             query.finish_answer()
+            reader.answered()
             return query_result(query, self._usage_since(usage_before))
 
     def search(
@@ -156,7 +157,9 @@ class KnowledgeGraphAgent:
                 for s in self._plan(reader).stages
                 if s.phase in SEARCH_PHASES
             ]
-            return search_results(run(query, stages), check_tokens(tokens))
+            found = search_results(run(query, stages), check_tokens(tokens))
+            reader.answered()
+            return found
 
     def answer_without_pack(self, question: str) -> QueryResult:
         """Claude's answer with no pack content (what the pack adds is measured against it);

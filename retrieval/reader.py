@@ -32,6 +32,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Container, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -41,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 
 from kpack.errors import PackError, PackNotReady
+from kpack.mapped_tables import read_into_cache
 from kpack.packs import INDEX_DIR
 from kpack.vector_index import nearest_rows
 from retrieval.kuzu_session import KuzuSession
@@ -106,6 +108,22 @@ def reader_threads() -> int:
     return int(raw)
 
 
+BACKGROUND_NICE = 10  # the CPU priority of a reader's work in the background
+
+
+def start_in_background(name: str, work: Callable[[], None]) -> None:
+    """Run ``work`` on a daemon thread at a lower CPU priority (Linux gives each thread its own
+    nice value), so that queries keep the cores: a server opening a new version
+    (retrieval.registry), a reader reading its files into the page cache."""
+
+    def run() -> None:
+        with suppress(AttributeError, OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
+        work()
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+
+
 def load_examples(folder: Path) -> list[dict]:
     """The few-shot pool: few_shot_examples.json, else the pack's eval questions with answers.
 
@@ -154,6 +172,7 @@ class PackReader:
         self._lock = threading.RLock()  # one Kuzu statement at a time; guards the state below
         self._users = 0
         self._retired = False
+        self._files_cached = False  # read into the page cache after the first answer
         self.closed = False
         self._kuzu = KuzuSession(version_dir, self.threads)
         self._memos: dict[Callable[[PackReader], Any], Any] = {}
@@ -402,6 +421,22 @@ class PackReader:
             self._users -= 1
             if self._retired and self._users <= 0:
                 self.close()
+
+    def answered(self) -> None:
+        """A question was answered from this version (retrieval.agent). The first time, the
+        version's index files are read into the page cache in the background: their maps read
+        a page at a time (kpack.mapped_tables.map_file), so a cold first search read only its
+        own rows, and the searches after it find every page in memory. Not before the first
+        search: it would compete with it for the disk."""
+        with self._lock:
+            if self._files_cached or self.closed:
+                return
+            self._files_cached = True
+        folder = self.version_dir / INDEX_DIR
+        start_in_background(
+            f"cache {self.name}",
+            lambda: read_into_cache(sorted(folder.iterdir()) if folder.is_dir() else []),
+        )
 
     def retire(self) -> None:
         """A newer version replaced this one: close now, or when its last user releases it."""

@@ -22,21 +22,19 @@ from __future__ import annotations
 
 import atexit
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from kpack import settings as kpack_settings
 from kpack.errors import PackError, PackNotReady
 from kpack.packs import current_version, pack_dir
-from retrieval.reader import PackReader
+from retrieval.reader import PackReader, start_in_background
 
 log = logging.getLogger(__name__)
-
-BACKGROUND_NICE = 10  # the CPU priority of a server's thread that opens a new version
 
 
 def pack_folder_of(pack: str | Path) -> str | Path:
@@ -150,12 +148,9 @@ def checkout(pack: str | Path | PackReader) -> PackReader:
             if _background_opens and serving:
                 if slot.opening is None and slot.failed != version:
                     slot.opening = version
-                    threading.Thread(
-                        target=_open_in_background,
-                        args=(slot, folder, version),
-                        name=f"open {folder.name}",
-                        daemon=True,
-                    ).start()
+                    start_in_background(
+                        f"open {folder.name}", partial(_open_in_background, slot, folder, version)
+                    )
                 reader.acquire()
                 return reader
             if slot.opening is None:
@@ -189,9 +184,6 @@ def _open_into(slot: _PackSlot, folder: Path, version: Path, warm: bool = True) 
 
 
 def _open_in_background(slot: _PackSlot, folder: Path, version: Path) -> None:
-    # Linux gives each thread its own nice value: the open yields the cores to requests.
-    with suppress(AttributeError, OSError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
     try:
         _open_into(slot, folder, version)
     except Exception as exc:  # the old version keeps answering; the log says why

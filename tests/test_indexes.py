@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import re
+import threading
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import retrieval
-from kpack.index_files import CHUNK_ANN
+from kpack.index_files import CHUNK_ANN, CHUNK_VECTORS
+from kpack.mapped_tables import load_array
+from kpack.packs import INDEX_DIR
 from kpack.vector_index import load_ann, nearest_rows, write_ann
 from tests.conftest import TEST_FETCH, build, write_pack
 
@@ -51,6 +55,34 @@ def test_the_ann_index_served_from_its_file_finds_what_the_exact_scan_finds(tmp_
     assert found / exact >= 0.98
 
 
+def test_saved_arrays_map_as_np_save_wrote_them_and_a_damaged_one_is_an_error(tmp_path):
+    saved = {
+        "vectors.npy": np.arange(12, dtype=np.float32).reshape(3, 4),
+        "empty.npy": np.zeros((0, 384), dtype=np.float32),
+        "columns.npy": np.asfortranarray(np.arange(6, dtype=np.int64).reshape(2, 3)),
+        "hashes.npy": np.array([2**63 + 1, 7], dtype="<u8"),
+    }
+    for name, array in saved.items():
+        np.save(tmp_path / name, array)
+    with (tmp_path / "wide_header.npy").open("wb") as file:  # format 2.0: a header over 64 KiB
+        np.lib.format.write_array(file, saved["vectors.npy"], version=(2, 0))
+    saved["wide_header.npy"] = saved["vectors.npy"]
+    mapped = {name: load_array(tmp_path, name) for name in saved}
+    for name, array in saved.items():
+        assert mapped[name].dtype == array.dtype and mapped[name].shape == array.shape, name
+        np.testing.assert_array_equal(mapped[name], array)
+        assert not mapped[name].flags.writeable
+    assert str(tmp_path / "vectors.npy") in Path("/proc/self/maps").read_text()
+
+    np.save(tmp_path / "objects.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(ValueError, match="Python objects"):
+        load_array(tmp_path, "objects.npy")
+    whole = (tmp_path / "vectors.npy").read_bytes()
+    (tmp_path / "cut.npy").write_bytes(whole[:-8])  # the last two floats lost
+    with pytest.raises(ValueError):
+        load_array(tmp_path, "cut.npy")
+
+
 def test_a_pack_above_the_ann_crossover_answers_as_the_exact_scan_does(
     site, workspace, monkeypatch
 ):
@@ -66,8 +98,38 @@ def test_a_pack_above_the_ann_crossover_answers_as_the_exact_scan_does(
         exact = reader.nearest("Chunk", vector, 5)
         assert with_ann == exact and len(exact) == min(5, len(reader.chunk_ids))
         assert reader._kuzu.connection is None  # nothing a search does opens Kuzu
-        assert isinstance(reader.chunk_vectors.base, np.memmap)  # mapped, not copied
+        mapped = Path("/proc/self/maps").read_text()  # mapped, not copied
+        assert str((reader.version_dir / INDEX_DIR / CHUNK_VECTORS).resolve()) in mapped
+        assert not reader.chunk_vectors.flags.writeable
         assert not hasattr(reader, "cache")
+
+
+def test_after_its_first_answer_a_reader_reads_its_index_files_once_in_the_background(
+    site, workspace
+):
+    """A cold first search reads only its own rows of the maps; the files are then read whole
+    into the page cache, so the searches after it wait on no disk."""
+    write_pack(workspace, "widgets", [site.url(p) for p in PAGES], {"fetch": TEST_FETCH})
+    assert build(workspace, "widgets").published
+    retrieval.close_all()
+
+    def cache_threads() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "cache widgets"]
+
+    def bytes_read() -> int:  # by read calls, from the page cache or the disk
+        return int(re.search(r"rchar: (\d+)", Path("/proc/self/io").read_text())[1])
+
+    with retrieval.reading("widgets") as reader:
+        index_files = list((reader.version_dir / INDEX_DIR).iterdir())
+        reader.embed([QUESTION])  # the model loaded: the search below reads little else
+        assert not cache_threads()  # opening reads nothing ahead
+    before = bytes_read()
+    assert retrieval.search("widgets", QUESTION, k=3)
+    for thread in cache_threads():
+        thread.join(timeout=60)
+    assert bytes_read() - before >= sum(f.stat().st_size for f in index_files)
+    assert retrieval.search("widgets", QUESTION, k=3)
+    assert not cache_threads()  # once per version
 
 
 def test_stages_hold_their_indexes_through_typed_reader_attributes():

@@ -42,8 +42,8 @@ def published_vectors(version: Path | None, model: str, precision: str) -> pa.Ta
             return None
         verify_version(version)
         folder = version / INDEX_DIR
-        sections = load_table(folder, SECTIONS)
-        chunks = load_table(folder, CHUNKS)
+        sections = load_table(folder, SECTIONS, whole=True)
+        chunks = load_table(folder, CHUNKS, whole=True)
         heading = dict(
             zip(
                 sections["section_id"].to_pylist(),
@@ -57,7 +57,7 @@ def published_vectors(version: Path | None, model: str, precision: str) -> pa.Ta
                 chunks["chunk_id"].to_pylist(), chunks["content"].to_pylist(), strict=True
             )
         ]
-        vectors = [load_array(folder, CHUNK_VECTORS)]
+        vectors = [load_array(folder, CHUNK_VECTORS, whole=True)]
         # Derived section vectors are a chunk's: only sections the model embedded are cached.
         if embedding.get("section_vectors") == "embedded":
             hashes += [
@@ -68,7 +68,7 @@ def published_vectors(version: Path | None, model: str, precision: str) -> pa.Ta
                     strict=True,
                 )
             ]
-            vectors.append(load_array(folder, SECTION_VECTORS))
+            vectors.append(load_array(folder, SECTION_VECTORS, whole=True))
     except (OSError, ValueError, KeyError, pa.ArrowException, PackError):
         return None  # nothing to reuse: the build embeds the texts
     stacked = np.concatenate(vectors)
