@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import math
 import mmap
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from hashlib import blake2b
@@ -68,16 +68,18 @@ def load_table(folder: Path, name: str, whole: bool = False) -> pa.Table:
     return pa.ipc.open_file(pa.py_buffer(map_file(folder / name, whole))).read_all()
 
 
-def read_into_cache(paths: Iterable[Path], block: int = 1 << 20) -> None:
-    """Read every file of ``paths`` once, so that their pages are in the page cache and later
+def read_into_cache(folder: Path, block: int = 1 << 20) -> None:
+    """Read every file of ``folder`` once, so that their pages are in the page cache and later
     faults on their maps read nothing: what a reader does in the background after its first
-    search (maps are read a page at a time, :func:`map_file`). Read, not
-    ``POSIX_FADV_WILLNEED``, which the kernel may cap at its read-ahead window."""
+    answer (its maps are read a page at a time, :func:`map_file`). Read, not
+    ``POSIX_FADV_WILLNEED``, which the kernel may cap at its read-ahead window. A folder or
+    file removed meanwhile (a version pruned) is skipped."""
     buffer = bytearray(block)
-    for path in paths:
-        with suppress(OSError), path.open("rb", buffering=0) as file:
-            while file.readinto(buffer):
-                pass
+    with suppress(OSError):
+        for path in sorted(folder.iterdir()):
+            with suppress(OSError), path.open("rb", buffering=0) as file:
+                while file.readinto(buffer):
+                    pass
 
 
 def single_chunk(column: pa.ChunkedArray) -> pa.Array:

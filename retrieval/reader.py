@@ -34,7 +34,7 @@ import threading
 from collections.abc import Callable, Container, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -432,10 +432,8 @@ class PackReader:
             if self._files_cached or self.closed:
                 return
             self._files_cached = True
-        folder = self.version_dir / INDEX_DIR
         start_in_background(
-            f"cache {self.name}",
-            lambda: read_into_cache(sorted(folder.iterdir()) if folder.is_dir() else []),
+            f"cache {self.name}", partial(read_into_cache, self.version_dir / INDEX_DIR)
         )
 
     def retire(self) -> None:
