@@ -124,6 +124,17 @@ def start_in_background(name: str, work: Callable[[], None]) -> None:
     threading.Thread(target=run, name=name, daemon=True).start()
 
 
+# One version's index files read into the page cache at a time, process-wide: the first
+# answers of several packs (a question asked of seven packs at once) do not make as many
+# threads read gigabytes at once against the searches that follow.
+_cache_reads = threading.Lock()
+
+
+def _cache_index_files(folder: Path) -> None:
+    with _cache_reads:
+        read_into_cache(folder)
+
+
 def load_examples(folder: Path) -> list[dict]:
     """The few-shot pool: few_shot_examples.json, else the pack's eval questions with answers.
 
@@ -433,7 +444,7 @@ class PackReader:
                 return
             self._files_cached = True
         start_in_background(
-            f"cache {self.name}", partial(read_into_cache, self.version_dir / INDEX_DIR)
+            f"cache {self.name}", partial(_cache_index_files, self.version_dir / INDEX_DIR)
         )
 
     def retire(self) -> None:
