@@ -44,8 +44,8 @@ def map_file(path: Path, whole: bool = False) -> mmap.mmap:
 
 def load_array(folder: Path, name: str, whole: bool = False) -> np.ndarray:
     """A saved array, memory-mapped read-only (:func:`map_file`, ``whole`` as there), as a
-    plain ndarray over the map (np.memmap's Python-level indexing cost ~10 us per element read, which a query pays
-    thousands of times)."""
+    plain ndarray over the map (np.memmap's Python-level indexing cost ~10 us per element
+    read, which a query pays thousands of times)."""
     path = folder / name
     with path.open("rb") as file:
         version = np.lib.format.read_magic(file)

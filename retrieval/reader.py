@@ -438,7 +438,10 @@ class PackReader:
         version's index files are read into the page cache in the background: their maps read
         a page at a time (kpack.mapped_tables.map_file), so a cold first search read only its
         own rows, and the searches after it find every page in memory. Not before the first
-        search: it would compete with it for the disk."""
+        search: it would compete with it for the disk. Every search calls it: after the first,
+        one attribute read, without waiting on the lock a Kuzu statement may hold."""
+        if self._files_cached:
+            return
         with self._lock:
             if self._files_cached or self.closed:
                 return
