@@ -148,19 +148,14 @@ def _best(a: float | None, b: float | None) -> float | None:
     return b if a is None else a if b is None else max(a, b)
 
 
-def embedded_text(query: Query, phrasing: str) -> str:
-    """What the model embeds for a phrasing: a problem statement's prose (its code and data
-    rows left out, retrieval.coding_questions), else the phrasing."""
-    reading = query.reading
-    if phrasing == query.text and reading is not None and reading.long and reading.prose:
-        return reading.prose
-    return phrasing
-
-
 @stage("embed", "retrieve")
 def embed_question(query: Query) -> None:
-    """Vectors of the question and of its alternative phrasings, if any."""
-    query.vectors = query.reader.embed([embedded_text(query, p) for p in query.phrasings])
+    """Vectors of the question and of its alternative phrasings, if any, each as written.
+
+    A problem statement is embedded whole, its code and data with its prose: its prose alone
+    (retrieval.coding_questions) found fewer of the pages wanted on the development half of
+    ds1000_pandas_dev (hit@5 0.250 -> 0.167, bench/HISTORY.md, stop 46)."""
+    query.vectors = query.reader.embed(query.phrasings)
 
 
 @stage("vector_search", "retrieve")
@@ -182,8 +177,16 @@ def vector_search(query: Query) -> None:
 @stage("read_question", "retrieve")
 def read_the_question(query: Query) -> None:
     """The question's prose apart from its code, data and the asker's own names, and the APIs
-    it names (retrieval.coding_questions)."""
-    query.reading = read_question(query.text)
+    it names (retrieval.coding_questions); the trace's ``question`` says how it was read
+    when the reading changed what is searched."""
+    reading = query.reading = read_question(query.text)
+    if reading.changed:
+        query.notes["question"] = {
+            "problem_statement": reading.long,
+            "searched_words": reading.prose,
+            "askers_names": list(reading.asker_names),
+            "api_names": list(reading.api_names),
+        }
 
 
 def keyword_text(query: Query, phrasing: str) -> str:

@@ -315,10 +315,14 @@ def run(query: Query, stages: Sequence[Stage]) -> Query:
 
 
 def clean_question(question: object) -> str:
-    """The question with its whitespace collapsed; a QuestionError when it cannot be asked.
+    """The question as written, without trailing spaces, carriage returns or blank lines
+    around it; a QuestionError when it cannot be asked.
 
-    Bytes that are not UTF-8 (a shell passes them through as surrogates) become U+FFFD, so a
-    mistyped byte costs one character, not the question.
+    Its lines and their spacing stay: a problem statement is read by its lines (indented code,
+    rows of data aligned in columns; retrieval.coding_questions), and joining them would make
+    its code and data rows steer keyword search and the gate. Bytes that are not UTF-8 (a
+    shell passes them through as surrogates) become U+FFFD, so a mistyped byte costs one
+    character, not the question.
     """
     if isinstance(question, bytes):
         question = question.decode("utf-8", "replace")
@@ -330,7 +334,8 @@ def clean_question(question: object) -> str:
             f"the question is {len(question):,} characters long; "
             f"the limit is {MAX_QUESTION_CHARS:,}"
         )
-    return " ".join(question.split())
+    lines = question.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return "\n".join(line.rstrip() for line in lines).strip("\n")
 
 
 def check_tokens(tokens: object) -> int | None:

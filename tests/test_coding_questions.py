@@ -15,6 +15,7 @@ import pytest
 
 import retrieval
 from retrieval.coding_questions import is_code_line, read_question
+from retrieval.query import clean_question
 from retrieval.registry import close_all
 from tests.conftest import build, write_pack
 
@@ -102,6 +103,17 @@ def test_a_problems_code_and_data_rows_are_not_its_prose_and_its_calls_are_api_n
     assert "print" not in reading.api_names
     assert is_code_line("1  north   spelt  5") and is_code_line("led = tally.read_ledger(x)")
     assert not is_code_line("I want one entry per shop with the counts added together.")
+
+
+def test_a_question_keeps_its_lines_so_a_pasted_problem_is_read_as_one(pack):
+    assert (
+        clean_question("  sum a ledger  \r\n    led.add(1)\r\n\n")
+        == "  sum a ledger\n    led.add(1)"
+    )
+    read = retrieval.query(pack, PROBLEM, use_llm=False)["trace"]["question"]
+    assert read["problem_statement"]
+    assert "spelt" not in read["searched_words"] and "one entry per shop" in read["searched_words"]
+    assert read["api_names"][0] == "read_ledger" and "trays.tly" in read["askers_names"]
 
 
 def test_a_name_written_as_a_call_in_prose_is_an_api_name():
