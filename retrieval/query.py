@@ -334,8 +334,7 @@ def clean_question(question: object) -> str:
             f"the question is {len(question):,} characters long; "
             f"the limit is {MAX_QUESTION_CHARS:,}"
         )
-    lines = question.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    return "\n".join(line.rstrip() for line in lines).strip("\n")
+    return "\n".join(line.rstrip() for line in question.splitlines()).strip("\n")
 
 
 def check_tokens(tokens: object) -> int | None:
