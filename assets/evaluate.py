@@ -5,7 +5,11 @@ retrieval.eval.COMPARED_PROFILES).
 graph_evidence measures the graph stages against baseline on the pack's questions, or on a
 self-check made from its headings (retrieval.eval.evidence), and records in the published
 version which of them its queries run by default (kpack.graph_evidence). It never fails the
-build: a measurement that cannot run records the graph off and why.
+build: a measurement that cannot run records the graph off and why. The record names the code
+that measured it (EVIDENCE_CODE_VERSION): the build's and the retrieval stages' it compares. A
+rebuild that finds the sources unchanged publishes nothing, so when the retrieval code changed
+since (an upgrade of kpack), pipelines.build measures the current version again
+(:func:`evidence_is_current`), and the Dagster UI shows the asset's new code version.
 
 eval_results is not part of the build job (it can cost LLM calls): materialize it from the UI,
 or run the same code with ``kpack eval``. Results land in ``eval/results/`` of the pack folder
@@ -13,6 +17,7 @@ and the summary table and chart show in the asset's metadata.
 """
 
 import json
+from pathlib import Path
 
 from dagster import (
     AssetCheckExecutionContext,
@@ -27,8 +32,13 @@ from dagster import (
     asset,
 )
 
+import assets
+import kpack
+import resources
+import retrieval
 from assets.partitions import build_stage, pack_check, packs_partitions
-from kpack.graph_evidence import CROWDING, GRAPH_TOGGLES, write_evidence
+from kpack.changes import code_digest
+from kpack.graph_evidence import CROWDING, GRAPH_TOGGLES, read_record, write_evidence
 from resources.pack_store import PackStore
 from retrieval.eval import (
     COMPARED_PROFILES,
@@ -52,11 +62,16 @@ PLOTTED_METRICS = (
     "refusal_rate_unanswerable",
 )
 GATE_WARNING_SHARE = 0.4  # seed 001: above this the pack does not cover the questions
+# The code a version's graph evidence is measured with: the build's, and the retrieval stages
+# it compares, whose change alone leaves the sources unchanged (module docstring).
+EVIDENCE_CODE_VERSION = code_digest(kpack, assets, resources, retrieval)
+CODE_VERSION_KEY = "code_version"  # where the record names it
 
 
 @build_stage(
     group_name="publish",
     deps=["pack_manifest"],
+    code_version=EVIDENCE_CODE_VERSION,
     description="Which graph stages and page crowding the published version runs by default, on "
     "its own evidence.",
 )
@@ -78,7 +93,7 @@ def graph_evidence(context: AssetExecutionContext, pack_store: PackStore) -> Mat
             "why": f"the measurement failed ({type(exc).__name__}: {exc})",
             "configurations": {},
         }
-    write_evidence(version, record)
+    write_evidence(version, {**record, CODE_VERSION_KEY: EVIDENCE_CODE_VERSION})
     return MaterializeResult(
         metadata={
             "chosen": record["chosen"],
@@ -89,6 +104,13 @@ def graph_evidence(context: AssetExecutionContext, pack_store: PackStore) -> Mat
             "configurations": MetadataValue.json(record["configurations"]),
         }
     )
+
+
+def evidence_is_current(version_dir: Path) -> bool:
+    """Whether the version's graph evidence was measured by this code (a version without a
+    record, or with an unreadable one, has none to keep)."""
+    record = read_record(version_dir)
+    return record is not None and record.get(CODE_VERSION_KEY) == EVIDENCE_CODE_VERSION
 
 
 @asset(

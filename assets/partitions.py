@@ -51,13 +51,10 @@ def build_stage(**spec: object) -> Callable:
     """``@asset`` for a stage of a pack's build: one partition per pack, versioned with the
     build code and following its inputs; ``spec`` adds the stage's own arguments (group,
     description, ...). The first stage passes ``automation_condition=None``: nothing is
-    upstream of it."""
-    defaults = {"automation_condition": follow_upstream}
-    return asset(
-        partitions_def=packs_partitions,
-        code_version=BUILD_CODE_VERSION,
-        **{**defaults, **spec},
-    )
+    upstream of it; a stage that runs more code than the build's passes its own
+    ``code_version``."""
+    defaults = {"automation_condition": follow_upstream, "code_version": BUILD_CODE_VERSION}
+    return asset(partitions_def=packs_partitions, **{**defaults, **spec})
 
 
 def stage_outputs(descriptions: dict[str, str]) -> dict[str, AssetOut]:

@@ -136,9 +136,17 @@ def cmd_build(args: argparse.Namespace) -> int:
         _print_failures(result.failures(), failed, said=result.cause or "")
         return 1
     if result.outcome == "unchanged":
+        evidence = result.stage_metadata.get("graph_evidence")
+        chosen_again = (
+            f"; the graph stages it runs were chosen again by this version of kpack: "
+            f"{evidence['chosen']}"
+            if evidence
+            else ""
+        )
         return report(
             f"{args.name}: nothing changed since v{manifest['version']:04d}, so nothing was "
-            f"published ({elapsed:.1f}s; `kpack build {args.name} --force` publishes anyway)"
+            f"published{chosen_again} ({elapsed:.1f}s; `kpack build {args.name} --force` "
+            "publishes anyway)"
         )
     _print_summary(manifest, result.stage_seconds, elapsed)
     capped = result.stage_metadata.get("fetched_pages", {}).get("crawl_capped") or 0

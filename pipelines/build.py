@@ -3,7 +3,8 @@
 Every build is a run of the ``build_pack`` job (pipelines.jobs), so CLI builds and UI builds
 share one run list. A build ends in one of four outcomes: ``published`` (a new version),
 ``unchanged`` (nothing changed since the published version, so nothing was published; see
-assets.fetch), ``failed`` or ``interrupted`` (Ctrl-C; in both the published version, if any,
+assets.fetch; its graph evidence is measured again when other code measured it, see
+assets.evaluate), ``failed`` or ``interrupted`` (Ctrl-C; in both the published version, if any,
 is untouched); pipelines.outcomes
 tags the run with it and records it for ``kpack status``. The run holds the pack's build lock
 itself (resources.pack_store.build_lifecycle), as a run launched from the UI does.
@@ -14,15 +15,18 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from dagster import DagsterEventType, DagsterInstance, Definitions
+from dagster._core.execution.execution_result import ExecutionResult
 
+from assets.evaluate import evidence_is_current, graph_evidence
 from assets.fetch import FORCE_TAG
 from assets.partitions import packs_partitions
 from kpack import settings
 from kpack.config import load_config
-from kpack.packs import PackError, pack_dir, read_manifest, read_urls
+from kpack.packs import PackError, current_version, pack_dir, read_manifest, read_urls
 from kpack.store import PackStore
 from pipelines.definitions import make_definitions
 from pipelines.instance import open_instance
@@ -100,32 +104,28 @@ def build_pack(
     job = definitions.resolve_job_def(JOB_NAME)
     run_config = {"loggers": {"console": {"config": {"log_level": log_level}}}}
     tags = {BUILD_TAG: build_id, FORCE_TAG: str(force).lower()}
+    run_here = partial(
+        job.execute_in_process,
+        partition_key=pack,
+        instance=instance,
+        tags=tags,
+        run_config=run_config,
+        raise_on_error=False,
+    )
     if executor is None:
-        result = job.execute_in_process(
-            partition_key=pack,
-            instance=instance,
-            tags=tags,
-            run_config=run_config,
-            raise_on_error=False,
-        )
+        result = run_here()
     else:
         # Opt-in: every step a Celery task (pipelines.executors, docs/deployment.md).
         from pipelines.executors import execute_distributed
 
         result = execute_distributed(instance, executor, run_config, {**tags, PARTITION_TAG: pack})
     summary = record_outcome(instance, instance.get_run_by_id(result.run_id), packs_dir)
-    # An asset's materialization wins over its observations (an embedding shard's progress
-    # reports); an asset observed only (an unchanged one) keeps its observation.
-    stage_metadata = {
-        event.asset_key.path[-1]: {k: getattr(v, "value", v) for k, v in metadata.items()}
-        for event, metadata in [
-            *(
-                (e, e.asset_observation_data.asset_observation.metadata)
-                for e in result.get_asset_observation_events()
-            ),
-            *((e, e.materialization.metadata) for e in result.get_asset_materialization_events()),
-        ]
-    }
+    stage_metadata = run_metadata(result)
+    version = current_version(folder)
+    if summary["outcome"] == "unchanged" and version and not evidence_is_current(version):
+        # The sources are unchanged but the code that chose the graph stages is not (assets.
+        # evaluate): the current version is measured again, and nothing is published.
+        stage_metadata.update(run_metadata(run_here(asset_selection=[graph_evidence.key])))
     return BuildResult(
         pack=pack,
         run_id=result.run_id,
@@ -139,6 +139,22 @@ def build_pack(
         stage_seconds=stage_seconds(instance, result.run_id, definitions),
         not_recorded=summary.get("not_recorded"),
     )
+
+
+def run_metadata(result: ExecutionResult) -> dict[str, dict]:
+    """The metadata of a run's assets, by asset name: an asset's materialization wins over its
+    observations (an embedding shard's progress reports); an asset observed only (an unchanged
+    one) keeps its observation."""
+    return {
+        event.asset_key.path[-1]: {k: getattr(v, "value", v) for k, v in metadata.items()}
+        for event, metadata in [
+            *(
+                (e, e.asset_observation_data.asset_observation.metadata)
+                for e in result.get_asset_observation_events()
+            ),
+            *((e, e.materialization.metadata) for e in result.get_asset_materialization_events()),
+        ]
+    }
 
 
 STEP_ENDS = (DagsterEventType.STEP_SUCCESS, DagsterEventType.STEP_FAILURE)

@@ -8,8 +8,10 @@ import pytest
 import torch
 
 import retrieval
+from assets.evaluate import EVIDENCE_CODE_VERSION
 from kpack.embedding import encode, load_model
 from kpack.errors import PackNotReady
+from kpack.graph_evidence import EVIDENCE_FILE
 from kpack.graphdb import opened
 from resources.llm import ClaudeResource
 from resources.pack_store import PackStore
@@ -141,6 +143,30 @@ def test_failed_build_leaves_published_pack_intact(built, workspace, site, site_
     assert second.success and second.manifest["version"] == 2
     assert second.manifest["counts"]["Article"] == 1
     assert sorted(p.name for p in (folder / ".versions").glob("v*")) == ["v0001", "v0002"]
+
+
+def test_an_unchanged_rebuild_measures_evidence_that_other_code_measured_again(
+    built, workspace, site_fetcher
+):
+    """Upgrading kpack can change the retrieval stages without changing a pack's sources: the
+    graph stages the version runs are then chosen again, and nothing is published."""
+    folder, _ = built
+    version = (folder / ".versions" / "current").resolve()
+    measured = json.loads((version / EVIDENCE_FILE).read_text())
+    assert measured["code_version"] == EVIDENCE_CODE_VERSION
+    unchanged = build(workspace, "widgets", fetcher=site_fetcher)
+    assert unchanged.outcome == "unchanged" and list(unchanged.stage_metadata) == ["fetched_pages"]
+    # A record an older kpack wrote: no code version, and another choice of graph stages.
+    older = {k: v for k, v in measured.items() if k != "code_version"}
+    older["enable_doc_graph"] = not measured["enable_doc_graph"]
+    (version / EVIDENCE_FILE).write_text(json.dumps(older))
+    upgraded = build(workspace, "widgets", fetcher=site_fetcher)
+    assert upgraded.outcome == "unchanged" and upgraded.manifest["version"] == 1
+    assert list(upgraded.stage_metadata) == ["fetched_pages", "graph_evidence"]
+    assert json.loads((version / EVIDENCE_FILE).read_text()) == measured
+    assert list(build(workspace, "widgets", fetcher=site_fetcher).stage_metadata) == [
+        "fetched_pages"
+    ]
 
 
 def test_mostly_failed_fetch_is_not_published(workspace, site):
