@@ -212,6 +212,19 @@ class QueryConfig(_Settings):
         "definitions read closest to the question, in the reciprocal rank fusion (None: the "
         "profile's)",
     )
+    problem_api_weight: float | None = Field(
+        None,
+        ge=0.0,
+        description="API search: the weight of its list when the question is a problem "
+        "statement (several lines of prose, code and data), whose code names the APIs it "
+        "uses (None: the profile's)",
+    )
+    problem_definition_weight: float | None = Field(
+        None,
+        ge=0.0,
+        description="definition search: the weight of its list when the question is a "
+        "problem statement (None: the profile's)",
+    )
     passages_per_page: int | None = Field(
         None,
         ge=0,

@@ -206,13 +206,17 @@ def bm25_search(query: Query) -> None:
 
 
 def source_weight(query: Query, source: str) -> float:
-    """A ranking's weight in the fusion: vector search counts 1, the others at their setting."""
+    """A ranking's weight in the fusion: vector search counts 1, the others at their setting
+    (API and definition search at their problem statement's when the question is one)."""
     settings = query.settings
+    problem = query.reading is not None and query.reading.long
     weights = {
         "graph": settings.graph_weight,
         "bm25": settings.keyword_weight,
-        "api": settings.api_weight,
-        "definition": settings.definition_weight,
+        "api": settings.problem_api_weight if problem else settings.api_weight,
+        "definition": (
+            settings.problem_definition_weight if problem else settings.definition_weight
+        ),
     }
     weight = weights.get(source)
     return 1.0 if weight is None else weight
@@ -221,12 +225,16 @@ def source_weight(query: Query, source: str) -> float:
 @stage("dedupe", "retrieve", toggle=None)
 def fuse(query: Query) -> None:
     """One ranking from all lists: RRF when keyword or API search took part, else the best
-    similarity per passage. Every candidate gets a cosine similarity, which the gate and the
-    reports compare: a BM25-only hit's is computed from its stored vector."""
+    similarity per passage; the trace's ``fusion_weights`` give each list's weight. Every
+    candidate gets a cosine similarity, which the gate and the reports compare: a BM25-only
+    hit's is computed from its stored vector."""
     lists = [hits for _, hits in query.rankings]
     if any(source in FUSED_SOURCES for source, _ in query.rankings):
         # The graph list (retrieval.entity_graph) counts at its calibrated weight.
         weights = [source_weight(query, source) for source, _ in query.rankings]
+        query.notes["fusion_weights"] = {
+            source: weight for (source, _), weight in zip(query.rankings, weights, strict=True)
+        }
         candidates = reciprocal_rank_fusion(*lists, weights=weights)
         top = max((c.rrf or 0.0 for c in candidates), default=0.0) or 1.0
         for rank, candidate in enumerate(candidates, start=1):

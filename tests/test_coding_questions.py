@@ -116,6 +116,17 @@ def test_a_question_keeps_its_lines_so_a_pasted_problem_is_read_as_one(pack):
     assert read["api_names"][0] == "read_ledger" and "trays.tly" in read["askers_names"]
 
 
+def test_a_problems_api_list_weighs_more_and_its_definitions_less_than_a_terse_questions(pack):
+    problem = retrieval.query(pack, PROBLEM, use_llm=False)["trace"]
+    terse = retrieval.query(pack, "how do I read_ledger() a file?", use_llm=False)["trace"]
+    assert problem["fusion_weights"]["api"] == 3.0 > terse["fusion_weights"]["api"] == 0.5
+    assert problem["fusion_weights"]["definition"] == 0.75 < terse["fusion_weights"]["definition"]
+    assert problem["fusion_weights"]["bm25"] == terse["fusion_weights"]["bm25"] == 1.0
+    # A caller's option (or kg_config.json's query section) still sets them.
+    chosen = retrieval.query(pack, PROBLEM, use_llm=False, problem_api_weight=1.0)["trace"]
+    assert chosen["fusion_weights"]["api"] == 1.0
+
+
 def test_a_name_written_as_a_call_in_prose_is_an_api_name():
     assert read_question("why does spread() drop my keys?").api_names == ("spread",)
 
