@@ -532,22 +532,30 @@ def child_several(
     workspace: Path, libraries: list[str], question_sets: dict[str, list[dict[str, Any]]]
 ) -> dict:
     """The library packs asked together (retrieval.multipack) against the combined pack, on
-    the same questions, set by set: hit@5 of each and which pack the first result names; and
-    the pack find_packs (serving.resolve) ranks first, among the libraries' packs, for each
-    library's name and for each of TOPICS."""
+    the same questions, set by set: hit@5 of each, which pack the first result names and how
+    often that pack holds a gold page (the right pack first); and the pack find_packs
+    (serving.resolve) ranks first, among the libraries' packs, for each library's name and
+    for each of TOPICS."""
     import retrieval
+    from retrieval.registry import open_pack
     from serving.resolve import resolve
 
     packs = workspace / "packs"
+    pages = {
+        lib: list({s.article_url for s in open_pack(packs / lib).sections.values()})
+        for lib in libraries
+    }
     sets = {}
     for name, questions in question_sets.items():
-        together = combined = 0
+        together = combined = right_first = 0
         first_packs: dict[str, int] = {}
         for row in questions:
             merged = retrieval.search([packs / lib for lib in libraries], row["question"], k=5)
             together += hit([h["url"] for h in merged], row["gold_pages"])
             if merged:
-                first_packs[merged[0]["pack"]] = first_packs.get(merged[0]["pack"], 0) + 1
+                first = merged[0]["pack"]
+                first_packs[first] = first_packs.get(first, 0) + 1
+                right_first += hit(pages[first], row["gold_pages"])
             alone = retrieval.search(packs / COMBINED, row["question"], k=5)
             combined += hit([h["url"] for h in alone], row["gold_pages"])
         n = len(questions)
@@ -556,6 +564,7 @@ def child_several(
             "libraries_together_hit_at_5": round(together / n, 4),
             "combined_hit_at_5": round(combined / n, 4),
             "first_result_pack": first_packs,
+            "right_pack_first": round(right_first / n, 4),
         }
 
     def first_library(request: str) -> str | None:
@@ -730,13 +739,21 @@ def report(
         parts += [
             "\n### The libraries' packs asked together against the combined pack\n",
             markdown_table(
-                ["questions", "n", "hit@5 together", "hit@5 combined", "first result's pack"],
+                [
+                    "questions",
+                    "n",
+                    "hit@5 together",
+                    "hit@5 combined",
+                    "right pack first",
+                    "first result's pack",
+                ],
                 [
                     [
                         name,
                         row["questions"],
                         row["libraries_together_hit_at_5"],
                         row["combined_hit_at_5"],
+                        row.get("right_pack_first", "-"),
                         ", ".join(f"{p} {c}" for p, c in sorted(row["first_result_pack"].items())),
                     ]
                     for name, row in several["sets"].items()
