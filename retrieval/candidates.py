@@ -182,7 +182,7 @@ def read_the_question(query: Query) -> None:
     reading = query.reading = read_question(query.text)
     if reading.changed:
         query.notes["question"] = {
-            "problem_statement": reading.long,
+            "problem_statement": reading.problem_statement,
             "searched_words": reading.prose,
             "askers_names": list(reading.asker_names),
             "api_names": list(reading.api_names),
@@ -209,7 +209,7 @@ def source_weight(query: Query, source: str) -> float:
     """A ranking's weight in the fusion: vector search counts 1, the others at their setting
     (API and definition search at their problem statement's when the question is one)."""
     settings = query.settings
-    problem = query.reading is not None and query.reading.long
+    problem = query.reading is not None and query.reading.problem_statement
     weights = {
         "graph": settings.graph_weight,
         "bm25": settings.keyword_weight,

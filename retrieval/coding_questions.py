@@ -57,11 +57,17 @@ class QuestionReading:
     prose: str  # the words to search for: no code, no data, no asker's names or values
     api_names: tuple[str, ...]  # the names the question calls or writes as calls, first first
     asker_names: tuple[str, ...]  # the backticked and quoted spans, left out of ``prose``
-    long: bool  # a problem statement with code, not a terse intent
+    long: bool  # more than LONG_QUESTION_LINES lines, read line by line
+    code_lines: int = 0  # of a long question, the lines of code or data
 
     @property
     def changed(self) -> bool:
         return bool(self.asker_names or self.api_names or self.long)
+
+    @property
+    def problem_statement(self) -> bool:
+        """A problem as agents paste them: several lines, some of them code or data."""
+        return self.long and self.code_lines > 0
 
 
 def is_code_line(line: str) -> bool:
@@ -106,4 +112,5 @@ def read_question(text: str) -> QuestionReading:
         tuple(_api_names("\n".join(code_lines), " ".join(prose_lines))),
         asker,
         True,
+        len(code_lines),
     )

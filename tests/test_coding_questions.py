@@ -122,6 +122,14 @@ def test_a_problems_api_list_weighs_more_and_its_definitions_less_than_a_terse_q
     assert problem["fusion_weights"]["api"] == 3.0 > terse["fusion_weights"]["api"] == 0.5
     assert problem["fusion_weights"]["definition"] == 0.75 < terse["fusion_weights"]["definition"]
     assert problem["fusion_weights"]["bm25"] == terse["fusion_weights"]["bm25"] == 1.0
+    # Several lines of prose alone are no problem statement: no code names its APIs.
+    prose = (
+        "I keep a long ledger of trays.\nI want to spread one of its columns out.\n"
+        "Each distinct value should become a column.\nWhich call does that?"
+    )
+    told = retrieval.query(pack, prose, use_llm=False)["trace"]
+    assert told["question"]["problem_statement"] is False and told["apis"]
+    assert told["fusion_weights"]["api"] == 0.5
     # A caller's option (or kg_config.json's query section) still sets them.
     chosen = retrieval.query(pack, PROBLEM, use_llm=False, problem_api_weight=1.0)["trace"]
     assert chosen["fusion_weights"]["api"] == 1.0
