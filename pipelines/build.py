@@ -21,17 +21,16 @@ from pathlib import Path
 from dagster import DagsterEventType, DagsterInstance, Definitions
 from dagster._core.execution.execution_result import ExecutionResult
 
-from assets.evaluate import evidence_is_current, graph_evidence
 from assets.fetch import FORCE_TAG
 from assets.partitions import packs_partitions
 from kpack import settings
 from kpack.config import load_config
-from kpack.packs import PackError, current_version, pack_dir, read_manifest, read_urls
+from kpack.packs import PackError, pack_dir, read_manifest, read_urls
 from kpack.store import PackStore
 from pipelines.definitions import make_definitions
 from pipelines.instance import open_instance
 from pipelines.jobs import JOB_NAME
-from pipelines.outcomes import record_outcome
+from pipelines.outcomes import evidence_follows, record_outcome
 from resources.pack_store import PARTITION_TAG
 
 BUILD_TAG = "kpack/build_id"
@@ -121,11 +120,12 @@ def build_pack(
         result = execute_distributed(instance, executor, run_config, {**tags, PARTITION_TAG: pack})
     summary = record_outcome(instance, instance.get_run_by_id(result.run_id), packs_dir)
     stage_metadata = run_metadata(result)
-    version = current_version(folder)
-    if summary["outcome"] == "unchanged" and version and not evidence_is_current(version):
+    follows = evidence_follows(summary, folder, instance.get_run_by_id(result.run_id))
+    if follows is not None:
         # The sources are unchanged but the code that chose the graph stages is not (assets.
         # evaluate): the current version is measured again, and nothing is published.
-        stage_metadata.update(run_metadata(run_here(asset_selection=[graph_evidence.key])))
+        remeasured = run_here(asset_selection=follows.asset_selection, tags=follows.tags)
+        stage_metadata.update(run_metadata(remeasured))
     return BuildResult(
         pack=pack,
         run_id=result.run_id,

@@ -13,6 +13,11 @@ writer of the record whoever started the run:
 through the Dagster daemon are recorded by :data:`build_outcome_sensor` and
 :data:`build_failure_sensor`. A run whose process died (SIGKILL, power loss) is never finished
 by Dagster; the next build of the pack reports it failed (resources.pack_store.build_lifecycle).
+
+A build found unchanged whose version's graph evidence other code measured is followed by a
+run of graph_evidence alone (:func:`evidence_follows`), tagged with the build's outcome so that
+no sensor records it as a build: ``kpack build`` runs it in-process, and build_outcome_sensor
+requests it after a run the daemon launched.
 """
 
 from __future__ import annotations
@@ -26,19 +31,25 @@ from dagster import (
     DagsterRun,
     DagsterRunStatus,
     DefaultSensorStatus,
+    RunRequest,
     RunStatusSensorContext,
     SensorDefinition,
     run_status_sensor,
 )
 
+from assets.evaluate import evidence_is_current, graph_evidence
 from kpack import settings
 from kpack.errors import PackError, disk_errors
-from kpack.packs import read_manifest
+from kpack.packs import current_version, read_manifest
 from kpack.store import LAST_BUILD, PackStore
 from pipelines.jobs import build_pack_job
-from resources.pack_store import PARTITION_TAG
+from resources.pack_store import DISTRIBUTED_TAG, PARTITION_TAG, PROCESS_TAG
 
 OUTCOME_TAG = "kpack/outcome"
+# On a run that follows a build (graph_evidence measured again after it): the build's run id.
+# It is part of that build: `kpack status` reads the build's run, and since it carries the
+# build's outcome tag too, no sensor records it.
+FOLLOWS_TAG = "kpack/follows_run"
 # Errors Dagster records for a run stopped by SIGINT (Ctrl-C) or a terminate request.
 INTERRUPTS = ("KeyboardInterrupt", "DagsterExecutionInterruptedError")
 RUN_ERRORS = (DagsterEventType.RESOURCE_INIT_FAILURE, DagsterEventType.RUN_FAILURE)
@@ -180,22 +191,52 @@ def record_outcome(instance: DagsterInstance, run: DagsterRun, packs_dir: Path) 
     return summary
 
 
+def carried_tags(run: DagsterRun) -> dict[str, str]:
+    """The tags of a build that a run following it carries: kpack's own (its build id, what
+    triggered it), not those of the process that ran it (its lock holder, its executor)."""
+    own = (PROCESS_TAG, DISTRIBUTED_TAG)
+    return {k: v for k, v in run.tags.items() if k.startswith("kpack/") and k not in own}
+
+
+def evidence_follows(summary: dict, folder: Path, run: DagsterRun) -> RunRequest | None:
+    """The run of graph_evidence alone that follows a build found unchanged when the current
+    version's evidence was measured by other code (assets.evaluate), else None; tagged like
+    the build, with its outcome and FOLLOWS_TAG."""
+    version = current_version(folder)
+    if summary["outcome"] != "unchanged" or version is None or evidence_is_current(version):
+        return None
+    return RunRequest(
+        partition_key=run.tags.get(PARTITION_TAG),
+        asset_selection=[graph_evidence.key],
+        tags={**carried_tags(run), OUTCOME_TAG: outcome_label(summary), FOLLOWS_TAG: run.run_id},
+        run_key=f"{run.run_id}:graph_evidence",
+    )
+
+
 def _outcome_sensor(name: str, status: DagsterRunStatus, description: str) -> SensorDefinition:
     """A sensor that records each build_pack run that ends in ``status``, unless ``kpack build``
-    recorded it already (its run has the outcome tag)."""
+    recorded it already (its run has the outcome tag), and requests the run
+    :func:`evidence_follows` gives."""
 
     @run_status_sensor(
         name=name,
         run_status=status,
         monitored_jobs=[build_pack_job],
+        request_job=build_pack_job,
         default_status=DefaultSensorStatus.RUNNING,
         description=description,
     )
-    def record_unless_recorded(context: RunStatusSensorContext) -> None:
-        if OUTCOME_TAG not in context.dagster_run.tags:
-            summary = record_outcome(context.instance, context.dagster_run, settings.packs_dir())
-            if "not_recorded" in summary:
-                context.log.warning(summary["not_recorded"])
+    def record_unless_recorded(context: RunStatusSensorContext) -> RunRequest | None:
+        run = context.dagster_run
+        if OUTCOME_TAG in run.tags:
+            return None
+        packs_dir = settings.packs_dir()
+        summary = record_outcome(context.instance, run, packs_dir)
+        if "not_recorded" in summary:
+            context.log.warning(summary["not_recorded"])
+        pack = run.tags.get(PARTITION_TAG)
+        folder = packs_dir / pack if pack else None
+        return evidence_follows(summary, folder, run) if folder and folder.is_dir() else None
 
     return record_unless_recorded
 

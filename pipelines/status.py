@@ -24,7 +24,7 @@ from kpack.packs import pack_dir, read_manifest, time_ago
 from kpack.store import PackStore, build_running, verify_version, version_number
 from pipelines.instance import open_instance
 from pipelines.jobs import JOB_NAME
-from pipelines.outcomes import run_summary
+from pipelines.outcomes import FOLLOWS_TAG, run_summary
 from pipelines.schedules import TIMEZONE, next_tick, schedule_running
 from resources.pack_store import PARTITION_TAG
 
@@ -100,7 +100,10 @@ def latest_build(instance: DagsterInstance, store: PackStore, name: str, current
     that run, else derived from the run's events (pipelines.outcomes). A run that never
     finished while no build holds the lock died (SIGKILL, power loss): outcome "killed"."""
     recorded = store.last_build(name)
-    runs = instance.get_runs(RunsFilter(job_name=JOB_NAME, tags={PARTITION_TAG: name}), limit=1)
+    runs = instance.get_runs(RunsFilter(job_name=JOB_NAME, tags={PARTITION_TAG: name}), limit=2)
+    # A run that follows a build is part of it (pipelines.outcomes.FOLLOWS_TAG), and a build
+    # is followed by one run at most.
+    runs = [run for run in runs if FOLLOWS_TAG not in run.tags][:1]
     if not runs or (recorded and recorded.get("run_id") == runs[0].run_id):
         return recorded
     run = runs[0]

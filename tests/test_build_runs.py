@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import select
@@ -23,9 +24,16 @@ from dagster._utils.test.data_versions import get_stale_status_resolver
 
 from assets.fetch import FORCE_TAG
 from assets.partitions import BUILD_CODE_VERSION
+from kpack.graph_evidence import EVIDENCE_FILE
 from pipelines.definitions import make_definitions
+from pipelines.instance import open_instance
 from pipelines.jobs import BUILD_GROUPS, JOB_NAME
-from pipelines.outcomes import OUTCOME_TAG, build_failure_sensor, run_summary
+from pipelines.outcomes import (
+    OUTCOME_TAG,
+    build_failure_sensor,
+    build_outcome_sensor,
+    run_summary,
+)
 from pipelines.status import pack_status
 from tests.conftest import TEST_FETCH, build, write_pack
 
@@ -39,6 +47,17 @@ def site_pack(workspace: Path, site, name: str, pages=PAGES) -> Path:
 def outcome_tags(instance: DagsterInstance) -> list[str]:
     runs = instance.get_runs(RunsFilter(job_name=JOB_NAME))
     return [run.tags.get(OUTCOME_TAG) for run in reversed(runs)]
+
+
+def daemon_context(sensor, result, instance: DagsterInstance):
+    """The context the Dagster daemon gives a run status sensor when ``result``'s run ends."""
+    ended = ("PIPELINE_SUCCESS", "PIPELINE_FAILURE")
+    return build_run_status_sensor_context(
+        sensor_name=sensor.name,
+        dagster_event=next(e for e in result.all_events if e.event_type_value in ended),
+        dagster_instance=instance,
+        dagster_run=instance.get_run_by_id(result.run_id),
+    )
 
 
 def test_cli_builds_are_build_pack_runs_tagged_with_their_outcome(workspace, site, site_fetcher):
@@ -98,14 +117,7 @@ def test_a_failed_run_launched_through_dagster_shows_as_failed_in_status(workspa
     assert run.status == DagsterRunStatus.FAILURE
 
     # What the Dagster daemon does when a build_pack run fails, whoever launched it.
-    context = build_run_status_sensor_context(
-        sensor_name=build_failure_sensor.name,
-        dagster_event=next(
-            e for e in result.all_events if e.event_type_value == "PIPELINE_FAILURE"
-        ),
-        dagster_instance=instance,
-        dagster_run=run,
-    ).for_run_failure()
+    context = daemon_context(build_failure_sensor, result, instance).for_run_failure()
     build_failure_sensor(context)
 
     status = pack_status("broken")
@@ -113,6 +125,46 @@ def test_a_failed_run_launched_through_dagster_shows_as_failed_in_status(workspa
     assert last["outcome"] == "failed" and last["run_id"] == run.run_id
     assert "2/2 URLs failed" in last["cause"] and "404" in last["cause"]
     assert instance.get_run_by_id(run.run_id).tags[OUTCOME_TAG].startswith("failed: ")
+
+
+def test_a_daemon_build_found_unchanged_is_followed_by_graph_evidence_other_code_measured(
+    workspace, site, site_fetcher
+):
+    site_pack(workspace, site, "measured")
+    instance = open_instance()  # the one in DAGSTER_HOME, which `kpack status` reads
+    assert build(workspace, "measured", fetcher=site_fetcher, instance=instance).published
+    version = (workspace / "packs" / "measured" / ".versions" / "current").resolve()
+    measured = json.loads((version / EVIDENCE_FILE).read_text())
+    older = {k: v for k, v in measured.items() if k != "code_version"}  # an older kpack's
+    (version / EVIDENCE_FILE).write_text(json.dumps(older))
+    job = make_definitions(
+        workspace / "packs", str(workspace / "storage"), {"fetcher": site_fetcher}
+    ).resolve_job_def(JOB_NAME)
+    # A run as the daemon launches one (the schedule, the UI), then what the daemon does when
+    # it succeeds.
+    result = job.execute_in_process(partition_key="measured", instance=instance)
+    run = instance.get_run_by_id(result.run_id)
+    context = daemon_context(build_outcome_sensor, result, instance)
+    request = build_outcome_sensor(context)
+    assert instance.get_run_by_id(run.run_id).tags[OUTCOME_TAG] == "unchanged since v0001"
+    assert request.partition_key == "measured"
+    assert request.asset_selection == [AssetKey("graph_evidence")]
+    # The requested run measures the version again, and carries the build's outcome, so no
+    # sensor records it as a build of its own.
+    again = job.execute_in_process(
+        partition_key="measured",
+        instance=instance,
+        asset_selection=request.asset_selection,
+        tags=request.tags,
+    )
+    assert json.loads((version / EVIDENCE_FILE).read_text()) == measured
+    assert instance.get_run_by_id(again.run_id).tags[OUTCOME_TAG] == "unchanged since v0001"
+    last = pack_status("measured")["last_build"]
+    assert (last["outcome"], last["run_id"]) == ("unchanged", result.run_id)
+    # Measured by this code, the next unchanged build is followed by nothing.
+    result = job.execute_in_process(partition_key="measured", instance=instance)
+    context = daemon_context(build_outcome_sensor, result, instance)
+    assert build_outcome_sensor(context) is None
 
 
 def test_a_ui_run_forced_by_its_tag_publishes_and_a_misspelt_tag_is_refused(

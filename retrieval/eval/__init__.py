@@ -17,7 +17,7 @@ from retrieval.eval.calibrate import (
     write_query_settings,
     write_threshold,
 )
-from retrieval.eval.evidence import graph_evidence, pack_evidence
+from retrieval.eval.evidence import PIPELINE_CODE_VERSION, graph_evidence, pack_evidence
 from retrieval.eval.generate import (
     OFFLINE_MARK,
     candidate_sections,
@@ -43,6 +43,7 @@ from retrieval.eval.runner import COMPARED_PROFILES, check_profiles, evaluate, l
 __all__ = [
     "COMPARED_PROFILES",
     "OFFLINE_MARK",
+    "PIPELINE_CODE_VERSION",
     "Question",
     "answer_score",
     "best_threshold",

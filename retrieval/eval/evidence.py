@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import retrieval
+from kpack.changes import code_digest
 from kpack.graph_evidence import CROWDING, GRAPH_TOGGLES
 from retrieval.agent import KnowledgeGraphAgent
 from retrieval.eval.generate import offline_questions
@@ -39,6 +41,8 @@ from retrieval.eval.questions import Question, load_questions
 from retrieval.reader import QUESTIONS_FILE, PackReader
 
 PROFILE = "balanced"  # the profile that has every graph stage
+# The code that measures: the whole query pipeline, whose stages the configurations compare.
+PIPELINE_CODE_VERSION = code_digest(retrieval)
 DEPTH = 10
 MIN_QUESTIONS = 10  # fewer: too few to show anything, the graph stays off
 BASELINE = "baseline"
