@@ -8,8 +8,9 @@ version which of them its queries run by default (kpack.graph_evidence). It neve
 build: a measurement that cannot run records the graph off and why. The record names the code
 that measured it (EVIDENCE_CODE_VERSION): the build's and the retrieval stages' it compares. A
 rebuild that finds the sources unchanged publishes nothing, so when the retrieval code changed
-since (an upgrade of kpack), pipelines.build measures the current version again
-(:func:`evidence_is_current`), and the Dagster UI shows the asset's new code version.
+since (an upgrade of kpack), a run of this asset alone follows it (pipelines.outcomes.
+evidence_follows, by :func:`evidence_is_current`), and the Dagster UI shows the asset's new
+code version.
 
 eval_results is not part of the build job (it can cost LLM calls): materialize it from the UI,
 or run the same code with ``kpack eval``. Results land in ``eval/results/`` of the pack folder
