@@ -118,9 +118,10 @@ def build_pack(
         from pipelines.executors import execute_distributed
 
         result = execute_distributed(instance, executor, run_config, {**tags, PARTITION_TAG: pack})
-    summary = record_outcome(instance, instance.get_run_by_id(result.run_id), packs_dir)
+    run = instance.get_run_by_id(result.run_id)
+    summary = record_outcome(instance, run, packs_dir)
     stage_metadata = run_metadata(result)
-    follows = evidence_follows(summary, folder, instance.get_run_by_id(result.run_id))
+    follows = evidence_follows(summary, folder, run)
     if follows is not None:
         # The sources are unchanged but the code that chose the graph stages is not (assets.
         # evaluate): the current version is measured again, and nothing is published.
