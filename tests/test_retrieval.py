@@ -21,6 +21,7 @@ from kpack.gate import FROM_MODEL, model_threshold
 from kpack.packs import PackError
 from retrieval import kuzu_session, registry
 from retrieval.agent import KnowledgeGraphAgent
+from retrieval.candidates import rrf_scores
 from retrieval.fewshot import FewShotManager
 from retrieval.multidoc import MultiDocSynthesizer
 from retrieval.profiles import PROFILES
@@ -140,6 +141,19 @@ def test_quality_formula_matches_hand_computed_values():
         0.2 + 101 / 200 * 0.6 + 0.5 * 0.2
     )
     assert quality_score(words(400) + " sprocket cache", "sprocket cache") == pytest.approx(1.0)
+
+
+def test_fusion_ranks_a_lists_first_place_above_a_middling_place_in_both_lists():
+    # The keyword list's first passage, eighth by meaning, beats one both lists place fourth;
+    # at the customary k = 60 the middling passage would win.
+    keyword = ["exact", "b", "c", "middling"]
+    by_meaning = ["d", "e", "f", "middling", "g", "h", "i", "exact"]
+    fused = rrf_scores([keyword, by_meaning])
+    assert list(fused)[:2] == ["exact", "middling"]
+    # A list's weight scales its terms: with the meaning list at 3, its fourth place (found by
+    # both lists) passes the keyword list's first.
+    weighted = rrf_scores([keyword, by_meaning], weights=[1.0, 3.0])
+    assert list(weighted)[:3] == ["middling", "exact", "d"]
 
 
 def test_graph_reranker_promotes_the_authoritative_article():
