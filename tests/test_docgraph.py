@@ -347,8 +347,18 @@ def test_page_crowding_is_kept_only_when_it_loses_nothing_and_gains():
     assert choose_crowding(uncrowded, uncrowded) == (0, "page crowding off: it is no better")
 
 
-def row(hit1: float, hit5: float, mrr: float, all5: float | None) -> dict:
-    return {"hit@1": hit1, "hit@5": hit5, "mrr": mrr, "all_gold@5": all5}
+def row(
+    hit1: float, hit5: float, mrr: float, all5: float | None, *, asked: int = 10, several: int = 10
+) -> dict:
+    several = several if all5 is not None else 0
+    return {
+        "hit@1": hit1,
+        "hit@5": hit5,
+        "mrr": mrr,
+        "all_gold@5": all5,
+        "questions": asked,
+        "several_gold": several,
+    }
 
 
 def test_the_chosen_configuration_never_loses_to_baseline_and_ties_go_to_the_cheaper():
@@ -363,6 +373,20 @@ def test_the_chosen_configuration_never_loses_to_baseline_and_ties_go_to_the_che
     assert "all_gold@5 0.400 -> 0.700" in why and "entity graph loses on hit@5" in why
     tied = dict.fromkeys(rows, row(0.7, 0.9, 0.80, None))
     assert choose(tied)[0] == BASELINE
+
+
+def test_the_configuration_finding_the_most_questions_wins_over_a_share_of_a_few():
+    # 30 questions, 10 of them with several gold pages: the entity graph finds 24 + 6, both
+    # graphs 27 + 5; one two-page question must not outweigh three questions found.
+    rows = {
+        BASELINE: row(0.5, 0.7, 0.60, 0.3, asked=30),
+        "documentation graph": row(0.5, 0.7, 0.60, 0.3, asked=30),
+        "entity graph": row(0.5, 0.8, 0.62, 0.6, asked=30),
+        "both graphs": row(0.5, 0.9, 0.61, 0.5, asked=30),
+    }
+    chosen, why = choose(rows)
+    assert chosen == "both graphs"
+    assert "all_gold@5 0.300 -> 0.500, hit@5 0.700 -> 0.900" in why
 
 
 # Evaluation: two-page questions, the graph comparison, offline questions
