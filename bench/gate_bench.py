@@ -32,7 +32,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from bench.eval_bench import squad_questions  # noqa: E402
 from kpack.gate import COVERAGE_PASSAGES, COVERAGE_TARGET, COVERAGE_WEIGHT, coverage  # noqa: E402
 from retrieval.agent import KnowledgeGraphAgent  # noqa: E402
-from retrieval.gate import pack_vocabulary  # noqa: E402
+from retrieval.gate import pack_vocabulary, searched_words  # noqa: E402
 from retrieval.query import GATED, run  # noqa: E402
 from retrieval.registry import reading  # noqa: E402
 
@@ -52,9 +52,10 @@ def gate_outcomes(pack: Path, questions: list[dict], profile: str) -> list[dict]
         for item in questions:
             query = run(agent._new_query(reader, item["question"], 5), stages)
             threshold = query.settings.context_confidence_threshold
-            # The coverage of every question, also of those the similarity alone refused.
+            # The coverage of every question, also of those the similarity alone refused, of
+            # the words the gate reads (the prose, without the asker's own names and values).
             passages = [c.text for c in query.considered[:COVERAGE_PASSAGES]]
-            evidence = coverage(query.text, passages, vocabulary, threshold)
+            evidence = coverage(searched_words(query), passages, vocabulary, threshold)
             rows.append(
                 item
                 | {

@@ -5,7 +5,8 @@ A passage's cosine similarity to the question means little on its own: MiniLM's 
 run lower than BGE's, and each pack's gate threshold is calibrated on its own text
 (kpack.gate). What is comparable is the similarity's margin over the line the gate draws for
 this question: the threshold in force, raised when the best passages miss the question's
-specific terms (the coverage rule, ``required_similarity`` in the gate's verdict). The
+specific terms and lowered a little when one holds nearly all of them (the coverage rule,
+``required_similarity`` in the gate's verdict). The
 confidence is that margin on a logistic scale:
 
     confidence = 1 / (1 + exp(-(similarity - line) / CONFIDENCE_SPREAD))

@@ -7,14 +7,15 @@ it invent connections and cite unrelated sources: the gate drops every candidate
 query falls back to an answer without pack content (``confidence_gated_fallback``). A query
 that found no passage at all falls back the same way (``vector_fallback``).
 
-A question that clears the threshold is refused all the same when its specific words are not
-in the passages the search found (kpack.gate.coverage): the less of the question the best
-passage covers, the higher the similarity it must reach. A question that names, as code, an
-API the pack defines is never refused, and a word naming one whose entry reads like the
-question lowers the bar by API_WORD_MARGIN; the words the gate
-asks the passages to cover are the question's prose (retrieval.coding_questions). A threshold
-of 0 switches the gate off, lexical evidence included. The trace's ``gate`` says why a question was refused, or how
-close it came ("'ingress' appears in no passage of this pack; ...").
+The words are the other evidence (kpack.gate.coverage): a question that clears the threshold
+is refused all the same when its specific words are not in the passages the search found (the
+less of the question the best passage covers, the higher the similarity it must reach), and
+one whose specific words the best passage holds nearly all needs a little less. A question
+that names, as code, an API the pack defines is never refused, and a word naming one whose
+entry reads like the question lowers the bar by API_WORD_MARGIN; the words the gate asks the
+passages to cover are the question's prose (retrieval.coding_questions). A threshold of 0
+switches the gate off, lexical evidence included. The trace's ``gate`` says why a question was
+refused, or how close it came ("'ingress' appears in no passage of this pack; ...").
 """
 
 from __future__ import annotations
@@ -80,18 +81,20 @@ class ConfidenceGate:
             if named
             else ""
         )
-        if best is None or best < threshold - margin:
-            why = f"best similarity {best or 0.0:.3f} < threshold {threshold}{source}"
-            query.notes["gate"] = {"gated": True, "why": why + evidence_note}
-            self._refuse(query, why + evidence_note)
+        if best is None:
+            why = f"no passage has a similarity to the question (threshold {threshold}{source})"
+            query.notes["gate"] = {"gated": True, "why": why}
+            self._refuse(query, why)
             return
         if threshold <= 0:
             return
+        # The words are evidence both ways (kpack.gate.coverage): a question the best passages
+        # do not cover must reach more than the threshold, one they cover nearly whole less.
         vocabulary = pack_vocabulary(query.reader)
         passages = [c.text for c in query.candidates[:COVERAGE_PASSAGES]]
         evidence = coverage(searched_words(query), passages, vocabulary, threshold)
         gated = best < evidence.required - margin
-        why = evidence.explain(vocabulary.passages, best) + evidence_note
+        why = evidence.explain(vocabulary.passages, best, source) + evidence_note
         query.notes["gate"] = {"gated": gated, "why": why, **evidence.as_dict()}
         if gated:
             self._refuse(query, why)
