@@ -37,12 +37,11 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from bench.corpora import PYTHON_DOC_ROOT  # noqa: E402
+from bench.corpora import BENCHMARKS, PYTHON_DOC_ROOT  # noqa: E402
 
-SHARED = REPO.parent / "shared" / "benchmarks"
 DEFAULT_QUESTIONS = [
-    SHARED / "python_docs_qa" / "questions.jsonl",
-    SHARED / "conala_dev" / "questions.jsonl",
+    BENCHMARKS / "python_docs_qa" / "questions.jsonl",
+    BENCHMARKS / "conala_dev" / "questions.jsonl",
 ]
 ANCHOR = re.compile(r"""\s(?:id|name)=["']([^"']+)["']""")
 # A word ending in a full stop that need not end a sentence: an abbreviation or a version.

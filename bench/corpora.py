@@ -37,8 +37,9 @@ from typing import Any
 from urllib.parse import quote
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_SQUAD = REPO.parent / "shared/benchmarks/squad/squad_wiki6.json"
-DEFAULT_HOTPOTQA = REPO.parent / "shared/benchmarks/hotpotqa"
+BENCHMARKS = REPO.parent / "shared/benchmarks"  # the shared question sets and corpora
+DEFAULT_SQUAD = BENCHMARKS / "squad/squad_wiki6.json"
+DEFAULT_HOTPOTQA = BENCHMARKS / "hotpotqa"
 PYTHON_DOC_ROOT = Path("/usr/share/doc/python3.11/html")
 PYTHON_DOC_PACKAGE = "python3.11-doc"
 # The prose of the docs; the C API, distributing/installing and what's-new pages are left out

@@ -50,6 +50,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from bench.corpora import (  # noqa: E402
+    BENCHMARKS,
     ensure_python_docs,
     make_pack,
     page_urls,
@@ -58,7 +59,7 @@ from bench.corpora import (  # noqa: E402
 )
 from bench.harness import OUT_DIR, CitationTally, build_here  # noqa: E402
 
-DEFAULT_QUESTIONS = REPO.parent / "shared/benchmarks/python_docs_qa/questions.jsonl"
+DEFAULT_QUESTIONS = BENCHMARKS / "python_docs_qa/questions.jsonl"
 PACK = "python_docs"
 GATED = "confidence_gated_fallback"
 SEARCH_K = 10

@@ -56,6 +56,7 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
 from bench.corpora import (  # noqa: E402
+    BENCHMARKS,
     ensure_python_docs,
     make_pack,
     page_urls,
@@ -63,7 +64,6 @@ from bench.corpora import (  # noqa: E402
     serve,
 )
 
-BENCHMARKS = REPO.parent / "shared/benchmarks"
 PANDAS_DOC_ROOT = Path("/usr/share/doc/python-pandas-doc/html")
 PANDAS_DOC_PACKAGE = "python-pandas-doc"
 PROFILES = ("baseline", "balanced")

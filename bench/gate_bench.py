@@ -3,15 +3,18 @@
 For each profile and pack, every question runs the profile's retrieve and gate stages, as a query does,
 and the table counts the questions the gate refused: in-domain and out-of-domain questions of
 the demo pack and the Python docs pack, near-miss unanswerable questions (refused by the gate
-here; `kpack eval` also counts offline answers that decline), and on SQuAD the answerable
-questions (eval_bench's sample of about 500) and the 702 unanswerable ones. It also prints
-the gate's reason for every refused out-of-domain and in-domain question of the two docs
-packs, and how the counts move with the lexical rule's constants (kpack.gate.COVERAGE_WEIGHT
-and COVERAGE_TARGET; weight 0 is the similarity threshold alone), from the same run: each
-question's best similarity and coverage do not depend on them.
+here; `kpack eval` also counts offline answers that decline), on the Python docs pack also
+conala_dev's intents (by half: odd lines develop, even lines report) and
+bench/everyday_questions.jsonl (out of domain), and on SQuAD the answerable questions
+(eval_bench's sample of about 500, by half: even positions develop) and the 702 unanswerable
+ones. It also prints the gate's reason for every refused out-of-domain and in-domain question
+of the two docs packs, and how the counts move with the lexical rule's constants
+(kpack.gate.COVERAGE_WEIGHT, COVERAGE_TARGET and COVERAGE_RELIEF; weight and relief 0 are the
+similarity threshold alone), from the same run: each question's best similarity, coverage and
+API-word margin do not depend on them.
 
     .venv/bin/python bench/gate_bench.py --demo /tmp/gate-demo/packs/demo \\
-        --workdir /work/bench-ws
+        --workdir /work/bench-ws      # or --python-docs PACK --squad PACK
 """
 
 from __future__ import annotations
@@ -29,8 +32,15 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from bench.corpora import BENCHMARKS  # noqa: E402
 from bench.eval_bench import squad_questions  # noqa: E402
-from kpack.gate import COVERAGE_PASSAGES, COVERAGE_TARGET, COVERAGE_WEIGHT, coverage  # noqa: E402
+from kpack.gate import (  # noqa: E402
+    COVERAGE_PASSAGES,
+    COVERAGE_RELIEF,
+    COVERAGE_TARGET,
+    COVERAGE_WEIGHT,
+    coverage,
+)
 from retrieval.agent import KnowledgeGraphAgent  # noqa: E402
 from retrieval.gate import pack_vocabulary, searched_words  # noqa: E402
 from retrieval.query import GATED, run  # noqa: E402
@@ -40,6 +50,7 @@ GATE_PHASES = ("retrieve", "gate")
 PROFILES = ("baseline", "balanced")
 WEIGHTS = (0.0, 0.25, 0.3, 0.35, 0.4, 0.5)
 TARGETS = (0.4, 0.5, 0.6)
+RELIEFS = (0.0, 0.05, 0.08, 0.1, 0.12, 0.15)
 
 
 def gate_outcomes(pack: Path, questions: list[dict], profile: str) -> list[dict]:
@@ -69,24 +80,38 @@ def gate_outcomes(pack: Path, questions: list[dict], profile: str) -> list[dict]
     return rows
 
 
-def gated_under(row: dict, weight: float, target: float) -> bool:
-    """Whether the gate would refuse the question with these constants."""
-    required = row["threshold"] + weight * max(0.0, target - row["coverage"])
-    return row["similarity"] < row["threshold"] or row["similarity"] < required
+def gated_under(row: dict, weight: float, target: float, relief: float = COVERAGE_RELIEF) -> bool:
+    """Whether the gate would refuse the question with these constants (retrieval.gate's
+    rule: a question that names an API the pack defines is never refused)."""
+    gate = row["gate"]
+    if "coverage" not in gate:
+        return bool(gate.get("gated"))  # the pack defines an API it names, or nothing found
+    share = row["coverage"]
+    required = (
+        row["threshold"]
+        + weight * max(0.0, target - share)
+        - relief * max(0.0, share - target) / (1 - target)
+    )
+    return row["similarity"] < required - gate.get("api_margin", 0.0)
 
 
 def kind(item: dict) -> str:
     if item.get("out_of_domain"):
         return "out_of_domain"
-    return "unanswerable" if item.get("unanswerable") else "in_domain"
+    if item.get("unanswerable"):
+        return "unanswerable"
+    return f"in_domain {item['half']}" if item.get("half") else "in_domain"
 
 
-def counts(rows: list[dict], weight: float, target: float) -> str:
+KINDS = ("in_domain", "in_domain dev", "in_domain report", "out_of_domain", "unanswerable")
+
+
+def counts(rows: list[dict], weight: float, target: float, relief: float) -> str:
     parts = []
-    for label in ("in_domain", "out_of_domain", "unanswerable"):
+    for label in KINDS:
         group = [r for r in rows if kind(r) == label]
         if group:
-            gated = sum(gated_under(r, weight, target) for r in group)
+            gated = sum(gated_under(r, weight, target, relief) for r in group)
             parts.append(f"{label} {gated}/{len(group)}")
     return ", ".join(parts)
 
@@ -100,8 +125,21 @@ def sensitivity(packs: dict[str, list[dict]]) -> list[str]:
     ]
     for weight in WEIGHTS:
         for target in TARGETS if weight else TARGETS[:1]:
-            cells = " | ".join(counts(rows, weight, target) for rows in packs.values())
+            cells = " | ".join(
+                counts(rows, weight, target, COVERAGE_RELIEF) for rows in packs.values()
+            )
             lines.append(f"| {weight} | {target if weight else '-'} | {cells} |")
+    lines += [
+        f"\n## Gated per pack as the relief varies (weight {COVERAGE_WEIGHT}, target "
+        f"{COVERAGE_TARGET}; chosen: relief {COVERAGE_RELIEF})\n",
+        "| relief | " + " | ".join(packs) + " |",
+        "|---|" + "---|" * len(packs),
+    ]
+    for relief in RELIEFS:
+        cells = " | ".join(
+            counts(rows, COVERAGE_WEIGHT, COVERAGE_TARGET, relief) for rows in packs.values()
+        )
+        lines.append(f"| {relief} | {cells} |")
     lines.append(
         "\nThe weights that refuse every out-of-domain question and lose no in-domain one:"
     )
@@ -132,7 +170,7 @@ def feasible_weights(packs: dict[str, list[dict]], target: float) -> str:
 
 def table(name: str, rows: list[dict]) -> list[str]:
     lines = [f"\n## {name} (threshold {rows[0]['threshold']})\n"]
-    for label in ("in_domain", "out_of_domain", "unanswerable"):
+    for label in KINDS:
         group = [r for r in rows if kind(r) == label]
         if group:
             gated = sum(r["gated"] for r in group)
@@ -146,22 +184,44 @@ def table(name: str, rows: list[dict]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--demo", type=Path, required=True, help="a built demo pack folder")
-    parser.add_argument("--workdir", type=Path, required=True, help="build_bench's workspace")
+    parser.add_argument("--workdir", type=Path, help="build_bench's workspace (its packs/)")
+    parser.add_argument("--python-docs", type=Path, help="default: WORKDIR/packs/python_docs")
+    parser.add_argument("--squad", type=Path, help="default: WORKDIR/packs/squad_wiki6")
+    parser.add_argument(
+        "--conala", type=Path, default=BENCHMARKS / "conala_dev" / "questions.jsonl"
+    )
     args = parser.parse_args()
-    packs = args.workdir.resolve() / "packs"
+    if args.workdir is None and not (args.python_docs and args.squad):
+        parser.error("give --workdir, or --python-docs and --squad")
+    packs = args.workdir.resolve() / "packs" if args.workdir else Path()
+    python_docs = args.python_docs or packs / "python_docs"
+    squad_pack = args.squad or packs / "squad_wiki6"
     started = time.perf_counter()
     answerable, impossible = squad_questions()
     sample = answerable[:: max(1, len(answerable) // 500)]
-    squad = [{"question": q.question} for q in sample] + [
-        {"question": q.question, "unanswerable": True} for q in impossible
-    ]
+    squad = [
+        {"question": q.question, "half": "dev" if position % 2 == 0 else "report"}
+        for position, q in enumerate(sample)
+    ] + [{"question": q.question, "unanswerable": True} for q in impossible]
     demo = read_jsonl(args.demo / "eval" / "questions.jsonl")
     python = read_jsonl(REPO / "bench" / "python_docs_questions.jsonl")
+    intents = [
+        {**row, "half": "dev" if line % 2 else "report"}
+        for line, row in enumerate(read_jsonl(args.conala), start=1)
+        if row.get("gold_pages")
+    ]
+    everyday = [
+        {**row, "out_of_domain": True}
+        for row in read_jsonl(REPO / "bench" / "everyday_questions.jsonl")
+    ]
     outcomes = {}
     for profile in PROFILES:
         outcomes[f"demo {profile}"] = gate_outcomes(args.demo, demo, profile)
-        outcomes[f"python_docs {profile}"] = gate_outcomes(packs / "python_docs", python, profile)
-        outcomes[f"squad_wiki6 {profile}"] = gate_outcomes(packs / "squad_wiki6", squad, profile)
+        outcomes[f"python_docs {profile}"] = gate_outcomes(python_docs, python, profile)
+        outcomes[f"conala_dev and everyday {profile}"] = gate_outcomes(
+            python_docs, intents + everyday, profile
+        )
+        outcomes[f"squad_wiki6 {profile}"] = gate_outcomes(squad_pack, squad, profile)
     lines = [line for name, rows in outcomes.items() for line in table(name, rows)]
     print("\n".join(lines + sensitivity(outcomes)))
     print(f"\n({time.perf_counter() - started:.0f} s)")

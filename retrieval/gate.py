@@ -95,7 +95,12 @@ class ConfidenceGate:
         evidence = coverage(searched_words(query), passages, vocabulary, threshold)
         gated = best < evidence.required - margin
         why = evidence.explain(vocabulary.passages, best, source) + evidence_note
-        query.notes["gate"] = {"gated": gated, "why": why, **evidence.as_dict()}
+        query.notes["gate"] = {
+            "gated": gated,
+            "why": why,
+            **evidence.as_dict(),
+            "api_margin": margin,
+        }
         if gated:
             self._refuse(query, why)
 
