@@ -71,11 +71,15 @@ def _similarity(candidate: Candidate) -> float:
 
 def gate_verdict(query: Query) -> dict:
     """Whether the gate would refuse this question, at what line, and why (the search's own
-    run of the gate, which refuses nothing: retrieval.gate)."""
+    run of the gate, which refuses nothing: retrieval.gate); and how much of the question's
+    specific words the pack's best passage holds (``coverage``: 1 for a question that names,
+    as code, an API the pack defines; 0 when the gate measured nothing)."""
     verdict = query.notes.get("gate") or {}
+    defines = any(query.notes.get("apis", {}).values())
     return {
         "refused": bool(verdict.get("gated")) or not query.candidates,
         "line": round(gate_line(query), 4),
         "threshold": query.settings.context_confidence_threshold,
         "why": verdict.get("why") or ("no passage found" if not query.candidates else ""),
+        "coverage": 1.0 if defines else verdict.get("coverage", 0.0),
     }

@@ -130,6 +130,8 @@ def test_search_merges_packs_by_relevance_keeping_each_packs_order(packs):
         kept = [(h["passage_id"], h["similarity"]) for h in merged if h["pack"] == name]
         assert kept == alone[: len(kept)]
     assert "brewlib #1, pack relevance" in merged[0]["why"]
+    # Each pack's gate measured how much of the question its best passage holds.
+    assert all(0.0 <= merged.gate[name]["coverage"] <= 1.0 for name in ("brewlib", "boillib"))
     kettle = retrieval.search(folders, KETTLE_QUESTION, k=3)
     assert kettle[0]["pack"] == "boillib" and "altitude" in kettle[0]["text"]
 
@@ -150,6 +152,21 @@ def test_a_pack_is_as_relevant_as_its_best_passages_not_its_single_closest():
     merged = merge_searches({"first": first, "second": second}, k=5)
     assert [hit["pack"] for hit in merged] == ["first", "second", "first", "second", "first"]
     assert pack_relevance(found()) == 0.0
+
+
+def test_a_pack_whose_best_passage_holds_the_questions_words_is_the_more_relevant():
+    def found(coverage: float, *similarities: float) -> SearchResults:
+        results = SearchResults({"passage_id": str(s), "similarity": s} for s in similarities)
+        results.gate = {"refused": False, "coverage": coverage}
+        return results
+
+    # A little closer by meaning, but its best passage lacks most of the question's words.
+    near, worded = found(0.3, 0.50, 0.49, 0.48), found(1.0, 0.48, 0.47, 0.46)
+    assert pack_relevance(worded) > pack_relevance(near)
+    merged = merge_searches({"near": near, "worded": worded}, k=3)
+    assert [hit["pack"] for hit in merged][:2] == ["worded", "worded"]
+    # With the same words, meaning decides.
+    assert pack_relevance(found(1.0, 0.50, 0.49, 0.48)) > pack_relevance(worded)
 
 
 def test_query_answers_from_the_pack_that_holds_the_answer(packs):
