@@ -5,10 +5,11 @@ A pack's own ranking (its fused, graph-reranked ``score``) is relative to that p
 fusion score or a BM25 weight from the pandas pack says nothing about one from the Python pack.
 What every pack built with the same embedding model shares is the cosine similarity of the
 question and a passage, so it measures how relevant a pack is (:func:`pack_relevance`: the mean
-similarity of its best ``PACK_EVIDENCE_PASSAGES`` passages, plus ``PACK_COVERAGE_WEIGHT`` times
-the share of the question's specific words its best passage holds, which its own gate measured
-against its own vocabulary), and within a pack its own ranking holds: a passage's merge score is its pack's relevance less ``PACK_RANK_STEP`` for each place
-below the pack's first (:func:`merge_score`). Merging on each passage's own similarity instead
+similarity of its best ``PACK_EVIDENCE_PASSAGES`` passages, plus ``PACK_COVERAGE_WEIGHT``
+times the share of the question's specific words its best passage holds, which its own gate
+measured against its own vocabulary), and within a pack its own ranking holds: a passage's
+merge score is its pack's relevance less ``PACK_RANK_STEP`` for each place below the pack's
+first (:func:`merge_score`). Merging on each passage's own similarity instead
 threw the packs' rankings away: a short intent ("get max key in dictionary") is as close to a
 Rust or pandas passage as to the Python one that answers it. Packs embedded by different
 models have no common scale and are refused together. Each passage names its ``pack`` and its
@@ -39,11 +40,12 @@ PACK_SEPARATOR = ","  # "pandas,python" names two packs (the CLI's, HTTP's and M
 # judged a pack worse than its best three; steps of 0.01 and 0.04 gave 0.479 and 0.452.
 PACK_EVIDENCE_PASSAGES = 3
 PACK_RANK_STEP = 0.02
-# The words as evidence of a pack (retrieval.confidence.gate_verdict's coverage), added to its
-# passages' similarity. Swept over each library pack's top 10 with the rule above (bench/HISTORY.md,
-# stop 48), development half (even lines): conala_dev hit@5 0.466 at 0, 0.479 at 0.05, 0.493 at
-# 0.1 and 0.15, 0.479 at 0.2 and 0.3; python_docs_qa 0.889 throughout up to 0.2; 0.1 kept. The
-# other half: 0.513 -> 0.526 (conala_dev), 0.941 -> 0.941 (python_docs_qa).
+# The words as evidence of a pack (retrieval.confidence.gate_verdict's coverage), added to
+# its passages' similarity. Swept over each library pack's top 10 with the rule above
+# (bench/HISTORY.md, stop 48), development half (even lines): conala_dev hit@5 0.466 at 0,
+# 0.479 at 0.05, 0.493 at 0.1 and 0.15, 0.479 at 0.2 and 0.3; python_docs_qa 0.889 throughout
+# up to 0.2; 0.1 kept. The other half: 0.513 -> 0.526 (conala_dev), 0.941 -> 0.941
+# (python_docs_qa).
 PACK_COVERAGE_WEIGHT = 0.1
 # Each pack is searched for at least this many passages, whatever k the merge keeps: a
 # pack's own ranking of ten is better evidence than of five (bench/multipack_merge_sweep.py
