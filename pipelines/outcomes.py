@@ -202,8 +202,10 @@ def evidence_follows(summary: dict, folder: Path, run: DagsterRun) -> RunRequest
     """The run of graph_evidence alone that follows a build found unchanged when the current
     version's evidence was measured by other code (assets.evaluate), else None; tagged like
     the build, with its outcome and FOLLOWS_TAG."""
+    if summary["outcome"] != "unchanged":
+        return None
     version = current_version(folder)
-    if summary["outcome"] != "unchanged" or version is None or evidence_is_current(version):
+    if version is None or evidence_is_current(version):
         return None
     return RunRequest(
         partition_key=run.tags.get(PARTITION_TAG),

@@ -17,10 +17,10 @@ from retrieval.coding_questions import read_question
 from retrieval.query import Candidate, Query, stage
 from retrieval.reader import PackReader
 
-# Reciprocal rank fusion's rank constant: a passage at rank r of a list gains weight / (RRF_K + r).
-# Smaller than the customary 60, so a list's first places count more than its tail: swept on
-# the development halves (conala_dev and ds1000_pandas_dev odd lines, python_docs_qa odd lines,
-# SQuAD even positions; bench/HISTORY.md, stop 48), 10 to 20 raised
+# Reciprocal rank fusion's rank constant: a passage at rank r of a list gains
+# weight / (RRF_K + r). Smaller than the customary 60, so a list's first places count more than
+# its tail: swept on the development halves (conala_dev and ds1000_pandas_dev odd lines,
+# python_docs_qa odd lines, SQuAD even positions; bench/HISTORY.md, stop 48), 10 to 20 raised
 # conala_dev's hit@1 and MRR and python_docs_qa's hit@1 and lost nothing elsewhere except at 10
 # (a ds1000 problem); 15 was best there.
 RRF_K = 15

@@ -75,11 +75,10 @@ def gate_verdict(query: Query) -> dict:
     specific words the pack's best passage holds (``coverage``: 1 for a question that names,
     as code, an API the pack defines; 0 when the gate measured nothing)."""
     verdict = query.notes.get("gate") or {}
-    defines = any(query.notes.get("apis", {}).values())
     return {
         "refused": bool(verdict.get("gated")) or not query.candidates,
         "line": round(gate_line(query), 4),
         "threshold": query.settings.context_confidence_threshold,
         "why": verdict.get("why") or ("no passage found" if not query.candidates else ""),
-        "coverage": 1.0 if defines else verdict.get("coverage", 0.0),
+        "coverage": 1.0 if verdict.get("defines") else verdict.get("coverage", 0.0),
     }

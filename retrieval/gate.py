@@ -65,7 +65,11 @@ class ConfidenceGate:
         defined = [name for name, as_code in apis.items() if as_code]
         if defined:
             names = ", ".join(defined[:3])
-            query.notes["gate"] = {"gated": False, "why": f"the pack defines {names}"}
+            query.notes["gate"] = {
+                "gated": False,
+                "why": f"the pack defines {names}",
+                "defines": defined,
+            }
             return
         # Keyword evidence for a terse intent: a word naming an API the pack defines in few
         # places, whose entry reads like the question (retrieval.api_search).
