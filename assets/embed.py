@@ -1,5 +1,6 @@
-"""Stage 5, embeddings: one vector per distinct section and chunk text (kpack.ingest.vectors),
-cached by (model, precision, content hash) across builds, so a rebuild embeds only new text;
+"""Stage 5, embeddings: one vector per distinct section, chunk and sentence text
+(kpack.ingest.vectors), cached by (model, precision, content hash) across builds, so a
+rebuild embeds only new text;
 a text another pack of the same storage embedded is reused too (a combined pack of several
 libraries embeds none of their pages again).
 With ``section_vectors: derived`` (the default) the model embeds chunk texts only, and
@@ -48,12 +49,14 @@ SHARD_NAMES = [f"embeddings_shard_{index}" for index in range(SHARDS)]
 class EmbedStep:
     """One run of an embedding step: the pack, the embedding model its config names, the
     precision its config means on this machine, whether the model embeds section texts (else
-    they are derived from chunk vectors), and when the step started."""
+    they are derived from chunk vectors) and the passages' sentences, and when the step
+    started."""
 
     pack: str
     model: str
     precision: str
     embed_sections: bool
+    embed_sentences: bool
     started: float
 
     @classmethod
@@ -63,7 +66,10 @@ class EmbedStep:
         config = pack_store.config(pack)
         precision = effective_precision(config.embedding_precision)
         embed_sections = config.section_vectors == "embedded"
-        return cls(pack, config.embedding_model, precision, embed_sections, started)
+        embed_sentences = config.sentence_vectors == "embedded"
+        return cls(
+            pack, config.embedding_model, precision, embed_sections, embed_sentences, started
+        )
 
     @property
     def cache_namespace(self) -> str:
@@ -112,7 +118,9 @@ def shard_asset(index: int) -> AssetsDefinition:
         step = EmbedStep.begin(context, pack_store)
         texts = {
             h: text
-            for h, text in distinct_texts(sections, chunks, step.embed_sections).items()
+            for h, text in distinct_texts(
+                sections, chunks, step.embed_sections, step.embed_sentences
+            ).items()
             if shard_of(h, SHARDS) == index
         }
         cached = content_cache.load(step.cache_namespace, step.pack, CACHE_COLUMNS)
@@ -221,6 +229,7 @@ def embeddings(
             "from_published": from_published,
             "from_other_packs": from_other_packs,
             "section_vectors": "embedded" if step.embed_sections else "derived",
+            "sentence_vectors": "embedded" if step.embed_sentences else "none",
             "derived": derived.num_rows,
             "shards": SHARDS,
             "precision": step.precision,

@@ -46,6 +46,7 @@ from kpack.ingest.vectors import entry_texts
 from kpack.keyword_index import KeywordIndex
 from kpack.mapped_tables import Column, load_array, load_table
 from kpack.packs import INDEX_DIR
+from kpack.sentence_index import sentence_texts
 from kpack.store import version_number, write_articles
 from kpack.text import normalize_entity, search_words
 from kpack.vector_index import load_ann, nearest_rows
@@ -153,11 +154,15 @@ def write_staged(
     The embeddings are taken out of ``tables`` once joined to the sections and chunks: a
     million-passage pack's are 1.5 GB that the later steps do not need."""
     t = tables
-    # The definitions' entry vectors, kept apart before the embeddings are let go (below).
-    entry_vectors = t["embeddings"].filter(
-        pc.is_in(
-            t["embeddings"]["content_hash"],
-            value_set=pa.array(list(entry_texts(t["sections"], t["chunks"])), pa.string()),
+    # The definitions' entry vectors and the sentences', kept apart before the embeddings
+    # are let go (below).
+    entry_vectors, sentence_vectors = (
+        t["embeddings"].filter(
+            pc.is_in(t["embeddings"]["content_hash"], value_set=pa.array(list(keys), pa.string()))
+        )
+        for keys in (
+            entry_texts(t["sections"], t["chunks"]),
+            sentence_texts(t["sections"], t["chunks"]),
         )
     )
     nodes = node_tables(
@@ -196,6 +201,7 @@ def write_staged(
             t["mentions"],
             t["relations"],
             t["facts"],
+            sentence_vectors,
             dim,
         )
     done("Kuzu database and retrieval indexes")

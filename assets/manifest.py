@@ -125,6 +125,8 @@ def build_manifest(
             "texts_per_second": embedded.get("texts_per_second"),
             # "derived": a longer section has its first chunk's vector (kpack.ingest.vectors).
             "section_vectors": embedded["section_vectors"],
+            # "embedded": the passages' sentences too (kpack.sentence_index).
+            "sentence_vectors": embedded.get("sentence_vectors", "none"),
         },
         "extraction": {
             "method": method,

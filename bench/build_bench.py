@@ -6,8 +6,9 @@ Per pack (``squad_wiki6``, ``python_docs``, ``hotpotqa_100``; ``--only`` picks s
    URLs), each in a fresh child process (Python start-up, imports and the model load included)
    and a workspace of its own with empty caches:
 
-   * ``today``: ``embedding_precision: fp32`` and ``section_vectors: embedded``, what every
-     build did before issue 24 (sentence-transformers fp32 embeds every section text too);
+   * ``today``: ``embedding_precision: fp32``, ``section_vectors: embedded`` and
+     ``sentence_vectors: none``, what every build did before issue 24 (sentence-transformers
+     fp32 embeds every section text too, and no sentence apart);
    * ``default``: the settings' defaults as kpack/config.py declares them now;
    * ``fp32`` and ``int8`` (``--paths``): the defaults with that precision, for the int8 rule.
 
@@ -67,7 +68,11 @@ HERE = Path(__file__).resolve()
 PACKS = ("squad_wiki6", "python_docs", "hotpotqa_100")
 # Each path's kg_config.json settings on top of the benchmark's own (offline extraction).
 PATHS: dict[str, dict[str, str]] = {
-    "today": {"embedding_precision": "fp32", "section_vectors": "embedded"},
+    "today": {
+        "embedding_precision": "fp32",
+        "section_vectors": "embedded",
+        "sentence_vectors": "none",
+    },
     "default": {},
     "fp32": {"embedding_precision": "fp32"},
     "int8": {"embedding_precision": "int8"},
@@ -183,7 +188,7 @@ def forget_previous_build(workspace: Path, pack: str) -> None:
 
 def embedded_texts(workspace: Path, pack: str) -> list[str]:
     """The texts the pack's last build embedded (cold), in its order, rebuilt from its Parquet
-    intermediates and the section_vectors its manifest records."""
+    intermediates and the section_vectors and sentence_vectors its manifest records."""
     import pyarrow.parquet as pq
 
     from kpack.ingest.vectors import distinct_texts
@@ -193,7 +198,8 @@ def embedded_texts(workspace: Path, pack: str) -> list[str]:
     chunks = pq.read_table(storage / "chunks" / f"{pack}.parquet")
     manifest = json.loads((workspace / "packs" / pack / "manifest.json").read_text())
     embed_sections = manifest["embedding"].get("section_vectors", "embedded") == "embedded"
-    return list(distinct_texts(sections, chunks, embed_sections).values())
+    embed_sentences = manifest["embedding"].get("sentence_vectors", "none") == "embedded"
+    return list(distinct_texts(sections, chunks, embed_sections, embed_sentences).values())
 
 
 def build_paths(corpus: Corpus, workspace: Path, paths: list[str]) -> dict[str, dict]:
@@ -235,6 +241,7 @@ def embed_alone(corpus: Corpus, built: Path) -> dict[str, Any]:
         distinct_texts(
             pq.read_table(storage / "sections" / f"{corpus.name}.parquet"),
             pq.read_table(storage / "chunks" / f"{corpus.name}.parquet"),
+            embed_sentences=False,
         ).values()
     )
     texts_file = built / "bench" / f"{corpus.name}.texts.json"

@@ -225,6 +225,14 @@ class QueryConfig(_Settings):
         description="definition search: the weight of its list when the question is a "
         "problem statement (None: the profile's)",
     )
+    sentence_weight: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="vector search: the share of a passage's best sentence in its score, "
+        "beside its own similarity, in a pack built with sentence_vectors embedded; 0: its own "
+        "similarity only (None: the profile's)",
+    )
     passages_per_page: int | None = Field(
         None,
         ge=0,
@@ -310,6 +318,13 @@ class PackConfig(_Settings):
         "(the model reads only a text's first 256 tokens, which that chunk holds), so the "
         "model embeds chunk texts only; embedded: the model embeds section texts too, as "
         "builds did before (16% more texts on the Python docs, the same retrieval figures)",
+    )
+    sentence_vectors: Literal["embedded", "none"] = Field(
+        "embedded",
+        description="embedded: every passage's sentences are embedded too (under its heading "
+        "path), and vector search ranks a passage by its best sentence as well as by its whole "
+        "text (kpack.sentence_index; about five sentences a passage, so about twice the "
+        "embedding time); none: passages only, ranked by their own vectors",
     )
     extraction: Literal["auto", "claude", "offline"] = Field(
         "auto",

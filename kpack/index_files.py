@@ -21,7 +21,9 @@ table row by row:
 - ``doc_links.arrow``, ``doc_link_offsets.npy``, ``definitions.arrow``,
   ``definition_vectors.npy`` (and its ``.faiss`` index in a large pack): the documentation
   graph (kpack.docgraph);
-- ``identifiers.npy``: the identifiers the passages write (kpack.identifier_index).
+- ``identifiers.npy``: the identifiers the passages write (kpack.identifier_index);
+- ``sentence_vectors.npy`` / ``sentence_offsets.npy``: every passage's sentences embedded
+  apart, as CSR over chunk rows (kpack.sentence_index).
 
 Several processes opening the same version share these pages (read-only maps of one file).
 """
@@ -101,6 +103,11 @@ ANN_FILES = {
 # The sorted key hashes of the identifiers the passages write (kpack.identifier_index);
 # optional: a version built before it has none, and a reader reads the passages instead.
 IDENTIFIERS = "identifiers.npy"
+# float16 unit vectors of the passages' sentences, grouped by chunk row, and per chunk row
+# where its sentences start (one more entry than chunks: CSR, kpack.sentence_index); optional:
+# a version built before them, or with ``sentence_vectors: none``, has neither.
+SENTENCE_VECTORS = "sentence_vectors.npy"
+SENTENCE_OFFSETS = "sentence_offsets.npy"
 # Every file a version's index folder may hold (the ANN index only in larger packs).
 INDEX_FILES = (
     CHUNK_VECTORS,
@@ -121,4 +128,6 @@ INDEX_FILES = (
     *DOC_GRAPH_FILES,
     DEFINITION_VECTORS,
     IDENTIFIERS,
+    SENTENCE_VECTORS,
+    SENTENCE_OFFSETS,
 )

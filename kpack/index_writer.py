@@ -32,6 +32,7 @@ from kpack.index_files import (
 from kpack.keyword_index import keyword_postings
 from kpack.mapped_tables import load_array, strings, write_arrow, write_keyed
 from kpack.packs import INDEX_DIR
+from kpack.sentence_index import write_sentence_index
 from kpack.vector_index import ann_min_vectors, save_vectors, write_ann
 
 
@@ -46,11 +47,13 @@ def write_indexes(
     mentions: pa.Table,
     relations: pa.Table,
     facts: pa.Table,
+    sentence_vectors: pa.Table,
     dim: int,
 ) -> None:
     """Write every index file of a version into ``folder/indexes``: the build's own tables
     (kpack.contracts), ``sections`` and ``chunks`` with an ``embedding`` column (fixed-size
-    lists of ``dim`` floats) and ``articles`` with their ``pagerank``."""
+    lists of ``dim`` floats), ``articles`` with their ``pagerank``, and the vectors of the
+    passages' sentences (content_hash, embedding; none: no sentence index)."""
     out = folder / INDEX_DIR
     out.mkdir(parents=True, exist_ok=True)
     chunk_order = pc.sort_indices(chunks["chunk_id"])
@@ -60,6 +63,13 @@ def write_indexes(
     for vectors in (CHUNK_VECTORS, SECTION_VECTORS):  # the definitions': kpack.docgraph
         if len(load_array(out, vectors)) >= ann_min_vectors():
             write_ann(out / ANN_FILES[vectors], load_array(out, vectors, whole=True))
+    write_sentence_index(
+        out,
+        sections,
+        chunks.select(["section_id", "content"]).take(chunk_order),
+        sentence_vectors,
+        dim,
+    )
     chunks = chunks.select(["chunk_id", "article_url", "content"]).take(chunk_order)
     sections = sections.select(
         ["section_id", "article_url", "heading_path", "title", "content", "word_count", "anchor"]

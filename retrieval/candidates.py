@@ -24,6 +24,11 @@ from retrieval.reader import PackReader
 # conala_dev's hit@1 and MRR and python_docs_qa's hit@1 and lost nothing elsewhere except at 10
 # (a ds1000 problem); 15 was best there.
 RRF_K = 15
+# Vector search ranks a passage by its similarity blended with its best sentence's
+# (settings.sentence_weight, kpack.sentence_index) among this many of the passages nearest by
+# their own vectors: chosen with the weight on the development halves (bench/HISTORY.md, stop
+# 49), where 30, 50 and 100 did about as well as rescoring every passage.
+SENTENCE_POOL = 50
 # The lists whose presence makes fuse a reciprocal rank fusion (else the vector hits of every
 # phrasing are merged by similarity): keyword search and the two API searches.
 FUSED_SOURCES = ("bm25", "api", "definition")
@@ -57,19 +62,43 @@ def nearest_passages(
     k: int,
     labels: tuple[str, ...] = ("Chunk", "Section"),
     scanned_chunks: np.ndarray | None = None,
+    sentence_weight: float = 0.0,
 ) -> list[Candidate]:
-    """The k nearest vectors per table as passages, best cosine similarity first
-    (``scanned_chunks``: the vector's similarity with every chunk, when the caller has it).
+    """The k nearest vectors per table as passages, best first (``scanned_chunks``: the
+    vector's similarity with every chunk, when the caller has it).
 
     A section-level hit stands for the section's first chunk: the model embedded the section
     truncated to its first ~256 tokens, which is that chunk. Results stay passages (not one hit
     per section) because long sections matter: a Wikipedia article is one section of fifty
     paragraphs, and the passage that answers is rarely its first.
+
+    With ``sentence_weight`` and a version that has a sentence index, the passages are ranked
+    by :func:`vector_score` among the SENTENCE_POOL nearest by their own vectors.
     """
     found = []
     for label in labels:
-        nearest = reader.nearest(label, vector, k, scanned_chunks if label == "Chunk" else None)
-        for rank, (node_id, similarity) in enumerate(nearest, start=1):
+        blended = label == "Chunk" and sentence_weight > 0 and reader.sentences is not None
+        nearest = reader.nearest(
+            label,
+            vector,
+            max(k, SENTENCE_POOL) if blended else k,
+            scanned_chunks if label == "Chunk" else None,
+        )
+        best_sentence = (
+            reader.sentences.best_similarity(
+                np.asarray([reader.chunk_row[node_id] for node_id, _ in nearest], np.int64),
+                vector,
+            )
+            if blended and nearest
+            else np.full(len(nearest), np.nan)
+        )
+        scored = [
+            (node_id, similarity, None if np.isnan(sentence) else float(sentence))
+            for (node_id, similarity), sentence in zip(nearest, best_sentence, strict=True)
+        ]
+        # Stable: ties keep the table's order. Only the k kept become candidates.
+        scored.sort(key=lambda hit: -vector_score(hit[1], hit[2], sentence_weight))
+        for rank, (node_id, similarity, sentence) in enumerate(scored[:k], start=1):
             if label == "Section":
                 section_id, passage_id = node_id, chunk_id(node_id, 0)
             else:
@@ -77,11 +106,31 @@ def nearest_passages(
             candidate = passage(reader, passage_id, section_id, phrasing)
             if candidate:
                 candidate.similarity = similarity
+                candidate.sentence_similarity = sentence
+                candidate.vector_score = vector_score(similarity, sentence, sentence_weight)
                 candidate.reasons.append(
-                    f"vector #{rank} of {label}s (similarity {candidate.similarity:.3f})"
+                    f"vector #{rank} of {label}s ({_vector_reason(candidate)})"
                 )
                 found.append(candidate)
     return deduplicate(found)
+
+
+def vector_score(similarity: float, sentence: float | None, sentence_weight: float) -> float:
+    """What vector search ranks a passage by: its cosine ``similarity``, or, when its best
+    sentence's is known, (1 - sentence_weight) x its own + sentence_weight x its best
+    sentence's. A whole passage and its best part are each evidence (kpack.sentence_index)."""
+    if sentence is None:
+        return similarity
+    return (1.0 - sentence_weight) * similarity + sentence_weight * sentence
+
+
+def _vector_reason(candidate: Candidate) -> str:
+    if candidate.sentence_similarity is None:
+        return f"similarity {candidate.similarity:.3f}"
+    return (
+        f"similarity {candidate.similarity:.3f}, best sentence "
+        f"{candidate.sentence_similarity:.3f}: scored {candidate.vector_score:.3f}"
+    )
 
 
 def keyword_passages(reader: PackReader, phrasing: str, k: int) -> list[Candidate]:
@@ -130,22 +179,32 @@ def reciprocal_rank_fusion(
 
 
 def deduplicate(candidates: list[Candidate]) -> list[Candidate]:
-    """One candidate per passage, the highest similarity winning (seed 002's dedupe step)."""
+    """One candidate per passage, the highest vector score winning (seed 002's dedupe step),
+    best first."""
     best: dict[str, Candidate] = {}
     for candidate in candidates:
         held = best.get(candidate.passage_id)
         if held is None:
             best[candidate.passage_id] = candidate
-        elif (candidate.similarity or 0.0) > (held.similarity or 0.0):
+        elif _ranked_by(candidate) > _ranked_by(held):
             _absorb(candidate, held)
             best[candidate.passage_id] = candidate
         else:
             _absorb(held, candidate)
-    return sorted(best.values(), key=lambda c: -(c.similarity or 0.0))
+    return sorted(best.values(), key=lambda c: -_ranked_by(c))
+
+
+def _ranked_by(candidate: Candidate) -> float:
+    """What vector search ranked a candidate by (its similarity when it gave no score)."""
+    if candidate.vector_score is not None:
+        return candidate.vector_score
+    return candidate.similarity or 0.0
 
 
 def _absorb(kept: Candidate, other: Candidate) -> None:
     kept.similarity = _best(kept.similarity, other.similarity)
+    kept.sentence_similarity = _best(kept.sentence_similarity, other.sentence_similarity)
+    kept.vector_score = _best(kept.vector_score, other.vector_score)
     kept.bm25 = _best(kept.bm25, other.bm25)
     kept.reasons.extend(r for r in other.reasons if r not in kept.reasons)
 
@@ -174,7 +233,12 @@ def vector_search(query: Query) -> None:
             (
                 "vector",
                 nearest_passages(
-                    query.reader, phrasing, vector, query.depth, scanned_chunks=scanned
+                    query.reader,
+                    phrasing,
+                    vector,
+                    query.depth,
+                    scanned_chunks=scanned,
+                    sentence_weight=query.settings.sentence_weight,
                 ),
             )
         )

@@ -124,6 +124,12 @@ BALANCED_SETTINGS = {
     # as they were (bench/HISTORY.md, stop 47).
     "problem_api_weight": 3.0,
     "problem_definition_weight": 0.75,
+    # Vector search ranks a passage by 0.4 x its own similarity + 0.6 x its best sentence's
+    # (retrieval.candidates.vector_score), where the version has a sentence index. Chosen on
+    # the development halves (conala_dev, ds1000_pandas_dev and python_docs_qa odd lines,
+    # SQuAD even positions) by their mean hit@5: 0.765 at 0.6, 0.761 at 0.55, 0.751 at 0.65,
+    # 0.744 for the passage's own similarity alone (bench/HISTORY.md, stop 49).
+    "sentence_weight": 0.6,
     # Page crowding is off unless the version's own evidence keeps it (kpack.graph_evidence):
     # it costs a pack of a few long articles what it gains a documentation site.
     "passages_per_page": 0,

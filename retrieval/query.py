@@ -122,6 +122,10 @@ class Candidate:
     heading: str
     text: str
     similarity: float | None = None
+    # Its best sentence's similarity (kpack.sentence_index), and what vector search ranked it
+    # by: its similarity blended with that (retrieval.candidates.vector_score)
+    sentence_similarity: float | None = None
+    vector_score: float | None = None
     bm25: float | None = None
     rrf: float | None = None
     pagerank: float = 0.0

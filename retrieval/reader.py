@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from kpack.docgraph import DocGraph
     from kpack.graph_evidence import GraphChoice
     from kpack.keyword_index import KeywordIndex
+    from kpack.sentence_index import SentenceIndex
 from retrieval.meaning import WordVectors
 
 log = logging.getLogger(__name__)
@@ -252,6 +253,7 @@ class PackReader:
         from kpack import index_files as ix
         from kpack import mapped_tables as mt
         from kpack.keyword_index import KeywordIndex
+        from kpack.sentence_index import SentenceIndex
         from kpack.vector_index import load_ann
 
         folder = self.version_dir / INDEX_DIR
@@ -296,6 +298,8 @@ class PackReader:
         self.ann = load_ann(folder, ix.CHUNK_ANN, self.threads)
         self.section_ann = load_ann(folder, ix.SECTION_ANN, self.threads)
         self.keywords: KeywordIndex = KeywordIndex.load(folder)
+        # The passages' sentences, None in a version built without (kpack.sentence_index).
+        self.sentences: SentenceIndex | None = SentenceIndex.load(folder, len(self.chunk_ids))
 
     # -- reading ---------------------------------------------------------------------------
 

@@ -30,7 +30,15 @@ if TYPE_CHECKING:
     from retrieval.reader import PackReader
 
 SCORE_COLUMNS = ("similarity", "bm25", "pagerank", "cross_encoder", "quality", "combined")
-SEARCH_FIELDS = ("similarity", "bm25", "rrf", "pagerank", "cross_encoder", "passage_id")
+SEARCH_FIELDS = (
+    "similarity",
+    "sentence_similarity",
+    "bm25",
+    "rrf",
+    "pagerank",
+    "cross_encoder",
+    "passage_id",
+)
 
 
 def _number(value: object) -> str:

@@ -11,6 +11,7 @@ from assets import fetch
 from kpack.archive import export_pack, install
 from kpack.contracts import stable_id
 from kpack.graphdb import opened
+from kpack.sentence_index import passage_sentences
 from resources.embedder import EmbedderResource
 from resources.llm import ClaudeResource
 from tests.conftest import TEST_FETCH, build, write_pack
@@ -34,6 +35,11 @@ def probes_embedded(result) -> int:
     """Texts the build's gate calibration embedded (kpack.ingest.gate_calibration: its probes,
     cached after)."""
     return result.manifest["gate"].get("probes", {}).get("embedded_this_build", 0)
+
+
+def section_texts(folder, words: str) -> list[str]:
+    """The texts of the sections that hold ``words``."""
+    return [c for (c,) in rows(folder, "MATCH (s:Section) RETURN s.content") if words in c]
 
 
 def rows(folder, cypher, params=None):
@@ -106,6 +112,7 @@ def test_incremental_rebuilds(workspace, site, claude, monkeypatch):
     assert first_calls > 1
     assert sum(EMBEDDED) == first.manifest["embedding"]["texts"] + probes_embedded(first)
     body_before = fetched(workspace, "inc")[url(CONDITIONAL)]["body"]
+    (notes_before,) = section_texts(folder, "revision 1 of the alpha page")
     beta_before = article_footprint(folder, url(VANISHING))
     assert beta_before["Section"] and beta_before["Chunk"] and beta_before["Fact"]
     assert rows(folder, "MATCH (e:Entity) WHERE e.name = 'LLM Beta' RETURN count(e)") == [[1]]
@@ -140,13 +147,17 @@ def test_incremental_rebuilds(workspace, site, claude, monkeypatch):
     }
     assert site.conditional[CHANGING][-1]["If-None-Match"] == '"changing-alpha-r1"'
     # Only the changed section ("Revision notes": one text, its own single chunk) was
-    # re-extracted by Claude and re-embedded.
+    # re-extracted by Claude and re-embedded, with its sentences (kpack.sentence_index).
     assert second_calls == 1 == second.manifest["extraction"]["llm_calls"]
     assert second.manifest["extraction"]["llm_input_tokens"] == 100
-    assert second.manifest["embedding"]["embedded_this_build"] == 1
-    assert second.stage_metadata["embeddings"]["embedded"] == 1
-    assert sum(EMBEDDED) == 1 + probes_embedded(second)  # probes of the changed section
-    assert any("revision 2" in c for (c,) in rows(folder, "MATCH (s:Section) RETURN s.content"))
+    (notes,) = section_texts(folder, "revision 2 of the alpha page")
+    # Its chunk, and its sentences that are not the first revision's.
+    changed_texts = 1 + len(set(passage_sentences(notes)) - set(passage_sentences(notes_before)))
+    assert changed_texts > 1
+    assert second.manifest["embedding"]["embedded_this_build"] == changed_texts
+    assert second.stage_metadata["embeddings"]["embedded"] == changed_texts
+    # and the probes of the changed section
+    assert sum(EMBEDDED) == changed_texts + probes_embedded(second)
     # The page that now fails is gone with its sections, chunks, facts, edges and entities.
     assert article_footprint(folder, url(VANISHING)) == dict.fromkeys(beta_before, 0)
     assert rows(folder, "MATCH (e:Entity) WHERE e.name = 'LLM Beta' RETURN count(e)") == [[0]]

@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 
 import retrieval
-from kpack.index_files import CHUNK_ANN, CHUNK_VECTORS
+from kpack.errors import PackError
+from kpack.index_files import CHUNK_ANN, CHUNK_VECTORS, SENTENCE_OFFSETS, SENTENCE_VECTORS
 from kpack.mapped_tables import load_array
 from kpack.packs import INDEX_DIR
+from kpack.sentence_index import SentenceIndex
 from kpack.vector_index import load_ann, nearest_rows, write_ann
 from tests.conftest import TEST_FETCH, build, write_pack
 
@@ -81,6 +83,25 @@ def test_saved_arrays_map_as_np_save_wrote_them_and_a_damaged_one_is_an_error(tm
     (tmp_path / "cut.npy").write_bytes(whole[:-8])  # the last two floats lost
     with pytest.raises(ValueError):
         load_array(tmp_path, "cut.npy")
+
+
+def test_a_passages_best_sentence_is_read_from_its_run_and_a_mismatched_index_is_refused(
+    tmp_path,
+):
+    sentences = clustered_unit_vectors(7, 8, seed=3)
+    # Chunk row 0 has sentences 0-2, row 1 none, row 2 sentences 3-6.
+    np.save(tmp_path / SENTENCE_VECTORS, sentences.astype(np.float16))
+    np.save(tmp_path / SENTENCE_OFFSETS, np.array([0, 3, 3, 7], dtype=np.int64))
+    index = SentenceIndex.load(tmp_path, chunks=3)
+    question = sentences[5]
+    best = index.best_similarity(np.array([2, 1, 0]), question)
+    exact = sentences @ question
+    np.testing.assert_allclose(best[[0, 2]], [exact[3:7].max(), exact[0:3].max()], atol=2e-3)
+    assert np.isnan(best[1])  # a passage without sentences has no best one
+    assert best[0] == pytest.approx(1.0, abs=2e-3)  # the question is one of row 2's sentences
+    assert SentenceIndex.load(tmp_path / "elsewhere", chunks=3) is None  # a version without one
+    with pytest.raises(PackError, match=r"sentence index is damaged .* rebuild the pack"):
+        SentenceIndex.load(tmp_path, chunks=4)  # the offsets of another version's passages
 
 
 def test_a_pack_above_the_ann_crossover_answers_as_the_exact_scan_does(

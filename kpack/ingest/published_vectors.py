@@ -2,8 +2,8 @@
 
 A pack installed from a ``.kpack`` archive (or one whose build cache was lost) has a published
 version but no embedding cache: without this, its first build would embed every text again.
-The version's index files hold each chunk's text, its section's heading path and its vector
-(kpack.indexes), which is all a cache row needs: the content hash of the text the model
+The version's index files hold each chunk's text, its section's heading path, its vector and
+its sentences' (kpack.indexes, kpack.sentence_index), which is all a cache row needs: the content hash of the text the model
 embedded (kpack.contracts.passage_text) and the vector. They are reused only when the version
 was embedded by the same model in the same precision, so a build never mixes vectors of two
 models or of fp32 and int8; a version whose files fail their checksums is not read.
@@ -20,10 +20,18 @@ import pyarrow as pa
 from kpack.contracts import content_hash, passage_text, section_of_chunk
 from kpack.embedding import model_label
 from kpack.errors import PackError
-from kpack.index_files import CHUNK_VECTORS, CHUNKS, SECTION_VECTORS, SECTIONS
+from kpack.index_files import (
+    CHUNK_VECTORS,
+    CHUNKS,
+    SECTION_VECTORS,
+    SECTIONS,
+    SENTENCE_OFFSETS,
+    SENTENCE_VECTORS,
+)
 from kpack.ingest.vectors import embedding_column
 from kpack.mapped_tables import load_array, load_table
 from kpack.packs import INDEX_DIR
+from kpack.sentence_index import sentence_texts_of
 from kpack.store import verify_version
 
 
@@ -69,6 +77,16 @@ def published_vectors(version: Path | None, model: str, precision: str) -> pa.Ta
                 )
             ]
             vectors.append(load_array(folder, SECTION_VECTORS, whole=True))
+        # The passages' sentences, in the order kpack.sentence_index wrote them (float16).
+        if (folder / SENTENCE_OFFSETS).is_file():
+            hashes += [
+                content_hash(sentence)
+                for chunk, text in zip(
+                    chunks["chunk_id"].to_pylist(), chunks["content"].to_pylist(), strict=True
+                )
+                for sentence in sentence_texts_of(heading[section_of_chunk(chunk)], text)
+            ]
+            vectors.append(load_array(folder, SENTENCE_VECTORS, whole=True).astype(np.float32))
     except (OSError, ValueError, KeyError, pa.ArrowException, PackError):
         return None  # nothing to reuse: the build embeds the texts
     stacked = np.concatenate(vectors)

@@ -6,6 +6,9 @@ to its only chunk) is embedded once per pack, and cacheable by (model, content h
 builds, so a rebuild embeds only new text. Boilerplate under different page titles is not the
 same text: its heading path names the page (the Python docs have no repeated passage at all).
 
+With ``sentence_vectors: embedded`` (the default) every passage's sentences are texts too
+(kpack.sentence_index): about five per passage, short ones.
+
 A section longer than one chunk has a text of its own. With ``section_vectors: embedded`` the
 model embeds it too, but reads only its first 256 tokens, which its first chunk already holds;
 with ``derived`` (the default) the section takes its first chunk's vector
@@ -24,14 +27,19 @@ import pyarrow.compute as pc
 
 from kpack.contracts import passage_text
 from kpack.ingest.definitions import defining_passage, entry_hash, entry_text
+from kpack.sentence_index import sentence_texts
 
 
 def distinct_texts(
-    sections: pa.Table, chunks: pa.Table, embed_sections: bool = True
+    sections: pa.Table,
+    chunks: pa.Table,
+    embed_sections: bool = True,
+    embed_sentences: bool = True,
 ) -> dict[str, str]:
     """content_hash -> the text the model embeds for it: every chunk's, every section's
-    when ``embed_sections`` (a section of one chunk has its chunk's hash either way), and
-    every definition's entry text (:func:`entry_texts`)."""
+    when ``embed_sections`` (a section of one chunk has its chunk's hash either way), every
+    definition's entry text (:func:`entry_texts`) and, when ``embed_sentences``, every
+    passage's sentences (kpack.sentence_index)."""
     heading_of = dict(
         zip(sections["section_id"].to_pylist(), sections["heading_path"].to_pylist(), strict=True)
     )
@@ -44,6 +52,9 @@ def distinct_texts(
             row["content_hash"], passage_text(heading_of[row["section_id"]], row["content"])
         )
     texts.update(entry_texts(sections, chunks))
+    if embed_sentences:
+        for key, text in sentence_texts(sections, chunks).items():
+            texts.setdefault(key, text)
     return texts
 
 
