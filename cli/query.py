@@ -136,15 +136,16 @@ def _explain(result: dict, related: list[dict]) -> None:
             f"[dim]gate threshold from {trace['threshold_source']}: "
             f"{escape(trace['threshold_why'])}[/]"
         )
-    # Readable at 80 columns: the scores never wrap; the passage and the reason it was dropped
-    # wrap between words when the terminal is narrow.
-    table = Table(show_edge=False)
+    # Readable at 80 columns: a passage is one row. The scores never wrap; the passage's
+    # heading and the reason it was dropped are cut short when the terminal is narrow (the
+    # reasons below give every passage's whole story).
+    table = Table(show_edge=False, collapse_padding=True)
     # The section's own heading on one line: its page's title is in the sources and the
     # reasons below, and a heading path wrapped over four lines hid the scores.
     table.add_column("passage", max_width=32, no_wrap=True, overflow="ellipsis")
     for column in ("sim", "bm25", "pr", "xenc", "qual", "comb"):
-        table.add_column(column, justify="right", no_wrap=True)
-    table.add_column("dropped", max_width=20)
+        table.add_column(column, justify="right", no_wrap=True, min_width=5)
+    table.add_column("dropped", min_width=11, max_width=20, no_wrap=True, overflow="ellipsis")
     fmt = lambda v: "" if v is None else f"{v:.3f}"  # noqa: E731
     for c in trace.get("candidates", []):
         table.add_row(
