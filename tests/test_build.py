@@ -110,7 +110,9 @@ def test_build_publishes_a_queryable_graph(built, site):
         assert query(conn, "MATCH (:Article)-[:HAS_FACT]->(f:Fact) RETURN count(f)")[0][0] > 0
 
 
-def test_failed_build_leaves_published_pack_intact(built, workspace, site, site_fetcher):
+def test_failed_build_leaves_published_pack_intact(
+    built, workspace, site, site_fetcher, monkeypatch
+):
     folder, _first = built
     before = retrieval.search(folder, "Which variable sets where the sprocket cache lives?", k=3)
 
@@ -130,11 +132,14 @@ def test_failed_build_leaves_published_pack_intact(built, workspace, site, site_
     after = retrieval.search(folder, "Which variable sets where the sprocket cache lives?", k=3)
     assert after == before
 
-    # A model that cannot load fails the build before anything is staged or published.
+    # A model that cannot load fails the build before anything is staged or published. (Its
+    # export's lock file is left in a model cache of the test's own, not the user's.)
     (folder / "kg_config.json").write_text(
         json.dumps({"fetch": TEST_FETCH, "embedding_model": str(workspace / "no-such-model")})
     )
-    assert not build(workspace, "widgets", fetcher=site_fetcher).success
+    with monkeypatch.context() as patched:
+        patched.setenv("KPACK_MODEL_CACHE", str(workspace / "model-cache"))
+        assert not build(workspace, "widgets", fetcher=site_fetcher).success
     assert json.loads((folder / "manifest.json").read_text())["version"] == 1
 
     # The next good build publishes version 2 with the new sources, and keeps version 1.
