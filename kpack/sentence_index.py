@@ -8,8 +8,8 @@ beside the whole document is the classic remedy (Callan, SIGIR 1994; "MaxP", Dai
 SIGIR 2019); here the document is a passage and its parts are its sentences.
 
 A sentence is embedded as a passage is, under its heading path (kpack.contracts.passage_text),
-so "It returns None." still says what it is about; a sentence of fewer than
-``SENTENCE_MIN_WORDS`` words (a heading's echo, "Changed in version 3.8.") is not one. The
+so "It returns None." still says what it is about; a piece of fewer than
+``SENTENCE_MIN_WORDS`` words ("See also:", a two-word label) is not one. The
 texts join the pack's other texts in the embedding step (kpack.ingest.vectors), keyed and
 cached by content hash like them, so a rebuild embeds only new sentences.
 
@@ -36,7 +36,7 @@ from kpack.index_files import SENTENCE_OFFSETS, SENTENCE_VECTORS
 from kpack.mapped_tables import load_array
 from kpack.text import split_sentences, words
 
-# Shorter pieces are not embedded: a version note or a heading's echo says too little alone.
+# Shorter pieces are not embedded: a label ("See also:") says too little alone.
 SENTENCE_MIN_WORDS = 3
 
 
