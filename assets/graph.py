@@ -46,7 +46,7 @@ from kpack.ingest.vectors import entry_texts
 from kpack.keyword_index import KeywordIndex
 from kpack.mapped_tables import Column, load_array, load_table
 from kpack.packs import INDEX_DIR
-from kpack.sentence_index import sentence_texts
+from kpack.sentence_index import sentence_hashes
 from kpack.store import version_number, write_articles
 from kpack.text import normalize_entity, search_words
 from kpack.vector_index import load_ann, nearest_rows
@@ -156,13 +156,14 @@ def write_staged(
     t = tables
     # The definitions' entry vectors and the sentences', kept apart before the embeddings
     # are let go (below).
+    sentences = sentence_hashes(t["sections"], t["chunks"])
     entry_vectors, sentence_vectors = (
         t["embeddings"].filter(
             pc.is_in(t["embeddings"]["content_hash"], value_set=pa.array(list(keys), pa.string()))
         )
         for keys in (
             entry_texts(t["sections"], t["chunks"]),
-            sentence_texts(t["sections"], t["chunks"]),
+            {key for keys in sentences.values() for key in keys},
         )
     )
     nodes = node_tables(
@@ -201,6 +202,7 @@ def write_staged(
             t["mentions"],
             t["relations"],
             t["facts"],
+            sentences,
             sentence_vectors,
             dim,
         )

@@ -40,6 +40,7 @@ from kpack.gate import (  # noqa: E402
     COVERAGE_TARGET,
     COVERAGE_WEIGHT,
     coverage,
+    required_similarity,
 )
 from retrieval.agent import KnowledgeGraphAgent  # noqa: E402
 from retrieval.gate import pack_vocabulary, searched_words  # noqa: E402
@@ -86,12 +87,7 @@ def gated_under(row: dict, weight: float, target: float, relief: float = COVERAG
     gate = row["gate"]
     if "coverage" not in gate:
         return bool(gate.get("gated"))  # the pack defines an API it names, or nothing found
-    share = row["coverage"]
-    required = (
-        row["threshold"]
-        + weight * max(0.0, target - share)
-        - relief * max(0.0, share - target) / (1 - target)
-    )
+    required = required_similarity(row["threshold"], row["coverage"], weight, target, relief)
     return row["similarity"] < required - gate.get("api_margin", 0.0)
 
 

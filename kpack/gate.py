@@ -248,6 +248,22 @@ def _quoted(terms: Sequence[str]) -> str:
     return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
 
 
+def required_similarity(
+    threshold: float,
+    share: float,
+    weight: float = COVERAGE_WEIGHT,
+    target: float = COVERAGE_TARGET,
+    relief: float = COVERAGE_RELIEF,
+) -> float:
+    """The similarity a question whose best passage covers ``share`` of its specific terms must
+    reach (the rule above; bench/gate_bench.py varies its constants)."""
+    return (
+        threshold
+        + weight * max(0.0, target - share)
+        - relief * max(0.0, share - target) / (1 - target)
+    )
+
+
 def coverage(
     question: str, passages: Sequence[str], vocabulary: Vocabulary, threshold: float
 ) -> Coverage:
@@ -272,7 +288,5 @@ def coverage(
         tuple(spelled[t] for t in lacking if t not in vocabulary.frequency),
         tuple((spelled[t], vocabulary.frequency.get(t, 0)) for t in lacking),
         threshold,
-        threshold
-        + COVERAGE_WEIGHT * max(0.0, COVERAGE_TARGET - share)
-        - COVERAGE_RELIEF * max(0.0, share - COVERAGE_TARGET) / (1 - COVERAGE_TARGET),
+        required_similarity(threshold, share),
     )

@@ -8,6 +8,7 @@ the documentation graph's files are kpack.docgraph's.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -47,13 +48,15 @@ def write_indexes(
     mentions: pa.Table,
     relations: pa.Table,
     facts: pa.Table,
+    sentences: Mapping[str, list[str]],
     sentence_vectors: pa.Table,
     dim: int,
 ) -> None:
     """Write every index file of a version into ``folder/indexes``: the build's own tables
     (kpack.contracts), ``sections`` and ``chunks`` with an ``embedding`` column (fixed-size
-    lists of ``dim`` floats), ``articles`` with their ``pagerank``, and the vectors of the
-    passages' sentences (content_hash, embedding; none: no sentence index)."""
+    lists of ``dim`` floats), ``articles`` with their ``pagerank``, each chunk's sentences'
+    hashes (kpack.sentence_index.sentence_hashes) and their vectors (content_hash, embedding;
+    none: no sentence index)."""
     out = folder / INDEX_DIR
     out.mkdir(parents=True, exist_ok=True)
     chunk_order = pc.sort_indices(chunks["chunk_id"])
@@ -64,11 +67,7 @@ def write_indexes(
         if len(load_array(out, vectors)) >= ann_min_vectors():
             write_ann(out / ANN_FILES[vectors], load_array(out, vectors, whole=True))
     write_sentence_index(
-        out,
-        sections,
-        chunks.select(["section_id", "content"]).take(chunk_order),
-        sentence_vectors,
-        dim,
+        out, chunks["chunk_id"].take(chunk_order).to_pylist(), sentences, sentence_vectors, dim
     )
     chunks = chunks.select(["chunk_id", "article_url", "content"]).take(chunk_order)
     sections = sections.select(

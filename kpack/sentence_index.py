@@ -22,7 +22,7 @@ about five times as many as the passages: half the disk and page cache of float3
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,35 +55,48 @@ def sentence_texts_of(heading_path: str, content: str) -> list[str]:
     return [passage_text(heading_path, sentence) for sentence in passage_sentences(content)]
 
 
-def _passages(sections: pa.Table, chunks: pa.Table) -> Iterable[tuple[str, str]]:
-    """(heading path, content) of every chunk, in the order of ``chunks``."""
+def _passages(sections: pa.Table, chunks: pa.Table) -> Iterable[tuple[str, str, str]]:
+    """(chunk id, heading path, content) of every chunk, in the order of ``chunks``."""
     heading_of = dict(
         zip(sections["section_id"].to_pylist(), sections["heading_path"].to_pylist(), strict=True)
     )
-    for row in chunks.select(["section_id", "content"]).to_pylist():
-        yield heading_of.get(row["section_id"]) or "", row["content"] or ""
+    for row in chunks.select(["chunk_id", "section_id", "content"]).to_pylist():
+        yield row["chunk_id"], heading_of.get(row["section_id"]) or "", row["content"] or ""
 
 
 def sentence_texts(sections: pa.Table, chunks: pa.Table) -> dict[str, str]:
     """content_hash -> text of every passage's sentences (a sentence met in several passages
     under one heading path is one text)."""
     texts: dict[str, str] = {}
-    for heading_path, content in _passages(sections, chunks):
+    for _, heading_path, content in _passages(sections, chunks):
         for text in sentence_texts_of(heading_path, content):
             texts.setdefault(content_hash(text), text)
     return texts
 
 
+def sentence_hashes(sections: pa.Table, chunks: pa.Table) -> dict[str, list[str]]:
+    """chunk id -> the content hashes of its sentences' texts, in order."""
+    return {
+        chunk: [content_hash(text) for text in sentence_texts_of(heading_path, content)]
+        for chunk, heading_path, content in _passages(sections, chunks)
+    }
+
+
 def write_sentence_index(
-    out: Path, sections: pa.Table, chunks: pa.Table, vectors: pa.Table, dim: int
+    out: Path,
+    chunk_ids: Iterable[str],
+    sentences: Mapping[str, list[str]],
+    vectors: pa.Table,
+    dim: int,
 ) -> bool:
-    """Write the sentence index of ``chunks`` (sorted by chunk id, as the chunk vectors are)
-    into ``out`` from ``vectors`` (content_hash, embedding); False, writing nothing, when
-    ``vectors`` lacks any of their sentences (a pack built with ``sentence_vectors: none``)."""
+    """Write the sentence index of the chunks ``chunk_ids`` (in chunk id order, as the chunk
+    vectors are), whose sentences' hashes ``sentences`` gives (:func:`sentence_hashes`), into
+    ``out`` from ``vectors`` (content_hash, embedding); False, writing nothing, when
+    ``vectors`` lacks any of them (a pack built with ``sentence_vectors: none``)."""
     hashes: list[str] = []
     offsets = [0]
-    for heading_path, content in _passages(sections, chunks):
-        hashes.extend(content_hash(text) for text in sentence_texts_of(heading_path, content))
+    for chunk in chunk_ids:
+        hashes.extend(sentences[chunk])
         offsets.append(len(hashes))
     rows = pc.index_in(pa.array(hashes, pa.string()), value_set=vectors["content_hash"])
     if rows.null_count:
