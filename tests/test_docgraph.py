@@ -334,7 +334,7 @@ def test_evidence_that_keeps_page_crowding_crowds_the_ranking_and_an_option_stil
         close_all()
 
 
-def test_page_crowding_is_kept_only_when_it_loses_nothing_and_gains():
+def test_page_crowding_is_kept_only_when_it_loses_nothing_and_finds_more():
     uncrowded = row(0.7, 0.8, 0.70, 0.5)
     assert choose_crowding(row(0.7, 0.9, 0.72, 0.5), uncrowded) == (
         1,
@@ -344,7 +344,10 @@ def test_page_crowding_is_kept_only_when_it_loses_nothing_and_gains():
         0,
         "page crowding off: it loses on hit@1",
     )
-    assert choose_crowding(uncrowded, uncrowded) == (0, "page crowding off: it is no better")
+    no_more_found = (0, "page crowding off: it finds no more of the questions")
+    assert choose_crowding(uncrowded, uncrowded) == no_more_found
+    # A better MRR alone (a rank swapped) does not turn it on.
+    assert choose_crowding(row(0.7, 0.8, 0.71, 0.5), uncrowded) == no_more_found
 
 
 def row(
