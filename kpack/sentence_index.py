@@ -128,6 +128,12 @@ class SentenceIndex:
             )
         return index
 
+    def similarities(self, row: int, question: np.ndarray) -> np.ndarray:
+        """The cosine similarity of each sentence of chunk row ``row`` (in the order of
+        :func:`passage_sentences`) with the unit ``question`` vector."""
+        sentences = self.vectors[self.offsets[row] : self.offsets[row + 1]]
+        return sentences.astype(np.float32) @ question.astype(np.float32)
+
     def best_similarity(self, rows: np.ndarray, question: np.ndarray) -> np.ndarray:
         """For each chunk row of ``rows``, the cosine similarity of its best sentence with the
         unit ``question`` vector; NaN for a passage without sentences. Reads those rows'

@@ -10,8 +10,8 @@ the pack says. The steps, each in a module of its own:
    list items and table rows, each with the definition line it explains).
 2. The answer says plainly that the passages do not answer when the question names something
    none of them mentions (retrieval.missing_names).
-3. Each unit is scored against the question (retrieval.unit_scoring: its passage's similarity,
-   its coverage of the question's terms by word, context and meaning, and the kind of answer
+3. Each unit is scored against the question (retrieval.unit_scoring: its passage's similarity
+   blended with its own sentence's, as vector search blends them, its coverage of the question's terms by word, context and meaning, and the kind of answer
    the question asks for).
 4. The units to quote are chosen (retrieval.unit_selection): the answer starts from the
    best-ranked passage that answers (from the best unit, for a question asking a fact), then
@@ -52,6 +52,7 @@ def extractive_answer(
     idf: Callable[[str], float] | None = None,
     meaning: WordVectors | None = None,
     known_identifiers: Container[str] | None = None,
+    sentence_weight: float = 0.0,
 ) -> tuple[str, list[ContextSection]]:
     """The quoted answer, each passage's units followed by one [Source: title], and the
     passages quoted; a plain statement that the passages do not answer, and no passage, when
@@ -60,7 +61,9 @@ def extractive_answer(
     if missing:
         return f"{DECLINED} mention {', '.join(missing)}, so they do not answer this question.", []
     kind = answer_kind(question)
-    scored = lead_first(score_sentences(question, passages, idf, meaning), passages, kind)
+    scored = lead_first(
+        score_sentences(question, passages, idf, meaning, sentence_weight), passages, kind
+    )
     chosen = chain(answering_sentences(scored, part_terms(question)), scored, passages, question)
     chosen = with_named_definitions(chosen, scored, question)
     if kind == "identifier":

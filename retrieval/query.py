@@ -104,6 +104,10 @@ class ContextSection:
     via: str  # retrieved | linked | passage
     quality: float | None = None
     anchor: str | None = None  # the section's place in its page (kpack.contracts.section_url)
+    # Its sentences as the sentence index embedded them (kpack.sentence_index), each as a unit
+    # quotes it (retrieval.answer_units.quoted_words) with its similarity to the question:
+    # what an offline answer knows of each sentence's meaning (retrieval.unit_scoring).
+    sentences: tuple[tuple[str, float], ...] = ()
 
     @property
     def url(self) -> str:

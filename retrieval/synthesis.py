@@ -21,8 +21,10 @@ from html import escape
 import numpy as np
 
 from kpack.llm import ClaudeClient, LLMError
+from kpack.sentence_index import passage_sentences
 from kpack.text import term_set
 from retrieval.answer_type import answer_kind
+from retrieval.answer_units import quoted_words
 from retrieval.citations import (
     CITATION,
     StatementCheck,
@@ -133,6 +135,7 @@ def synthesize(query: Query) -> None:
             pack_vocabulary(query.reader).idf,
             query.reader.word_vectors,
             query.reader.identifiers,
+            query.settings.sentence_weight,
         )
         return validated(query, answer, passages, embedded=False)
 
@@ -241,8 +244,26 @@ def answer_passages(query: Query) -> list[ContextSection]:
         )
         if any(BRIDGED.search(reason) for reason in candidate.reasons):
             section.via = "bridge"
+        section.sentences = sentence_similarities(query, candidate.passage_id)
         passages.append(section)
     return passages
+
+
+def sentence_similarities(query: Query, passage_id: str) -> tuple[tuple[str, float], ...]:
+    """Each sentence of the passage that the sentence index holds, as a unit quotes it, with
+    its similarity to the question (ContextSection.sentences); none where the version has no
+    sentence index, the query blends no sentence in, or the index does not hold this
+    passage's sentences as today's splitter cuts them."""
+    index, row = query.reader.sentences, query.reader.chunk_row.get(passage_id)
+    if index is None or row is None or not query.settings.sentence_weight:
+        return ()
+    texts = passage_sentences(query.reader.chunk_text[passage_id])
+    similarity = index.similarities(row, query.vector)
+    if len(texts) != len(similarity):
+        return ()
+    return tuple(
+        (quoted_words(text), float(value)) for text, value in zip(texts, similarity, strict=True)
+    )
 
 
 def cited_passages(answer: str, context: list[ContextSection], k: int) -> list[ContextSection]:

@@ -1,7 +1,11 @@
 """Each candidate unit scored against the question (retrieval.extractive, point 2).
 
 Each unit gets two scores on the same 0..1 scale: the cosine similarity of its passage to the
-question (the embedding model's, as the search computed it) and the IDF-weighted share of the
+question (the embedding model's, as the search computed it), blended as vector search blends
+it (retrieval.candidates.vector_score, ``sentence_weight``) with the similarity of the sentence
+of the sentence index that holds the unit (kpack.sentence_index: every sentence embedded at
+build time, so a passage's sentences differ by meaning, not only by their words), and the
+IDF-weighted share of the
 question's terms it contains (kpack.text's terms; IDF over the pack's passages when the
 reader's keyword index is at hand, else over the candidates; the asking sentences of a
 question that first describes a situation weigh ``ASKED_WEIGHT`` times more; the terms of the
@@ -9,10 +13,10 @@ sentence before the unit, of its definition line, the words of the names it writ
 article's title count ``CONTEXT_SHARE``: :func:`name_words`; a sentence says "the race" on the
 page of the regatta it is about). A question term the unit lacks counts by meaning too: its
 closest word of the unit by the embedding model's word vectors (retrieval.meaning), when close
-enough, gives part of the term's weight ("folder" for "directory"). Embedding every sentence
-with the full model would be the better measure of meaning, but it costs about 18 ms per
-sentence on one core (measured: 155 ms for a batch of 8, 630 ms for 32), several times the
-query's latency budget for the few dozen sentences of five passages. The score is a weighted
+enough, gives part of the term's weight ("folder" for "directory"). A unit the sentence index
+does not hold (a pack built without it, a sentence from a neighbouring passage that the answer
+reads for context) has its passage's similarity alone: embedding it at query time would cost
+about 18 ms a sentence on one core, several times the query's budget. The score is a weighted
 mean of similarity and coverage (``COVERAGE_WEIGHT``), plus ``ANSWER_TYPE_BONUS`` when the unit
 (with its definition line) holds what the question asks for (retrieval.answer_type) that the
 question does not already hold; a release note ("Changed in version 3.8: ...") loses as much
@@ -31,7 +35,8 @@ from functools import lru_cache
 from kpack.gate import question_terms
 from kpack.text import split_sentences, term_set
 from retrieval.answer_type import answer_kind, holds_answer
-from retrieval.answer_units import VERSION_NOTE, Unit, units_of
+from retrieval.answer_units import VERSION_NOTE, Unit, quoted_words, units_of
+from retrieval.candidates import vector_score
 from retrieval.key_items import NAME, identifiers
 from retrieval.meaning import WordVectors
 from retrieval.query import ContextSection
@@ -67,7 +72,8 @@ CAPITALISED = re.compile(r"[A-Z][\w'’-]+")
 class ScoredSentence:
     unit: Unit
     passage: ContextSection
-    similarity: float  # its passage's cosine similarity to the question
+    # Its passage's cosine similarity to the question, blended with its sentence's.
+    similarity: float
     coverage: float  # IDF-weighted share of the question's terms (by words and meaning)
     typed: bool  # holds the kind of answer the question asks for
     score: float
@@ -98,6 +104,7 @@ def score_sentences(
     passages: list[ContextSection],
     idf: Callable[[str], float] | None = None,
     meaning: WordVectors | None = None,
+    sentence_weight: float = 0.0,
 ) -> list[ScoredSentence]:
     """Every candidate unit of the passages with its scores, best first (module docstring)."""
     # A unit of two passages (chunks overlap) is the better one's, unless only the other
@@ -179,7 +186,12 @@ def score_sentences(
                 if spelled[t] in closeness:
                     credit[t] = MEANING_SHARE * weight[t] * closeness[spelled[t]]
         coverage = sum(credit.values()) / total
-        similarity = seen[unit].similarity
+        similarity = max(
+            seen[unit].similarity,
+            vector_score(
+                seen[unit].similarity, sentence_similarity(unit, seen[unit]), sentence_weight
+            ),
+        )
         scored.append(
             ScoredSentence(
                 unit,
@@ -193,6 +205,14 @@ def score_sentences(
             )
         )
     return sorted(scored, key=lambda s: -s.score)
+
+
+def sentence_similarity(unit: Unit, passage: ContextSection) -> float | None:
+    """The similarity to the question of the passage's indexed sentence that holds the unit
+    (a unit may be part of one: the index keeps a definition line with the sentence after
+    it); None when none does."""
+    words = quoted_words(unit.sentence)
+    return next((similarity for text, similarity in passage.sentences if words in text), None)
 
 
 def names_written(texts: tuple[str, ...]) -> frozenset[str]:

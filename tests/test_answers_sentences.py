@@ -296,6 +296,25 @@ def passage(
     )
 
 
+def test_a_sentence_the_index_finds_closer_leads_its_passage_and_none_falls_below_it():
+    """Two sentences of one passage hold the question's one term alike: by words alone they tie
+    (and the passage's order decides), by the sentence index's similarities the one that means
+    what was asked leads. A sentence the index finds far keeps its passage's similarity, as
+    does one the index does not hold."""
+    stairs = "The lighthouse stairs were rebuilt in granite after a storm."
+    lamp = "The lighthouse lamp is lit at dusk by the keeper."
+    extra = "The lighthouse museum opens on weekdays."
+    question = "When does the lighthouse start shining each evening?"
+    tower = passage("tower", "The tower", f"{stairs} {lamp} {extra}", 0.5, "Harbour lighthouse")
+    by_words = score_sentences(question, [tower])
+    assert [s.unit.sentence for s in by_words][:2] == [stairs, lamp]
+    tower.sentences = ((stairs, 0.2), (lamp, 0.8))  # ``extra``: not in the index
+    by_meaning = {s.unit.sentence: s for s in score_sentences(question, [tower], None, None, 0.6)}
+    assert max(by_meaning.values(), key=lambda s: s.score).unit.sentence == lamp
+    assert by_meaning[lamp].similarity == pytest.approx(0.4 * 0.5 + 0.6 * 0.8)
+    assert by_meaning[stairs].similarity == by_meaning[extra].similarity == 0.5
+
+
 def test_the_answer_starts_from_the_best_ranked_passage_that_answers():
     # Ranking put the section that does it first; the module's introduction names every term
     # of the question and is a little closer, but only says what the module is.
