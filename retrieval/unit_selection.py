@@ -7,8 +7,9 @@ shelf.restore?") is answered from each definition it names as well
 (:func:`with_named_definitions`). Multi-hop: a quoted sentence that names another of the top
 passages by its title (the bridge the graph's second hop follows) is followed by that
 passage's best sentence (the answer); a passage that came in through a bridge (the graph
-stages: its ``via`` is ``bridge``) and names the best sentence's article puts its naming
-sentence first (:func:`chain`).
+stages: its ``via`` is ``bridge``) and names the best sentence's article adds its naming
+sentence, first when it is strong enough to lead (``LEAD_SHARE``), else after the best
+(:func:`chain`).
 """
 
 from __future__ import annotations
@@ -145,7 +146,9 @@ def chain(
     A chosen unit that names another of the passages by its title (the bridge sentence:
     "She was born in Young, New South Wales") is followed by that passage's best unit (the
     answer sentence); a passage that came in through a bridge and names the best unit's
-    article puts its naming unit first. A question that names two of the passages' articles
+    article adds its naming unit before the best one when it scores as a lead must
+    (``LEAD_SHARE`` of the best: a cross-reference in a documentation page that names the best
+    page is no lead), else after it. A question that names two of the passages' articles
     ("Which band was formed first, The Exies or Circus Diablo?") gets the best unit of each.
     Each unit keeps its own citation; at most ``MAX_CHAINED`` units from ``MAX_SOURCES``
     passages.
@@ -177,7 +180,9 @@ def chain(
             continue
         naming = [s for s in by_passage.get(id(other), []) if _names(s.text, best.passage.title)]
         if naming:
-            result.insert(result.index(best), naming[0])
+            # It leads the answer only as a unit may (lead_first): else it follows the best.
+            before = naming[0].score >= LEAD_SHARE * best.score
+            result.insert(result.index(best) + (0 if before else 1), naming[0])
     return result[:MAX_CHAINED]
 
 

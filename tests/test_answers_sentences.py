@@ -22,6 +22,7 @@ from retrieval.missing_names import DECLINED
 from retrieval.passage_context import passage_in_context
 from retrieval.query import ContextSection
 from retrieval.unit_scoring import score_sentences
+from retrieval.unit_selection import chain
 from tests.conftest import build, write_pack
 
 WORD_VECTORS = word_vectors_of("sentence-transformers/all-MiniLM-L6-v2")
@@ -313,6 +314,32 @@ def test_a_sentence_the_index_finds_closer_leads_its_passage_and_none_falls_belo
     assert max(by_meaning.values(), key=lambda s: s.score).unit.sentence == lamp
     assert by_meaning[lamp].similarity == pytest.approx(0.4 * 0.5 + 0.6 * 0.8)
     assert by_meaning[stairs].similarity == by_meaning[extra].similarity == 0.5
+
+
+def test_a_bridge_passages_sentence_naming_the_best_page_leads_only_when_strong_enough():
+    """A passage the graph reached through a bridge, whose sentence names the best passage's
+    page, adds that sentence to the answer; it leads the answer only when it scores as a lead
+    must (LEAD_SHARE of the best), else it follows the best."""
+    question = "Until which year did the Quarry Railway carry slate to the harbour?"
+    railway_text = (
+        "The Quarry Railway carried slate from the hill quarries down to the harbour until 1931."
+    )
+    museum_text = (
+        "Visitors to the Harbour Museum can climb into a restored slate wagon that ran on the "
+        "Quarry Railway to the harbour."
+    )
+    order = {}
+    for museum_similarity in (0.3, 0.9):
+        railway = passage("railway", "Quarry Railway", railway_text, 0.6, "Quarry Railway")
+        museum = passage(
+            "museum", "Harbour Museum", museum_text, museum_similarity, "Harbour Museum"
+        )
+        museum.via = "bridge"
+        scored = score_sentences(question, [railway, museum])
+        assert scored[0].passage is railway
+        answer = chain([scored[0]], scored, [railway, museum], question)
+        order[museum_similarity] = [s.passage.section_id for s in answer]
+    assert order == {0.3: ["railway", "museum"], 0.9: ["museum", "railway"]}
 
 
 def test_the_answer_starts_from_the_best_ranked_passage_that_answers():
