@@ -153,13 +153,13 @@ def blocks_of(text: str) -> list[tuple[str, str]]:
     return blocks
 
 
-@lru_cache(maxsize=16384)
 def quoted_words(text: str) -> str:
     """A text's words as a unit quotes them (markdown links as their text), one space apart:
     what a unit's sentence and the sentence index's sentence that holds it have in common."""
     return " ".join(MARKDOWN_LINK.sub(r"\1", text).split())
 
 
+@lru_cache(maxsize=16384)
 def units_of(text: str) -> tuple[Unit, ...]:
     """The units of a passage that could answer (module docstring, point 1), each with the
     definition line it explains: the last one before it in the passage."""

@@ -11,8 +11,9 @@ the pack says. The steps, each in a module of its own:
 2. The answer says plainly that the passages do not answer when the question names something
    none of them mentions (retrieval.missing_names).
 3. Each unit is scored against the question (retrieval.unit_scoring: its passage's similarity
-   blended with its own sentence's, as vector search blends them, its coverage of the question's terms by word, context and meaning, and the kind of answer
-   the question asks for).
+   blended with its own sentence's, as vector search blends them, its coverage of the
+   question's terms by word, context and meaning, and the kind of answer the question asks
+   for).
 4. The units to quote are chosen (retrieval.unit_selection): the answer starts from the
    best-ranked passage that answers (from the best unit, for a question asking a fact), then
    adds what each further unit adds, a unit for each part of a question of several parts, the
