@@ -1,14 +1,13 @@
 """Each candidate unit scored against the question (retrieval.extractive, point 2).
 
 Each unit gets two scores on the same 0..1 scale: the cosine similarity of its passage to the
-question (the embedding model's, as the search computed it), blended as vector search blends
-it (retrieval.candidates.vector_score, ``sentence_weight``) with the similarity of the sentence
-of the sentence index that holds the unit (kpack.sentence_index: every sentence embedded at
-build time, so a passage's sentences differ by meaning, not only by their words) where the
-blend is the higher (a sentence that answers need not read like the question), and the
-IDF-weighted share of the question's terms it contains (kpack.text's terms; IDF over the
-pack's passages when the reader's keyword index is at hand, else over the candidates; the
-asking sentences of a
+question (the embedding model's, as the search computed it), blended as vector search blends it
+(retrieval.candidates.vector_score, ``sentence_weight``) with the similarity of the sentence of
+the sentence index that holds the unit (kpack.sentence_index: every sentence embedded at build
+time, so a passage's sentences differ by meaning, not only by their words) where the blend is
+the higher (a sentence that answers need not read like the question), and the IDF-weighted
+share of the question's terms it contains (kpack.text's terms; IDF over the pack's passages
+when the reader's keyword index is at hand, else over the candidates; the asking sentences of a
 question that first describes a situation weigh ``ASKED_WEIGHT`` times more; the terms of the
 sentence before the unit, of its definition line, the words of the names it writes and its
 article's title count ``CONTEXT_SHARE``: :func:`name_words`; a sentence says "the race" on the
