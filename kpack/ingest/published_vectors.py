@@ -4,9 +4,10 @@ A pack installed from a ``.kpack`` archive (or one whose build cache was lost) h
 version but no embedding cache: without this, its first build would embed every text again.
 The version's index files hold each chunk's text, its section's heading path, its vector and
 its sentences' (kpack.indexes, kpack.sentence_index), which is all a cache row needs: the
-content hash of the text the model embedded (kpack.contracts.passage_text) and the vector. They are reused only when the version
-was embedded by the same model in the same precision, so a build never mixes vectors of two
-models or of fp32 and int8; a version whose files fail their checksums is not read.
+content hash of the text the model embedded (kpack.contracts.passage_text) and the vector.
+They are reused only when the version was embedded by the same model in the same precision,
+so a build never mixes vectors of two models or of fp32 and int8; a version whose files fail
+their checksums is not read.
 """
 
 from __future__ import annotations
