@@ -11,7 +11,11 @@ ones. It also prints the gate's reason for every refused out-of-domain and in-do
 of the two docs packs, and how the counts move with the lexical rule's constants
 (kpack.gate.COVERAGE_WEIGHT, COVERAGE_TARGET and COVERAGE_RELIEF; weight and relief 0 are the
 similarity threshold alone), from the same run: each question's best similarity, coverage and
-API-word margin do not depend on them.
+API-word margin do not depend on them. Last, how they move with the build calibration's
+in-domain refusal limit (kpack.ingest.gate_calibration.IN_DOMAIN_REFUSAL_LIMIT): each pack's
+probe similarities are measured again from the build's stored tables and probe cache, and
+each question's verdict follows from its threshold at every limit (an API word counts where
+its entry reaches that threshold).
 
     .venv/bin/python bench/gate_bench.py --demo /tmp/gate-demo/packs/demo \\
         --workdir /work/bench-ws      # or --python-docs PACK --squad PACK
@@ -34,6 +38,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from bench.corpora import BENCHMARKS  # noqa: E402
 from bench.eval_bench import squad_questions  # noqa: E402
+from kpack.embedding import effective_precision  # noqa: E402
 from kpack.gate import (  # noqa: E402
     COVERAGE_PASSAGES,
     COVERAGE_RELIEF,
@@ -42,8 +47,18 @@ from kpack.gate import (  # noqa: E402
     coverage,
     required_similarity,
 )
+from kpack.ingest.gate_calibration import (  # noqa: E402
+    IN_DOMAIN_REFUSAL_LIMIT,
+    PROBE_CACHE_COLUMNS,
+    choose_threshold,
+    pack_probes,
+    passage_vectors,
+    probe_cache_namespace,
+    probe_similarities,
+)
+from resources.storage import ContentCacheResource, ParquetStore  # noqa: E402
 from retrieval.agent import KnowledgeGraphAgent  # noqa: E402
-from retrieval.gate import pack_vocabulary, searched_words  # noqa: E402
+from retrieval.gate import API_WORD_MARGIN, pack_vocabulary, searched_words  # noqa: E402
 from retrieval.query import GATED, run  # noqa: E402
 from retrieval.registry import reading  # noqa: E402
 
@@ -52,6 +67,7 @@ PROFILES = ("baseline", "balanced")
 WEIGHTS = (0.0, 0.25, 0.3, 0.35, 0.4, 0.5)
 TARGETS = (0.4, 0.5, 0.6)
 RELIEFS = (0.0, 0.05, 0.08, 0.1, 0.12, 0.15)
+LIMITS = (0.05, 0.04, 0.03, 0.02, 0.01)
 
 
 def gate_outcomes(pack: Path, questions: list[dict], profile: str) -> list[dict]:
@@ -76,19 +92,32 @@ def gate_outcomes(pack: Path, questions: list[dict], profile: str) -> list[dict]
                     "coverage": evidence.share,
                     "gate": query.notes.get("gate", {}),
                     "threshold": threshold,
+                    "api_words": query.notes.get("api_words", {}),
                 }
             )
     return rows
 
 
-def gated_under(row: dict, weight: float, target: float, relief: float = COVERAGE_RELIEF) -> bool:
-    """Whether the gate would refuse the question with these constants (retrieval.gate's
-    rule: a question that names an API the pack defines is never refused)."""
+def gated_under(
+    row: dict,
+    weight: float = COVERAGE_WEIGHT,
+    target: float = COVERAGE_TARGET,
+    relief: float = COVERAGE_RELIEF,
+    threshold: float | None = None,
+) -> bool:
+    """Whether the gate would refuse the question with these constants and threshold (the
+    row's own when None; retrieval.gate's rule: a question that names an API the pack defines
+    is never refused)."""
     gate = row["gate"]
     if "coverage" not in gate:
         return bool(gate.get("gated"))  # the pack defines an API it names, or nothing found
-    required = required_similarity(row["threshold"], row["coverage"], weight, target, relief)
-    return row["similarity"] < required - gate.get("api_margin", 0.0)
+    if threshold is None:
+        threshold, margin = row["threshold"], gate.get("api_margin", 0.0)
+    else:
+        named = any(entry >= threshold for entry in row["api_words"].values())
+        margin = API_WORD_MARGIN if named else 0.0
+    required = required_similarity(threshold, row["coverage"], weight, target, relief)
+    return row["similarity"] < required - margin
 
 
 def kind(item: dict) -> str:
@@ -102,12 +131,12 @@ def kind(item: dict) -> str:
 KINDS = ("in_domain", "in_domain dev", "in_domain report", "out_of_domain", "unanswerable")
 
 
-def counts(rows: list[dict], weight: float, target: float, relief: float) -> str:
+def counts(rows: list[dict], **rule: float) -> str:
     parts = []
     for label in KINDS:
         group = [r for r in rows if kind(r) == label]
         if group:
-            gated = sum(gated_under(r, weight, target, relief) for r in group)
+            gated = sum(gated_under(r, **rule) for r in group)
             parts.append(f"{label} {gated}/{len(group)}")
     return ", ".join(parts)
 
@@ -122,7 +151,7 @@ def sensitivity(packs: dict[str, list[dict]]) -> list[str]:
     for weight in WEIGHTS:
         for target in TARGETS if weight else TARGETS[:1]:
             cells = " | ".join(
-                counts(rows, weight, target, COVERAGE_RELIEF) for rows in packs.values()
+                counts(rows, weight=weight, target=target) for rows in packs.values()
             )
             lines.append(f"| {weight} | {target if weight else '-'} | {cells} |")
     lines += [
@@ -132,14 +161,63 @@ def sensitivity(packs: dict[str, list[dict]]) -> list[str]:
         "|---|" + "---|" * len(packs),
     ]
     for relief in RELIEFS:
-        cells = " | ".join(
-            counts(rows, COVERAGE_WEIGHT, COVERAGE_TARGET, relief) for rows in packs.values()
-        )
+        cells = " | ".join(counts(rows, relief=relief) for rows in packs.values())
         lines.append(f"| {relief} | {cells} |")
     lines.append(
         "\nThe weights that refuse every out-of-domain question and lose no in-domain one:"
     )
     lines += [f"- {feasible_weights(packs, target)}" for target in TARGETS]
+    return lines
+
+
+def limit_thresholds(pack: Path) -> dict[float, float]:
+    """The threshold the build would calibrate for ``pack`` at each in-domain refusal limit,
+    from its stored sections, chunks and vectors and its probe cache: in a bench workspace's
+    storage/ beside its packs/, else the checkout's .kpack_storage."""
+    workspace = pack.resolve().parents[1]
+    storage = workspace / "storage"
+    if not storage.is_dir():
+        storage = workspace / ".kpack_storage"
+    manifest = json.loads((pack / "manifest.json").read_text())
+    embedding = manifest["embedding"]
+    tables = {
+        name: ParquetStore(str(storage)).read_cache(name, f"{pack.name}.parquet")
+        for name in ("sections", "chunks", "embeddings")
+    }
+    namespace = probe_cache_namespace(
+        embedding["model"], effective_precision(embedding["precision"])
+    )
+    cached = ContentCacheResource(base_path=str(storage)).load(
+        namespace, pack.name, PROBE_CACHE_COLUMNS
+    )
+
+    def uncached(texts: list[str]) -> None:
+        raise SystemExit(f"{pack.name}: {len(texts)} probes are not in the probe cache")
+
+    measured = probe_similarities(
+        pack_probes(tables["sections"], tables["chunks"]),
+        passage_vectors(tables["sections"], tables["chunks"], tables["embeddings"]),
+        uncached,
+        cached,
+    )
+    return {
+        limit: choose_threshold(measured.inside, measured.outside, limit)[0] for limit in LIMITS
+    }
+
+
+def limit_sensitivity(packs: dict[str, list[dict]], thresholds: dict[str, dict]) -> list[str]:
+    lines = [
+        "\n## Gated per pack as the build's in-domain refusal limit varies (chosen: "
+        f"{IN_DOMAIN_REFUSAL_LIMIT}; each pack's threshold at the limit in brackets)\n",
+        "| limit | " + " | ".join(packs) + " |",
+        "|---|" + "---|" * len(packs),
+    ]
+    for limit in LIMITS:
+        cells = " | ".join(
+            f"({thresholds[name][limit]}) {counts(rows, threshold=thresholds[name][limit])}"
+            for name, rows in packs.items()
+        )
+        lines.append(f"| {limit} | {cells} |")
     return lines
 
 
@@ -210,7 +288,7 @@ def main() -> None:
         {**row, "out_of_domain": True}
         for row in read_jsonl(REPO / "bench" / "everyday_questions.jsonl")
     ]
-    outcomes = {}
+    outcomes, thresholds = {}, {}
     for profile in PROFILES:
         outcomes[f"demo {profile}"] = gate_outcomes(args.demo, demo, profile)
         outcomes[f"python_docs {profile}"] = gate_outcomes(python_docs, python, profile)
@@ -218,8 +296,16 @@ def main() -> None:
             python_docs, intents + everyday, profile
         )
         outcomes[f"squad_wiki6 {profile}"] = gate_outcomes(squad_pack, squad, profile)
+    at_limit = {
+        "demo": limit_thresholds(args.demo),
+        "python_docs": limit_thresholds(python_docs),
+        "conala_dev": limit_thresholds(python_docs),
+        "squad_wiki6": limit_thresholds(squad_pack),
+    }
+    for name in outcomes:
+        thresholds[name] = at_limit[name.split()[0]]
     lines = [line for name, rows in outcomes.items() for line in table(name, rows)]
-    print("\n".join(lines + sensitivity(outcomes)))
+    print("\n".join(lines + sensitivity(outcomes) + limit_sensitivity(outcomes, thresholds)))
     print(f"\n({time.perf_counter() - started:.0f} s)")
 
 

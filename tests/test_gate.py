@@ -28,7 +28,12 @@ from kpack.gate import (
     coverage,
     model_threshold,
 )
-from kpack.ingest.gate_calibration import OUT_OF_DOMAIN_PROBES, SECTION_VECTOR, pack_probes
+from kpack.ingest.gate_calibration import (
+    IN_DOMAIN_REFUSAL_LIMIT,
+    OUT_OF_DOMAIN_PROBES,
+    SECTION_VECTOR,
+    pack_probes,
+)
 from kpack.keyword_index import KeywordIndex
 from retrieval.agent import KnowledgeGraphAgent
 from retrieval.eval import evaluate, load_questions, markdown_summary
@@ -87,7 +92,7 @@ def test_the_build_records_a_threshold_calibrated_without_labelled_questions(doc
     assert gate["model"] == MINILM and gate["model_default"] == MODEL_THRESHOLDS[MINILM]
     assert gate["probes"]["in_domain"] >= 20
     assert gate["probes"]["out_of_domain"] == len(OUT_OF_DOMAIN_PROBES)
-    assert gate["refused"]["in_domain"] <= 0.05  # at most 5% of the pack's own questions
+    assert gate["refused"]["in_domain"] <= IN_DOMAIN_REFUSAL_LIMIT  # of the pack's own questions
     assert gate["refused"]["out_of_domain"] >= 0.9
     assert 0.1 <= gate["threshold"] <= 0.6 and gate["threshold"] == round(gate["threshold"], 2)
     assert "probes" in gate["method"] and gate["why"]
