@@ -274,8 +274,9 @@ class StaticHandler(SimpleHTTPRequestHandler):
     """Static files with an explicit UTF-8 charset on HTML, and no request log on stderr."""
 
     # Keep-alive, as documentation hosts serve (the stdlib's default, HTTP/1.0, closes every
-    # connection): a rebuild's conditional requests then cost what they cost against a real
-    # site, 0.7 ms a 304 here against 1.7 ms with a new connection each (stop 51).
+    # connection), so a rebuild's conditional requests reuse connections as they would against
+    # a real site (requests alone, client and server in one process: 0.7 ms a 304, against
+    # 1.7 ms with a new connection each; stop 51).
     protocol_version = "HTTP/1.1"
     extensions_map = {  # noqa: RUF012 (class attribute of the stdlib handler)
         **SimpleHTTPRequestHandler.extensions_map,

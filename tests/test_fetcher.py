@@ -6,6 +6,7 @@ import ipaddress
 import os
 import socket
 import time
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -248,6 +249,61 @@ def test_a_changed_page_answers_a_stale_etag_with_the_new_body(fetcher, site):
     )
     assert again.status == 200 and not again.not_modified
     assert "revision 7" in again.text and again.etag != first.etag
+
+
+class KeepAliveHandler(BaseHTTPRequestHandler):
+    """HTTP/1.1 with keep-alive, as documentation hosts serve: /page/N answers its ETag's
+    If-None-Match with 304, anything else 404 with a small page; connections are counted."""
+
+    protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        super().setup()
+        with self.server.owner.lock:
+            self.server.owner.hits["connections"] = self.server.owner.hits.get("connections", 0) + 1
+
+    def do_GET(self) -> None:
+        self.server.owner.count("requests")
+        if not self.path.startswith("/page/"):
+            body = b"<html><body>No such page.</body></html>"
+            self.send_response(404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        etag = f'"{self.path.rsplit("/", 1)[1]}"'
+        if self.headers.get("If-None-Match") == etag:
+            self.send_response(304)
+            self.send_header("ETag", etag)
+            self.end_headers()
+            return
+        body = f"<html><body><p>Page {etag}.</p></body></html>".encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("ETag", etag)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_a_rebuilds_conditional_requests_share_kept_alive_connections(fetcher):
+    """A 304 or an error page leaves no body to read, so its connection serves the next
+    request: a rebuild asking about every page opens a connection per fetching thread, not one
+    per page (against a real site, a TLS handshake each)."""
+    one_at_a_time = FetchConfig(**{**CONFIG.__dict__, "max_workers": 1})
+    with LoopbackServer(KeepAliveHandler) as server:
+        urls = [server.url(f"/page/{n}") for n in range(20)] + [server.url("/gone.html")]
+        first = fetcher.fetch_all(urls, one_at_a_time, [])
+        assert [r.status for r in first] == [200] * 20 + [404]
+        stored = {r.url: Validators(r.etag, None) for r in first if r.etag}
+        connections = server.hits["connections"]
+        again = fetcher.fetch_all(urls, one_at_a_time, [], stored)
+        assert [r.not_modified for r in again] == [True] * 20 + [False]
+        assert server.hits["requests"] == 42
+        assert server.hits["connections"] - connections <= 1
 
 
 def test_file_url_is_not_modified_while_mtime_and_size_match(fetcher, tmp_path: Path):
