@@ -29,7 +29,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -283,6 +283,12 @@ class StaticHandler(SimpleHTTPRequestHandler):
         ".html": "text/html; charset=utf-8",
         ".htm": "text/html; charset=utf-8",
     }
+
+    def handle(self) -> None:
+        # A client may close a kept-alive connection with a body unread (a fetcher refusing a
+        # file that is not text): the reset is its choice, not an error to print.
+        with suppress(ConnectionError):
+            super().handle()
 
     def log_message(self, format: str, *args: Any) -> None:
         pass

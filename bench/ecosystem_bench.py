@@ -16,8 +16,8 @@ packages served on 127.0.0.1, and what a reader of each costs.
    one child process taking turns slice by slice, so a change of load falls on both alike.
 4. Per pack, the figures of issue 34 item 4, each in fresh child processes on one thread
    (KPACK_READER_THREADS=1): the first search and the first query, each in its own process,
-   cold (after ``sync; echo 3 > /proc/sys/vm/drop_caches``, when this process may write it;
-   the JSON says whether it could) and warm; search and query p50/p95; memory from
+   cold (after ``sync; echo 3 > /proc/sys/vm/drop_caches`` on a quiet disk, when this process
+   may write it; the JSON says whether it could) and warm; search and query p50/p95; memory from
    /proc/self/smaps_rollup (Anonymous, Private_Clean + Private_Dirty, Rss) and the mapped
    working set by file (/proc/self/smaps); ANN recall@10 of the chunk and the section index
    against the exact scan (packs above the ANN threshold only); keyword hit@10 with the
@@ -589,9 +589,49 @@ def joined_questions(workspace: Path, question_sets: dict[str, Path]) -> Path:
     return file
 
 
+# A cold figure is the page cache emptied on an idle disk: right after a build the disk is
+# still busy for a minute or more (here it is mounted with online discard, and a build deletes
+# gigabytes), and a first search then took 1.8-3.1 s against 1.1-1.5 s once it was quiet
+# (bench/HISTORY.md, stop 51).
+DISK_QUIET_S = 3.0  # no block device read, wrote or discarded for this long
+DISK_WAIT_MAX_S = 180.0
+
+
+def disk_activity() -> tuple[int, ...]:
+    """Every whole block device's completed reads, writes and discards and its I/Os in flight
+    (/proc/diskstats); empty where the file cannot be read."""
+    try:
+        lines = Path("/proc/diskstats").read_text().splitlines()
+    except OSError:
+        return ()
+    counts: list[int] = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 12 and not fields[2].startswith(("loop", "ram")):
+            counts += [int(fields[3]), int(fields[7]), int(fields[11])]
+            counts += [int(fields[14])] if len(fields) >= 15 else []
+    return tuple(counts)
+
+
+def wait_for_quiet_disk() -> float:
+    """Wait until no block device has done anything for DISK_QUIET_S (at most
+    DISK_WAIT_MAX_S); the seconds waited."""
+    started = time.perf_counter()
+    last, since = disk_activity(), time.perf_counter()
+    while time.perf_counter() - started < DISK_WAIT_MAX_S:
+        time.sleep(0.5)
+        now = disk_activity()
+        if now != last:
+            last, since = now, time.perf_counter()
+        elif time.perf_counter() - since >= DISK_QUIET_S:
+            break
+    return round(time.perf_counter() - started, 1)
+
+
 def drop_caches() -> bool:
-    """Empty the page cache (root only); whether it could."""
+    """Empty the page cache (root only) once the disk is quiet; whether it could."""
     os.sync()
+    wait_for_quiet_disk()
     try:
         Path("/proc/sys/vm/drop_caches").write_text("3\n")
         return True
