@@ -288,36 +288,45 @@ def edit_one_page(root: Path, page: str) -> Path:
     return edited
 
 
+def rebuild_facts(workspace: Path, done: dict[str, Any]) -> dict[str, Any]:
+    """What one rebuild of the combined pack did: its time, outcome, texts embedded, pages."""
+    # A build that changed nothing publishes nothing: the manifest is the version before's,
+    # and .versions/last_build.json says what this build found.
+    last = json.loads(
+        (workspace / "packs" / COMBINED / ".versions" / "last_build.json").read_text()
+    )
+    published = last["outcome"] == "published"
+    manifest = done["manifest"]
+    return {
+        "process_s": done["process_s"],
+        "outcome": last["outcome"],
+        "stage_seconds": manifest["stage_seconds"] if published else None,
+        "embedded_this_build": manifest["embedding"]["embedded_this_build"] if published else 0,
+        "changed_urls": last["changes"]["changed_urls"],
+        "new_urls": len(last["changes"]["new_urls"]),
+        "removed_urls": len(last["changes"]["removed_urls"]),
+    }
+
+
 def rebuilds(workspace: Path, root: Path, page: str) -> dict[str, Any]:
     """The combined pack rebuilt with nothing changed, then with ``page`` edited: time, texts
     embedded, pages changed; and how many passages the edited page has."""
     import pyarrow.parquet as pq
 
-    unchanged = build(COMBINED, workspace)
+    unchanged = rebuild_facts(workspace, build(COMBINED, workspace))
     edit_one_page(root, page)
-    one_page = build(COMBINED, workspace)
+    one_page = rebuild_facts(workspace, build(COMBINED, workspace))
     chunks = pq.read_table(
         workspace / "storage" / "chunks" / f"{COMBINED}.parquet",
         columns=["article_url", "content_hash"],
     ).to_pylist()
     passages = {row["content_hash"] for row in chunks if row["article_url"].endswith(page)}
 
-    def facts(done: dict[str, Any]) -> dict[str, Any]:
-        manifest = done["manifest"]
-        return {
-            "process_s": done["process_s"],
-            "stage_seconds": manifest["stage_seconds"],
-            "embedded_this_build": manifest["embedding"]["embedded_this_build"],
-            "changed_urls": manifest["changes"]["changed_urls"],
-            "new_urls": len(manifest["changes"]["new_urls"]),
-            "removed_urls": len(manifest["changes"]["removed_urls"]),
-        }
-
     return {
         "edited_page": page,
         "edited_page_chunks": len(passages),
-        "no_change": facts(unchanged),
-        "one_page": facts(one_page),
+        "no_change": unchanged,
+        "one_page": one_page,
     }
 
 
@@ -814,8 +823,12 @@ def report(
             [
                 label,
                 run["process_s"],
-                round(sum(v or 0 for v in run["stage_seconds"].values()), 1),
-                round(run["stage_seconds"].get("fetched_pages") or 0, 1),
+                round(sum(v or 0 for v in (run["stage_seconds"] or {}).values()), 1)
+                if run["stage_seconds"]
+                else f"- ({run['outcome']})",
+                round((run["stage_seconds"] or {}).get("fetched_pages") or 0, 1)
+                if run["stage_seconds"]
+                else "-",
                 run["embedded_this_build"],
                 ", ".join(
                     url.rsplit("/", 2)[-2] + "/" + url.rsplit("/", 1)[-1]
